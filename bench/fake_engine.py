@@ -1,0 +1,224 @@
+"""FAKE ENGINE: a fast stand-in for a vLLM OpenAI server, for load, overhead and fault tests of the
+gateway itself.  It is not a model: it answers fixed tokens.
+
+A raw asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) so that it costs little CPU:
+- ``POST /v1/chat/completions`` and ``/v1/completions``: ``max_tokens`` tokens (default --tokens);
+  with ``"stream": true`` an OpenAI SSE stream, each event its own write, ``--delay-ms`` apart.
+- ``POST /v1/embeddings``: a small vector.
+- ``GET /health``, ``/v1/models``, ``/metrics`` (vLLM's gauge names), ``/stats`` (peak in-flight).
+Faults, per request by the header ``x-fake-fault`` or for every request by ``--fault``:
+``500`` (answer 500), ``hang`` (never answer), ``die-after-N`` (close the connection after N chunks),
+``slow-first-MS`` (wait before the first byte).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+
+import uvloop
+
+
+@dataclass
+class Stats:
+    inflight: int = 0
+    peak: int = 0
+    served: int = 0
+    by_id: dict[str, int] = field(default_factory=dict)
+
+    def enter(self) -> None:
+        self.inflight += 1
+        self.peak = max(self.peak, self.inflight)
+
+    def leave(self) -> None:
+        self.inflight -= 1
+        self.served += 1
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str = "fake-model"
+    tokens: int = 16
+    delay_ms: float = 0.0
+    fault: str = ""
+    latency_ms: float = 0.0
+
+
+def http_head(status: int, ctype: str, length: int | None) -> bytes:
+    reason = {200: "OK", 404: "Not Found", 500: "Internal Server Error", 400: "Bad Request"}.get(status, "OK")
+    size = f"content-length: {length}\r\n" if length is not None else "transfer-encoding: chunked\r\n"
+    return f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\n{size}\r\n".encode()
+
+
+def chunked(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def completion_body(cfg: Config, chat: bool, n: int, rid: str) -> bytes:
+    text = "tok " * n
+    choice = {"index": 0, "finish_reason": "length"}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text}
+    else:
+        choice["text"] = text
+    return json.dumps({
+        "id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+        "model": cfg.model, "choices": [choice],
+        "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n},
+    }).encode()
+
+
+def stream_event(cfg: Config, chat: bool, i: int, rid: str) -> bytes:
+    if chat:
+        choice = {"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": f"tok{i} ", "finish_reason": None}
+        obj = "text_completion"
+    payload = {"id": rid, "object": obj, "created": 0, "model": cfg.model, "choices": [choice]}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+class FakeEngine(asyncio.Protocol):
+    def __init__(self, cfg: Config, stats: Stats) -> None:
+        self.cfg, self.stats = cfg, stats
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+        self.queue: asyncio.Queue[tuple[str, str, dict[str, str], bytes]] = asyncio.Queue()
+        self.worker: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.worker = asyncio.get_running_loop().create_task(self.serve())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.worker:
+            self.worker.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buf[:end].decode("latin-1").split("\r\n")
+            method, path, _ = head[0].split(" ", 2)
+            headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:])}
+            length = int(headers.get("content-length", "0"))
+            if len(self.buf) < end + 4 + length:
+                return
+            body = self.buf[end + 4 : end + 4 + length]
+            self.buf = self.buf[end + 4 + length :]
+            self.queue.put_nowait((method, path, headers, body))
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    async def serve(self) -> None:
+        while True:
+            method, path, headers, body = await self.queue.get()
+            if not await self.handle(method, path, headers, body):
+                assert self.transport is not None
+                self.transport.close()
+                return
+
+    def send(self, status: int, body: bytes, ctype: str = "application/json") -> bool:
+        self.write(http_head(status, ctype, len(body)) + body)
+        return True
+
+    async def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> bool:
+        if method == "GET":
+            return self.get(path)
+        if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
+            return self.send(404, b'{"error":{"message":"not found","type":"invalid_request_error","code":null,"param":null}}')
+        self.stats.enter()
+        try:
+            return await self.generate(path, headers, body)
+        finally:
+            self.stats.leave()
+
+    def get(self, path: str) -> bool:
+        s = self.stats
+        if path == "/health":
+            return self.send(200, b"")
+        if path == "/v1/models":
+            return self.send(200, json.dumps({"object": "list", "data": [{"id": self.cfg.model, "object": "model"}]}).encode())
+        if path == "/metrics":
+            text = f'vllm:num_requests_running{{model_name="{self.cfg.model}"}} {s.inflight}\n' \
+                   f'vllm:num_requests_waiting{{model_name="{self.cfg.model}"}} 0\n'
+            return self.send(200, text.encode(), "text/plain")
+        if path == "/stats":
+            return self.send(200, json.dumps({"inflight": s.inflight, "peak": s.peak, "served": s.served}).encode())
+        if path == "/stats/reset":
+            s.peak, s.served = s.inflight, 0
+            return self.send(200, b"{}")
+        return self.send(404, b"{}")
+
+    async def generate(self, path: str, headers: dict[str, str], body: bytes) -> bool:
+        try:
+            req = json.loads(body or b"{}")
+        except ValueError:
+            return self.send(400, b'{"error":{"message":"bad json","type":"invalid_request_error","code":null,"param":null}}')
+        fault = headers.get("x-fake-fault", self.cfg.fault)
+        if fault == "500":
+            return self.send(500, b'{"error":{"message":"fake engine failure","type":"server_error","code":null,"param":null}}')
+        if fault == "hang":
+            await asyncio.sleep(3600)
+        if fault.startswith("slow-first-"):
+            await asyncio.sleep(float(fault.removeprefix("slow-first-")) / 1000)
+        if self.cfg.latency_ms:
+            await asyncio.sleep(self.cfg.latency_ms / 1000)
+        rid = headers.get("x-request-id", "fake")
+        if path == "/v1/embeddings":
+            data = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.1] * 8}],
+                    "model": self.cfg.model, "usage": {"prompt_tokens": 4, "total_tokens": 4}}
+            return self.send(200, json.dumps(data).encode())
+        n = int(req.get("max_tokens") or self.cfg.tokens)
+        chat = path == "/v1/chat/completions"
+        if not req.get("stream"):
+            return self.send(200, completion_body(self.cfg, chat, n, rid))
+        die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
+        return await self.stream(chat, n, rid, die_after)
+
+    async def stream(self, chat: bool, n: int, rid: str, die_after: int) -> bool:
+        self.write(http_head(200, "text/event-stream", None))
+        delay = self.cfg.delay_ms / 1000
+        for i in range(n):
+            if i == die_after:
+                return False
+            if delay:
+                await asyncio.sleep(delay)
+            self.write(chunked(stream_event(self.cfg, chat, i, rid)))
+        self.write(chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        return True
+
+
+async def serve(cfg: Config, host: str, port: int) -> None:
+    stats = Stats()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: FakeEngine(cfg, stats), host, port, backlog=4096)
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="FAKE ENGINE: a fast OpenAI-shaped stand-in for vLLM (tests, benchmarks).")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8199)
+    p.add_argument("--model", default="fake-model")
+    p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--delay-ms", type=float, default=0.0)
+    p.add_argument("--latency-ms", type=float, default=0.0, help="wait before answering any generation")
+    p.add_argument("--fault", default="")
+    a = p.parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        uvloop.run(serve(Config(a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms), a.host, a.port))
+
+
+if __name__ == "__main__":
+    main()

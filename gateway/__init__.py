@@ -1,0 +1,1 @@
+"""The data plane: an async OpenAI-compatible gateway in front of vLLM replicas."""

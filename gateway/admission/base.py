@@ -1,0 +1,40 @@
+"""The admission interface the request path depends on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """What admission needs to know of a request."""
+
+    request_id: str
+    model: str
+    tenant: str
+    priority: int
+    cost: int
+    max_wait_s: float
+    max_queue: int
+
+
+class Lease(Protocol):
+    """A held slot; released exactly once, whatever happens to the request."""
+
+    async def release(self) -> None: ...
+
+
+class Admission(Protocol):
+    async def acquire(self, ticket: Ticket, capacity: int) -> tuple[Lease, float]:
+        """Wait for a slot; returns the lease and the seconds waited. Raises QueueFull or QueueTimeout."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def queue_depth(self, model: str) -> int: ...
+
+    @property
+    def degraded(self) -> bool: ...

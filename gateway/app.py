@@ -1,0 +1,129 @@
+"""``create_app(settings)``: builds one gateway and owns its background tasks in the lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aioredis
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from gateway.admission.local import LocalAdmission
+from gateway.auth.base import OpenAuth
+from gateway.discovery import Discovery
+from gateway.errors import (
+    GatewayError,
+    InternalError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    error_response,
+)
+from gateway.health import Ejection
+from gateway.keys import Keys
+from gateway.metrics import GatewayMetrics
+from gateway.monitor import Monitor
+from gateway.periodic import Background
+from gateway.pool import ReplicaTable
+from gateway.proxy import Proxy
+from gateway.routes import add_routes
+from gateway.routing import PolicyOptions, build_policy
+from gateway.settings import GatewaySettings
+from gateway.state import Gateway
+from gateway.upstream import make_client
+from workers.fleet import load_fleet
+
+log = logging.getLogger("llmgw.app")
+
+
+def build_gateway(settings: GatewaySettings) -> Gateway:
+    fleet = load_fleet(settings.fleet_file)
+    options = PolicyOptions(epsilon=settings.prefix_epsilon)
+    metrics = GatewayMetrics()
+    return Gateway(
+        settings=settings,
+        fleet=fleet,
+        names=fleet.names(),
+        table=ReplicaTable(m.name for m in fleet.models),
+        policies={m.name: build_policy(m.policy, options) for m in fleet.models},
+        admission=LocalAdmission(),
+        auth=OpenAuth(),
+        client=make_client(settings.connect_timeout_s, settings.max_connections),
+        redis=aioredis.Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0),
+        keys=Keys(settings.redis_prefix),
+        metrics=metrics,
+        ejection=Ejection(settings.eject_base_s, settings.eject_max_s),
+    )
+
+
+def start_background(gw: Gateway, discovery: Discovery) -> Background:
+    s = gw.settings
+    monitor = Monitor(gw.client, gw.table, gw.ejection, gw.metrics)
+    bg = Background()
+    bg.start(s.registry_poll_s, discovery.tick)
+    bg.start(s.health_interval_s, monitor.health_tick)
+    bg.start(s.load_scrape_interval_s, monitor.load_tick)
+    return bg
+
+
+@contextlib.asynccontextmanager
+async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]:
+    await discovery.refresh()
+    await gw.admission.start()
+    bg = start_background(gw, discovery)
+    log.info("gateway %s up: models=%s", gw.settings.gateway_id, ",".join(m.name for m in gw.fleet.models))
+    try:
+        yield
+    finally:
+        await bg.close()
+        await gw.admission.stop()
+        await gw.client.aclose()
+        await gw.redis.aclose()
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    async def gateway_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, GatewayError)
+        return error_response(exc)
+
+    async def http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            return error_response(MethodNotAllowed("method not allowed on this path"))
+        if exc.status_code == 404:
+            return error_response(NotFound("no such path; see /v1/models and the OpenAI API"))
+        return error_response(InvalidRequest(str(exc.detail)))
+
+    async def validation_error(_: Request, exc: Exception) -> Response:
+        return error_response(InvalidRequest(f"invalid request: {exc}"))
+
+    async def unexpected(_: Request, exc: Exception) -> Response:
+        log.error("unexpected error: %r", exc, exc_info=exc)
+        return error_response(InternalError("the gateway failed to serve this request"))
+
+    app.add_exception_handler(GatewayError, gateway_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, unexpected)
+
+
+def create_app(settings: GatewaySettings, **fastapi_kwargs: Any) -> FastAPI:
+    gw = build_gateway(settings)
+    discovery = Discovery(gw.redis, gw.keys, gw.fleet, gw.table, gw.metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with lifespan_for(gw, discovery):
+            yield
+
+    app = FastAPI(title="llm-gateway", version="0.1.0", lifespan=lifespan, **fastapi_kwargs)
+    app.state.gateway = gw
+    app.state.discovery = discovery
+    add_error_handlers(app)
+    add_routes(app, gw, Proxy(gw), discovery)
+    return app

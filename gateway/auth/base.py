@@ -1,0 +1,30 @@
+"""The authenticator interface, and the open one used when API keys are switched off."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from gateway.context import Caller
+
+ANONYMOUS = Caller()
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, headers: Mapping[str, str]) -> Caller:
+        """The caller behind the request's credentials; raises Unauthorized."""
+        ...
+
+    async def charge(self, caller: Caller, model: str, tokens: int) -> None:
+        """Count a request against the caller's rate limits; raises RateLimited."""
+        ...
+
+
+class OpenAuth:
+    """Keys switched off: everybody is the anonymous tenant, with no limits."""
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Caller:
+        return ANONYMOUS
+
+    async def charge(self, caller: Caller, model: str, tokens: int) -> None:
+        return None

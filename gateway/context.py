@@ -1,0 +1,51 @@
+"""The small object a request carries through the named steps of the request path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.pool import Endpoint
+from gateway.routing.base import RouteRequest
+from workers.fleet import Model
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling: the tenant behind the API key (or the anonymous tenant)."""
+
+    tenant: str = "anonymous"
+    key_id: str = ""
+    priority: int = 0
+    max_priority: int = 0
+    allowed_models: frozenset[str] | None = None
+    max_wait_s: float | None = None
+
+    def may_use(self, model: str) -> bool:
+        return self.allowed_models is None or model in self.allowed_models
+
+
+@dataclass(slots=True)
+class RequestContext:
+    request_id: str
+    endpoint: str
+    body: bytes
+    headers: dict[str, str]
+    started: float
+    caller: Caller = field(default_factory=Caller)
+    payload: dict[str, Any] = field(default_factory=dict)
+    model_name: str = ""
+    stream: bool = False
+    cost: int = 0
+    route: RouteRequest = field(default_factory=RouteRequest)
+    model: Model | None = None
+    replica: Endpoint | None = None
+    attempts: int = 0
+    status: int = 0
+    first_byte_at: float | None = None
+    wait_s: float = 0.0
+    error: str = ""
+
+    @property
+    def model_label(self) -> str:
+        return self.model.name if self.model is not None else "unknown"

@@ -1,0 +1,92 @@
+"""Follows the replica registry in Redis (and the fleet's external endpoints) into the ReplicaTable."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+from redis.exceptions import RedisError
+
+from gateway.keys import Keys
+from gateway.metrics import GatewayMetrics
+from gateway.pool import ReplicaTable
+from gateway.replica import ReplicaRecord
+from workers.fleet import Fleet
+
+log = logging.getLogger("llmgw.discovery")
+
+
+def external_records(fleet: Fleet) -> dict[str, list[ReplicaRecord]]:
+    """Replicas the fleet lists by URL: routed and health-checked, never supervised."""
+    return {
+        m.name: [
+            ReplicaRecord(id=f"{m.name}-ext{i}", model=m.name, url=url.rstrip("/"), concurrency=m.concurrency)
+            for i, url in enumerate(m.endpoints)
+        ]
+        for m in fleet.models
+        if not m.managed
+    }
+
+
+def parse_records(raw: Iterable[bytes | str | None]) -> list[ReplicaRecord]:
+    out = []
+    for item in raw:
+        if item is None:
+            continue
+        try:
+            out.append(ReplicaRecord.model_validate_json(item))
+        except ValidationError:
+            log.warning("registry entry ignored: not a replica record")
+    return out
+
+
+async def read_registry(redis: aioredis.Redis, keys: Keys) -> list[ReplicaRecord]:
+    names = [k async for k in redis.scan_iter(match=keys.replica_pattern(), count=500)]
+    if not names:
+        return []
+    return parse_records(await redis.mget(names))
+
+
+class Discovery:
+    """One task: every poll interval, the registry's records replace each managed model's pool."""
+
+    def __init__(
+        self, redis: aioredis.Redis, keys: Keys, fleet: Fleet, table: ReplicaTable, metrics: GatewayMetrics
+    ) -> None:
+        self.redis, self.keys, self.fleet, self.table, self.metrics = redis, keys, fleet, table, metrics
+        self.redis_ok = False
+        self._external = external_records(fleet)
+
+    def apply(self, records: list[ReplicaRecord]) -> None:
+        by_model: dict[str, list[ReplicaRecord]] = defaultdict(list)
+        for rec in records:
+            by_model[rec.model].append(rec)
+        for m in self.fleet.models:
+            wanted = self._external[m.name] if not m.managed else by_model.get(m.name, [])
+            if self.table.sync(m.name, wanted):
+                states = ", ".join(f"{r.id}={r.state.value}" for r in wanted) or "none"
+                log.info("model=%s replicas changed: %s", m.name, states)
+
+    async def refresh(self) -> None:
+        try:
+            records = await read_registry(self.redis, self.keys)
+        except (RedisError, OSError) as exc:
+            if self.redis_ok:
+                log.warning("registry unreachable, keeping the last known replicas: %s", exc)
+            self.redis_ok = False
+            self.apply_external_only()
+            return
+        self.redis_ok = True
+        self.apply(records)
+
+    def apply_external_only(self) -> None:
+        for name, recs in self._external.items():
+            self.table.sync(name, recs)
+
+    async def tick(self) -> None:
+        await self.refresh()
+        for pool in self.table.pools():
+            self.metrics.ready_replicas.labels(pool.model).set(pool.ready_count)

@@ -1,0 +1,121 @@
+"""One error hierarchy, mapped in one place to OpenAI's error body.
+
+Every failure the gateway reports is a :class:`GatewayError`; :func:`error_response` and
+:func:`sse_error_event` are the only places that turn one into bytes on the wire.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import orjson
+from starlette.responses import Response
+
+
+class GatewayError(Exception):
+    status: ClassVar[int] = 500
+    type: ClassVar[str] = "server_error"
+    code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.retry_after = retry_after
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after is None:
+            return {}
+        return {"retry-after": str(max(1, round(self.retry_after)))}
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class BodyTooLarge(InvalidRequest):
+    status = 413
+    code = "request_too_large"
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class Forbidden(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "model_not_allowed"
+
+
+class ModelNotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class QueueFull(RateLimited):
+    code = "queue_full"
+
+
+class QueueTimeout(RateLimited):
+    code = "queue_timeout"
+
+
+class NoReadyReplica(GatewayError):
+    status = 503
+    type = "service_unavailable"
+    code = "no_ready_replica"
+
+
+class UpstreamError(GatewayError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class InternalError(GatewayError):
+    """Anything unexpected: reported without a stack trace, logged with one."""
+
+
+def error_bytes(err: GatewayError) -> bytes:
+    return orjson.dumps(err.body())
+
+
+def error_response(err: GatewayError) -> Response:
+    return Response(error_bytes(err), err.status, err.headers(), media_type="application/json")
+
+
+def sse_error_event(err: GatewayError) -> bytes:
+    """The planned end of a stream that broke after it started: one error event, then [DONE]."""
+    return b"data: " + error_bytes(err) + b"\n\ndata: [DONE]\n\n"

@@ -1,0 +1,62 @@
+"""Every Redis key the project uses, in one place (gateway and supervisor alike)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key names under one prefix, so several stacks can share one Redis."""
+
+    prefix: str = "llmgw"
+
+    # replica registry (written by the supervisor, read by every gateway)
+    def replica(self, model: str, replica_id: str) -> str:
+        return f"{self.prefix}:replica:{model}:{replica_id}"
+
+    def replica_pattern(self) -> str:
+        return f"{self.prefix}:replica:*"
+
+    @property
+    def registry_events(self) -> str:
+        return f"{self.prefix}:registry:events"
+
+    # gateway presence (for local admission limits when Redis is lost)
+    def gateway(self, gateway_id: str) -> str:
+        return f"{self.prefix}:gateway:{gateway_id}"
+
+    def gateway_pattern(self) -> str:
+        return f"{self.prefix}:gateway:*"
+
+    # admission (leases, queue, wake-up lists)
+    def leases(self, model: str) -> str:
+        return f"{self.prefix}:adm:{{{model}}}:leases"
+
+    def capacity(self, model: str) -> str:
+        return f"{self.prefix}:adm:{{{model}}}:capacity"
+
+    def queue(self, model: str) -> str:
+        return f"{self.prefix}:adm:{{{model}}}:queue"
+
+    def tenant_usage(self, model: str) -> str:
+        return f"{self.prefix}:adm:{{{model}}}:usage"
+
+    def waiter_meta(self, model: str) -> str:
+        return f"{self.prefix}:adm:{{{model}}}:waiters"
+
+    def wake(self, model: str, ticket: str) -> str:
+        return f"{self.prefix}:adm:{{{model}}}:wake:{ticket}"
+
+    def seq(self, model: str) -> str:
+        return f"{self.prefix}:adm:{{{model}}}:seq"
+
+    # API keys and rate limits
+    def api_key(self, key_hash: str) -> str:
+        return f"{self.prefix}:apikey:{key_hash}"
+
+    def api_key_index(self) -> str:
+        return f"{self.prefix}:apikeys"
+
+    def rate(self, key_hash: str, kind: str, window: int) -> str:
+        return f"{self.prefix}:rate:{key_hash}:{kind}:{window}"

@@ -1,0 +1,114 @@
+"""The gateway's own Prometheus metrics, under the ``llmgw_`` prefix (never re-exporting ``vllm:``).
+
+One :class:`GatewayMetrics` per app, on its own registry: no module-level state.
+Buckets resolve well under 300 ms because the alert thresholds (500 ms p99) do.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.25,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
+WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "llmgw_requests", "Requests answered, by model and HTTP status.", ["model", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "llmgw_request_duration_seconds",
+            "End-to-end latency as the client sees it.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "llmgw_time_to_first_token_seconds",
+            "Time from arrival to the first upstream byte.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "llmgw_inter_token_seconds",
+            "Time between streamed chunks.",
+            ["model"],
+            buckets=ITL_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "llmgw_prompt_tokens", "Prompt tokens (from usage).", ["model"], registry=r
+        )
+        self.completion_tokens = Counter(
+            "llmgw_completion_tokens",
+            "Completion tokens (from usage, else counted chunks).",
+            ["model"],
+            registry=r,
+        )
+        self.inflight = Gauge(
+            "llmgw_inflight_requests",
+            "Requests in flight on each replica from this gateway.",
+            ["model", "replica"],
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "llmgw_queue_depth", "Requests waiting for admission (shared queue).", ["model"], registry=r
+        )
+        self.queue_wait = Histogram(
+            "llmgw_queue_wait_seconds",
+            "Time spent waiting for admission.",
+            ["model"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.retries = Counter("llmgw_retries", "Attempts retried on another replica.", ["model"], registry=r)
+        self.ejections = Counter(
+            "llmgw_ejections", "Replicas ejected after failures.", ["model", "replica"], registry=r
+        )
+        self.rate_limited = Counter(
+            "llmgw_rate_limited", "Requests refused by limits, by reason.", ["model", "reason"], registry=r
+        )
+        self.redis_degraded = Gauge(
+            "llmgw_redis_degraded",
+            "1 while Redis is unreachable and local admission is in force.",
+            registry=r,
+        )
+        self.ready_replicas = Gauge(
+            "llmgw_ready_replicas", "Ready, non-ejected replicas per model.", ["model"], registry=r
+        )
+        self.stream_errors = Counter(
+            "llmgw_stream_errors",
+            "Streams ended by an SSE error event after they started.",
+            ["model"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

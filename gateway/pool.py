@@ -1,0 +1,92 @@
+"""The live view of each model's replicas: one Endpoint per replica, one Pool per model.
+
+The :class:`ReplicaTable` is the single owner of this state; the registry watcher replaces
+records, the monitor updates scraped load and health, and the request path counts in-flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gateway.replica import ReplicaRecord
+
+
+@dataclass(eq=False, slots=True)
+class Endpoint:
+    record: ReplicaRecord
+    inflight: int = 0
+    waiting: int = 0
+    ejected_until: float = 0.0
+    failures: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def url(self) -> str:
+        return self.record.url
+
+    @property
+    def load(self) -> int:
+        """Live load: this gateway's in-flight requests plus what vLLM reports waiting."""
+        return self.inflight + self.waiting
+
+    @property
+    def ejected(self) -> bool:
+        return self.failures > 0
+
+    @property
+    def available(self) -> bool:
+        """Routable and not ejected; an ejected replica returns only through a half-open probe."""
+        return self.record.routable and self.failures == 0
+
+
+@dataclass(slots=True)
+class Pool:
+    model: str
+    endpoints: list[Endpoint] = field(default_factory=list)
+
+    def candidates(self, exclude: Sequence[Endpoint] = ()) -> list[Endpoint]:
+        return [e for e in self.endpoints if e.available and e not in exclude]
+
+    @property
+    def ready_count(self) -> int:
+        return sum(1 for e in self.endpoints if e.available)
+
+    @property
+    def capacity(self) -> int:
+        return sum(e.record.concurrency for e in self.endpoints if e.record.routable)
+
+
+class ReplicaTable:
+    """Every model's pool, keyed by the model's canonical name."""
+
+    def __init__(self, models: Iterable[str]) -> None:
+        self._pools = {m: Pool(m) for m in models}
+
+    def pool(self, model: str) -> Pool:
+        return self._pools[model]
+
+    def pools(self) -> Sequence[Pool]:
+        return list(self._pools.values())
+
+    def endpoints(self) -> list[Endpoint]:
+        return [e for p in self._pools.values() for e in p.endpoints]
+
+    def sync(self, model: str, records: Iterable[ReplicaRecord]) -> bool:
+        """Replace a model's records, keeping each surviving replica's live counters. True if changed."""
+        pool = self._pools[model]
+        old = {e.id: e for e in pool.endpoints}
+        new: list[Endpoint] = []
+        for rec in sorted(records, key=lambda r: r.id):
+            ep = old.get(rec.id)
+            if ep is None:
+                ep = Endpoint(rec)
+            else:
+                ep.record = rec
+            new.append(ep)
+        changed = [e.record for e in new] != [e.record for e in pool.endpoints]
+        pool.endpoints = new
+        return changed

@@ -1,0 +1,197 @@
+"""The request path: the named steps in order, with retry before the first byte and a planned
+end for a stream that breaks after it started."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+
+from gateway.admission.base import Lease, Ticket
+from gateway.context import RequestContext
+from gateway.errors import GatewayError, InternalError, NoReadyReplica, error_response, sse_error_event
+from gateway.pool import Endpoint, Pool
+from gateway.state import Gateway
+from gateway.steps.finish import finish, stream_usage, usage_of
+from gateway.steps.parse import parse
+from gateway.steps.resolve import resolve
+from gateway.upstream import Retryable, Upstream, classify, next_chunk, open_stream, read_rest
+
+log = logging.getLogger("llmgw.proxy")
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+def request_id(request: Request) -> str:
+    given = request.headers.get("x-request-id", "")
+    if 0 < len(given) <= 128 and given.isprintable() and given.isascii():
+        return given
+    return uuid.uuid4().hex
+
+
+class Proxy:
+    """Serves /v1/chat/completions, /v1/completions and /v1/embeddings for one gateway."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+
+    async def handle(self, request: Request, endpoint: str) -> Response:
+        ctx = RequestContext(
+            request_id(request), endpoint, await request.body(), dict(request.headers), time.perf_counter()
+        )
+        try:
+            return await self._serve(ctx)
+        except GatewayError as err:
+            return self._fail(ctx, err)
+        except Exception:
+            log.exception("request_id=%s unexpected error", ctx.request_id)
+            return self._fail(ctx, InternalError("the gateway failed to serve this request"))
+
+    def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
+        ctx.status, ctx.error = err.status, err.message
+        finish(ctx, self.gw.metrics)
+        response = error_response(err)
+        response.headers["x-request-id"] = ctx.request_id
+        return response
+
+    async def _serve(self, ctx: RequestContext) -> Response:
+        gw = self.gw
+        ctx.caller = await gw.auth.authenticate(ctx.headers)
+        parse(ctx, gw.settings.max_body_bytes, gw.settings.prefix_chars)
+        model = resolve(ctx, gw.names)
+        await gw.auth.charge(ctx.caller, model.name, ctx.cost)
+        pool = gw.table.pool(model.name)
+        if not pool.candidates():
+            raise NoReadyReplica(f"no ready replica of model '{model.name}'; retry later", retry_after=2.0)
+        lease = await self._admit(ctx, pool)
+        try:
+            up = await self._forward(ctx, pool)
+        except BaseException:
+            await lease.release()
+            raise
+        return await self._respond(ctx, up, lease)
+
+    async def _admit(self, ctx: RequestContext, pool: Pool) -> Lease:
+        assert ctx.model is not None
+        m = ctx.model
+        wait = (
+            m.max_queue_wait_s
+            if ctx.caller.max_wait_s is None
+            else min(m.max_queue_wait_s, ctx.caller.max_wait_s)
+        )
+        ticket = Ticket(
+            ctx.request_id, m.name, ctx.caller.tenant, ctx.caller.priority, ctx.cost, wait, m.max_queue
+        )
+        lease, ctx.wait_s = await self.gw.admission.acquire(ticket, max(1, pool.capacity))
+        return lease
+
+    async def _forward(self, ctx: RequestContext, pool: Pool) -> Upstream:
+        s = self.gw.settings
+        tried: list[Endpoint] = []
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(s.retry_attempts) | stop_after_delay(s.retry_deadline_s),
+            retry=retry_if_exception_type(Retryable),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._attempt(ctx, pool, tried)
+        except Retryable as failed:
+            raise failed.error from None
+        raise NoReadyReplica("no replica could serve the request")  # pragma: no cover - reraise above
+
+    async def _attempt(self, ctx: RequestContext, pool: Pool, tried: list[Endpoint]) -> Upstream:
+        gw = self.gw
+        candidates = pool.candidates(exclude=tried)
+        if not candidates:
+            raise NoReadyReplica(f"no ready replica of model '{pool.model}' is left to try", retry_after=2.0)
+        policy = gw.policies[pool.model]
+        ep = policy.pick(candidates, ctx.route)
+        if tried:
+            gw.metrics.retries.labels(pool.model).inc()
+        tried.append(ep)
+        ctx.replica, ctx.attempts = ep, ctx.attempts + 1
+        ep.inflight += 1
+        policy.on_start(ep, ctx.route)
+        try:
+            up = await open_stream(
+                gw.client, self._url(ep, ctx), ctx.body, self._headers(ctx), gw.settings.first_byte_timeout_s
+            )
+        except Retryable:
+            self._done(ep, ctx, ok=False)
+            raise
+        ctx.first_byte_at = time.perf_counter()
+        return up
+
+    @staticmethod
+    def _url(ep: Endpoint, ctx: RequestContext) -> str:
+        return f"{ep.url}/v1/{ctx.endpoint}"
+
+    @staticmethod
+    def _headers(ctx: RequestContext) -> dict[str, str]:
+        return {"content-type": "application/json", "x-request-id": ctx.request_id}
+
+    def _done(self, ep: Endpoint, ctx: RequestContext, ok: bool) -> None:
+        ep.inflight -= 1
+        self.gw.policies[ep.record.model].on_finish(ep, ctx.route, ok)
+        if ok:
+            return
+        if self.gw.ejection.fail(ep, time.monotonic()):
+            self.gw.metrics.ejections.labels(ep.record.model, ep.id).inc()
+            log.warning("request_id=%s replica=%s ejected: %s", ctx.request_id, ep.id, ctx.error or "failure")
+
+    async def _respond(self, ctx: RequestContext, up: Upstream, lease: Lease) -> Response:
+        ctx.status = up.response.status_code
+        streaming = ctx.stream and ctx.status == 200
+        if not streaming:
+            return await self._whole(ctx, up, lease)
+        headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
+        return StreamingResponse(self._relay(ctx, up, lease), 200, headers, media_type="text/event-stream")
+
+    async def _whole(self, ctx: RequestContext, up: Upstream, lease: Lease) -> Response:
+        assert ctx.replica is not None
+        ok = True
+        try:
+            body = await read_rest(up, self.gw.settings.chunk_timeout_s)
+        except Retryable as failed:
+            ok = False
+            raise failed.error from None
+        finally:
+            self._done(ctx.replica, ctx, ok)
+            await lease.release()
+        finish(ctx, self.gw.metrics, *usage_of(body))
+        media = up.response.headers.get("content-type", "application/json")
+        return Response(body, ctx.status, {"x-request-id": ctx.request_id}, media_type=media)
+
+    async def _relay(self, ctx: RequestContext, up: Upstream, lease: Lease) -> AsyncIterator[bytes]:
+        assert ctx.replica is not None and ctx.model is not None
+        itl = self.gw.metrics.itl.labels(ctx.model.name)
+        events, tail, ok = 0, b"", True
+        try:
+            chunk, t = up.first, time.perf_counter()
+            while chunk:
+                events += chunk.count(b"data: ")
+                tail = tail[-4096:] + chunk
+                yield chunk
+                chunk = await next_chunk(up.chunks, self.gw.settings.chunk_timeout_s)
+                now = time.perf_counter()
+                itl.observe(now - t)
+                t = now
+        except (httpx.HTTPError, TimeoutError, OSError) as exc:
+            ok = False
+            err = classify(exc, ctx.replica.url).error
+            ctx.error = f"stream broke after it started: {err.message}"
+            self.gw.metrics.stream_errors.labels(ctx.model.name).inc()
+            yield sse_error_event(err)
+        finally:
+            await up.response.aclose()
+            self._done(ctx.replica, ctx, ok)
+            await lease.release()
+            prompt, completion = stream_usage(tail)
+            finish(ctx, self.gw.metrics, prompt, completion or max(0, events - 1))

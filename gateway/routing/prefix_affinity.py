@@ -1,0 +1,80 @@
+"""Prefix affinity (the default): keep a shared prompt prefix on one replica, within a load bound.
+
+Ranking. The candidates are ranked by rendezvous (highest-random-weight) hashing of the request's
+``prefix_key`` with each endpoint's ``id`` (BLAKE2b, see :mod:`gateway.routing.rendezvous`). The ranking is
+deterministic across processes and hosts, so every gateway replica sends a prefix to the same replica,
+the one likely to hold it in its KV cache, without sharing any state.
+
+Acceptance. With ``n`` candidates of live loads ``load(c)`` (in flight plus waiting) and ``ε`` =
+``options.epsilon`` (default 0.25), let the mean *including the new request* be::
+
+    m = (Σ load(c) + 1) / n
+
+The first replica ``r`` in the ranking with::
+
+    load(r) + 1 <= ⌈(1 + ε) · m⌉        (equivalently, for integer loads: load(r) < (1 + ε) · m)
+
+gets the request. The ceiling is what makes an idle pool (m = 1/n) always accept the first choice, so a
+lone prefix is never scattered. The test is done in exact integer arithmetic (no float rounding). If no
+replica qualifies, the least loaded one gets it (ties to the lowest id); in fact the least loaded replica
+always qualifies (its load is at most Σ load / n < m), so that branch is only a safeguard.
+
+Guarantee. The replica a request is placed on holds, counting that request::
+
+    load(r) + 1 <= ⌈(1 + ε) · m⌉ < (1 + ε) · m + 1
+
+i.e. **no replica ever exceeds (1 + ε) · mean + 1** as the result of a routing decision, where mean is the
+candidates' mean load including the new request. A placement only raises the mean, so it never pushes any
+*other* replica over the bound either: starting from any state within the bound, a run of arrivals keeps
+every replica within it. (Departures elsewhere can later lower the mean under a replica that was within
+the bound when it was chosen; no router can prevent that, but a replica with load >= (1 + ε) · m gets
+no new request until departures bring it back under.) With ε = 0 the bound is the tightest possible: a
+replica gets a request only if it would then hold at most ⌈m⌉.
+
+An empty ``prefix_key`` (no usable prompt text) goes to the least loaded replica.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+from gateway.pool import Endpoint
+from gateway.routing.base import Policy, PolicyOptions, RouteRequest
+from gateway.routing.least_inflight import least_loaded_stable
+from gateway.routing.rendezvous import rank
+
+
+class PrefixAffinity(Policy):
+    name = "prefix_affinity"
+
+    def __init__(self, options: PolicyOptions) -> None:
+        super().__init__(options)
+        eps = options.epsilon
+        if math.isnan(eps) or eps < 0:
+            raise ValueError(f"prefix affinity needs epsilon >= 0, got {eps!r}")
+        # (1 + ε) as an exact ratio p/q of integers; None when unbounded (ε = inf).
+        self._ratio: tuple[int, int] | None = (
+            None if math.isinf(eps) else (Fraction(1) + Fraction(eps)).as_integer_ratio()
+        )
+
+    def accepts(self, load: int, total: int, n: int) -> bool:
+        """Whether a replica of ``load`` may take one more, with ``total`` load over ``n`` candidates.
+
+        ``load < (1 + ε) · (total + 1) / n``, as ``load · q · n < p · (total + 1)`` with (1 + ε) = p / q.
+        """
+        if self._ratio is None:
+            return True
+        p, q = self._ratio
+        return load * q * n < p * (total + 1)
+
+    def pick(self, candidates: Sequence[Endpoint], request: RouteRequest) -> Endpoint:
+        if not request.prefix_key:
+            return least_loaded_stable(candidates)
+        n = len(candidates)
+        total = sum(e.load for e in candidates)
+        for endpoint in rank(request.prefix_key, candidates):
+            if self.accepts(endpoint.load, total, n):
+                return endpoint
+        return least_loaded_stable(candidates)

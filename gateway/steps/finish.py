@@ -1,0 +1,64 @@
+"""Step 7, finish: record metrics and token usage, and log one line with the request id."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import orjson
+
+from gateway.context import RequestContext
+from gateway.metrics import GatewayMetrics
+
+log = logging.getLogger("llmgw.access")
+
+
+def usage_of(body: bytes) -> tuple[int, int]:
+    """(prompt, completion) tokens from an OpenAI body's usage object; zeros when absent."""
+    at = body.rfind(b'"usage"')
+    if at < 0:
+        return 0, 0
+    try:
+        usage = orjson.loads(body).get("usage") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        return 0, 0
+    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+
+
+def stream_usage(tail: bytes) -> tuple[int, int]:
+    """Usage from the last SSE event that carries one (sent when the client asked include_usage)."""
+    at = tail.rfind(b'"usage":{')
+    if at < 0:
+        return 0, 0
+    start = tail.rfind(b"data: ", 0, at)
+    end = tail.find(b"\n", at)
+    return usage_of(tail[start + 6 : end if end > 0 else None]) if start >= 0 else (0, 0)
+
+
+def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, completion: int = 0) -> None:
+    now = time.perf_counter()
+    model = ctx.model_label
+    metrics.requests.labels(model, str(ctx.status)).inc()
+    metrics.latency.labels(model).observe(now - ctx.started)
+    if ctx.first_byte_at is not None:
+        metrics.ttft.labels(model).observe(ctx.first_byte_at - ctx.started)
+    if prompt:
+        metrics.prompt_tokens.labels(model).inc(prompt)
+    if completion:
+        metrics.completion_tokens.labels(model).inc(completion)
+    log.info(
+        "request_id=%s model=%s endpoint=%s status=%d replica=%s attempts=%d stream=%s wait_ms=%.1f"
+        " ttft_ms=%s duration_ms=%.1f tenant=%s%s",
+        ctx.request_id,
+        model,
+        ctx.endpoint,
+        ctx.status,
+        ctx.replica.id if ctx.replica else "-",
+        ctx.attempts,
+        ctx.stream,
+        ctx.wait_s * 1000,
+        f"{(ctx.first_byte_at - ctx.started) * 1000:.1f}" if ctx.first_byte_at else "-",
+        (now - ctx.started) * 1000,
+        ctx.caller.tenant,
+        f" error={ctx.error!r}" if ctx.error else "",
+    )

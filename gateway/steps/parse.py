@@ -1,0 +1,73 @@
+"""Step 2, parse: size cap, JSON, and only the fields routing needs (the body passes on untouched)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.context import RequestContext
+from gateway.errors import BodyTooLarge, InvalidRequest
+from gateway.routing.base import RouteRequest
+from gateway.routing.prefix import chat_prefix_key, prompt_prefix_key
+
+MAX_TOKENS_CAP = 1 << 20
+
+
+def load_json(body: bytes, limit: int) -> dict[str, Any]:
+    if len(body) > limit:
+        raise BodyTooLarge(f"request body is {len(body)} bytes; the limit is {limit}")
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return payload
+
+
+def model_field(payload: dict[str, Any]) -> str:
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("you must provide a model parameter (a non-empty string)", param="model")
+    return model
+
+
+def stream_field(payload: dict[str, Any]) -> bool:
+    stream = payload.get("stream", False)
+    if stream is None:
+        return False
+    if not isinstance(stream, bool):
+        raise InvalidRequest("stream must be a boolean", param="stream")
+    return stream
+
+
+def max_tokens_field(payload: dict[str, Any]) -> int:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = payload.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_TOKENS_CAP:
+            raise InvalidRequest(f"{name} must be a positive integer up to {MAX_TOKENS_CAP}", param=name)
+        return value
+    return 0
+
+
+def route_request(ctx: RequestContext, payload: dict[str, Any], prefix_chars: int) -> RouteRequest:
+    messages = payload.get("messages")
+    if isinstance(messages, list):
+        key = chat_prefix_key(messages, prefix_chars)
+    else:
+        key = prompt_prefix_key(payload.get("prompt", payload.get("input")), prefix_chars)
+    user = payload.get("user")
+    session = ctx.headers.get("x-session-id") or (user if isinstance(user, str) and user else None)
+    return RouteRequest(prefix_key=key, session_key=session)
+
+
+def parse(ctx: RequestContext, limit: int, prefix_chars: int) -> None:
+    payload = load_json(ctx.body, limit)
+    ctx.payload = payload
+    ctx.model_name = model_field(payload)
+    ctx.stream = stream_field(payload)
+    ctx.route = route_request(ctx, payload, prefix_chars)
+    ctx.cost = len(ctx.body) // 4 + max_tokens_field(payload)

@@ -1,0 +1,105 @@
+"""Start real child processes for tests and wait for them by polling with a deadline (never sleep N)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(check: Callable[[], bool], deadline_s: float, what: str, interval_s: float = 0.05) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(interval_s)
+    raise TimeoutError(f"{what} not ready within {deadline_s} s")
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(10)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+        if self.popen.poll() is None:
+            self.kill(signal.SIGKILL)
+
+
+def spawn(argv: list[str], port: int, log: Path, env: dict[str, str] | None = None) -> Proc:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        popen = subprocess.Popen(
+            argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO,
+            env={**os.environ, **(env or {})},
+        )
+    return Proc(popen, port, log)
+
+
+def start_redis(tmp: Path, port: int | None = None) -> Proc:
+    port = port or free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp), "--save", "",
+            "--appendonly", "no"]
+    proc = spawn(argv, port, tmp / "redis.log")
+    wait_until(lambda: port_open(port), 10, "redis-server")
+    return proc
+
+
+def start_fake_engine(tmp: Path, *args: str, port: int | None = None) -> Proc:
+    """The FAKE ENGINE (bench/fake_engine.py) in its own process."""
+    port = port or free_port()
+    argv = [sys.executable, "-m", "bench.fake_engine", "--port", str(port), *args]
+    proc = spawn(argv, port, tmp / f"fake-engine-{port}.log")
+    wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 15, "fake engine")
+    return proc
+
+
+@contextlib.contextmanager
+def running(proc: Proc) -> Iterator[Proc]:
+    try:
+        yield proc
+    finally:
+        proc.stop()

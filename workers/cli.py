@@ -1,0 +1,89 @@
+"""``llmgw-workers``: run the fleet's vLLM replicas under the supervisor until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+import redis.asyncio as aioredis
+
+from gateway.keys import Keys
+from workers.fleet import Fleet, FleetError, load_fleet
+from workers.launch import build_launch, plan_replicas
+from workers.observe import Observer, SupervisorMetrics, serve_metrics
+from workers.registrar import Registrar
+from workers.supervisor import Replica, Supervisor, SupervisorOptions
+from workers.weights import weights_for
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="llmgw-workers", description="Run and supervise the fleet's vLLM replicas."
+    )
+    p.add_argument("--fleet", type=Path, required=True, help="fleet YAML file")
+    p.add_argument("--redis-url", default=os.environ.get("LLMGW_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    p.add_argument("--redis-prefix", default=os.environ.get("LLMGW_REDIS_PREFIX", "llmgw"))
+    p.add_argument("--log-dir", type=Path, default=Path(".run/logs"), help="one log file per replica")
+    p.add_argument("--models-dir", type=Path, default=None, help="prepared model folders")
+    p.add_argument(
+        "--devices", type=int, default=os.cpu_count() or 1, help="CPU cores (or GPUs) to spread over"
+    )
+    p.add_argument(
+        "--drain-grace", type=float, default=30.0, help="seconds in-flight work may take on SIGTERM"
+    )
+    p.add_argument("--sd-file", type=Path, default=None, help="Prometheus file_sd JSON of the ready replicas")
+    p.add_argument("--metrics-port", type=int, default=9400, help="port of the supervisor's own /metrics")
+    p.add_argument("--ready-deadline", type=float, default=600.0, help="seconds a replica may take to start")
+    return p.parse_args(argv)
+
+
+def build_replicas(fleet: Fleet, args: argparse.Namespace) -> list[Replica]:
+    specs = plan_replicas(fleet.models, fleet.defaults, args.devices)
+    return [Replica(s, build_launch(s, weights_for(s.model, args.models_dir)), args.log_dir) for s in specs]
+
+
+async def serve(fleet: Fleet, args: argparse.Namespace) -> None:
+    redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    options = SupervisorOptions(ready_deadline_s=args.ready_deadline, drain_grace_s=args.drain_grace)
+    metrics = SupervisorMetrics()
+    server = await serve_metrics(metrics, "127.0.0.1", args.metrics_port)
+    registrar = Registrar(redis, Keys(args.redis_prefix), options.heartbeat_ttl_s)
+    async with httpx.AsyncClient() as client:
+        sup = Supervisor(
+            build_replicas(fleet, args), registrar, client, options, Observer(metrics, args.sd_file)
+        )
+        loop = asyncio.get_running_loop()
+        drained = asyncio.Event()
+
+        async def drain() -> None:
+            await sup.drain()
+            drained.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(
+                sig, lambda: asyncio.ensure_future(drain()) if not sup.stopping.is_set() else None
+            )
+        await sup.run()
+        await drained.wait()
+    server.close()
+    await redis.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
+    try:
+        fleet = load_fleet(args.fleet)
+    except FleetError as exc:
+        print(f"llmgw-workers: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(fleet, args))
+    return 0

@@ -1,0 +1,160 @@
+"""The fleet file: one YAML document that declares every model the gateway serves.
+
+The supervisor, the planner, the gateway and the deployment renderers all read this one
+schema, so nothing drifts between a laptop and a cluster.  Validation errors name the
+field path and the reason (see :func:`load_fleet`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
+PolicyName = Literal["round_robin", "least_inflight", "power_of_two", "session", "prefix_affinity"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Source(Strict):
+    """Where the weights come from: exactly one of package, path or hf."""
+
+    package: str | None = None
+    path: Path | None = None
+    hf: str | None = None
+    tokenizer: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Source:
+        given = [k for k in ("package", "path", "hf") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of package, path, hf (got {given or 'none'})")
+        return self
+
+
+class Engine(Strict):
+    """vLLM engine arguments for each replica of the model."""
+
+    max_model_len: Annotated[int, Field(gt=0)] | None = None
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
+    enforce_eager: bool = False
+    load_format: str | None = None
+    tokenizer_mode: str | None = None
+    tool_call_parser: str | None = None
+    runner: Literal["generate", "pooling"] = "generate"
+    lora_modules: dict[str, str] = Field(default_factory=dict)
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class Budget(Strict):
+    """Memory budget of one replica: a GPU fraction, or KV-cache GiB on a CPU."""
+
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
+    kv_cache_gib: Annotated[float, Field(gt=0)] | None = None
+    min_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.1
+
+
+class Placement(Strict):
+    """Which device (GPU index or CPU core) each replica is bound to, in order."""
+
+    devices: list[int] = Field(default_factory=list)
+
+
+class Model(Strict):
+    name: ModelName
+    aliases: list[ModelName] = Field(default_factory=list)
+    source: Source | None = None
+    endpoints: list[Annotated[str, Field(pattern=r"^https?://")]] = Field(default_factory=list)
+    replicas: Annotated[int, Field(ge=0, le=64)] = 1
+    engine: Engine = Field(default_factory=Engine)
+    budget: Budget = Field(default_factory=Budget)
+    placement: Placement = Field(default_factory=Placement)
+    concurrency: Annotated[int, Field(ge=1, le=4096)] = 8
+    policy: PolicyName = "prefix_affinity"
+    max_queue: Annotated[int, Field(ge=0)] = 256
+    max_queue_wait_s: Annotated[float, Field(gt=0)] = 30.0
+
+    @model_validator(mode="after")
+    def _source_or_endpoints(self) -> Model:
+        if (self.source is None) == (not self.endpoints):
+            raise ValueError("give either source (supervised replicas) or endpoints (servers run elsewhere)")
+        return self
+
+    @property
+    def managed(self) -> bool:
+        """True when the supervisor runs this model's replicas itself."""
+        return self.source is not None
+
+    @property
+    def public_names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases, *self.engine.lora_modules)
+
+    @property
+    def kind(self) -> Literal["chat", "embedding"]:
+        return "embedding" if self.engine.runner == "pooling" else "chat"
+
+
+class Defaults(Strict):
+    base_port: Annotated[int, Field(ge=1024, le=65000)] = 8100
+    host: str = "127.0.0.1"
+    device: Literal["cpu", "gpu"] = "cpu"
+
+
+class Fleet(Strict):
+    defaults: Defaults = Field(default_factory=Defaults)
+    models: Annotated[list[Model], Field(min_length=1)]
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, models: list[Model]) -> list[Model]:
+        seen: dict[str, str] = {}
+        for m in models:
+            for n in m.public_names:
+                if n in seen:
+                    raise ValueError(f"name {n!r} of model {m.name!r} is already used by model {seen[n]!r}")
+                seen[n] = m.name
+        return models
+
+    def names(self) -> dict[str, Model]:
+        """Every public name, alias and LoRA adapter, mapped to the model whose replicas serve it."""
+        return {n: m for m in self.models for n in m.public_names}
+
+    def model(self, name: str) -> Model:
+        return self.names()[name]
+
+
+class FleetError(ValueError):
+    """The fleet file cannot be used; the message names the file, the field path and the reason."""
+
+
+def _describe(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "(top)"
+        lines.append(f"  {path}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def parse_fleet(text: str, origin: str = "<fleet>") -> Fleet:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise FleetError(f"{origin}: not valid YAML: {exc}") from exc
+    try:
+        return Fleet.model_validate(data)
+    except ValidationError as exc:
+        raise FleetError(f"{origin}: invalid fleet file:\n{_describe(exc)}") from exc
+
+
+def load_fleet(path: Path) -> Fleet:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise FleetError(f"{path}: cannot read: {exc.strerror}") from exc
+    return parse_fleet(text, str(path))

@@ -1,0 +1,118 @@
+"""The vLLM command line and environment of one replica, from the fleet file (pure, no I/O)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workers.fleet import Defaults, Model
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSpec:
+    """Where one replica runs: its id, port, device and memory budget."""
+
+    model: Model
+    index: int
+    port: int
+    device: int
+    host: str = "127.0.0.1"
+    device_kind: str = "cpu"
+    gpu_memory_utilization: float | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.model.name}-{self.index}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def budget_label(self) -> str:
+        if self.device_kind == "gpu":
+            return f"gpu_memory_utilization={self.gpu_memory_utilization}"
+        return f"kv_cache_gib={self.model.budget.kv_cache_gib or 1}"
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def engine_args(model: Model) -> list[str]:
+    e = model.engine
+    args = ["--dtype", e.dtype, "--tensor-parallel-size", str(e.tensor_parallel_size)]
+    if e.max_model_len:
+        args += ["--max-model-len", str(e.max_model_len)]
+    if e.enforce_eager:
+        args.append("--enforce-eager")
+    if e.load_format:
+        args += ["--load-format", e.load_format]
+    if e.tokenizer_mode:
+        args += ["--tokenizer-mode", e.tokenizer_mode]
+    if e.tool_call_parser:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", e.tool_call_parser]
+    if e.runner == "pooling":
+        args += ["--runner", "pooling"]
+    else:
+        args += ["--max-num-seqs", str(model.concurrency)]
+    if e.lora_modules:
+        args += ["--enable-lora", "--lora-modules", *(f"{k}={v}" for k, v in e.lora_modules.items())]
+    return args + list(e.extra_args)
+
+
+def source_args(model: Model, weights: Path | str) -> list[str]:
+    args = ["--model", str(weights), "--served-model-name", model.name, *model.aliases]
+    if model.source is not None and model.source.tokenizer:
+        args += ["--tokenizer", model.source.tokenizer]
+    return args
+
+
+def device_env(spec: ReplicaSpec) -> dict[str, str]:
+    if spec.device_kind == "gpu":
+        return {"CUDA_VISIBLE_DEVICES": str(spec.device)}
+    kv = spec.model.budget.kv_cache_gib or 1
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": f"{kv:g}",
+        "VLLM_CPU_OMP_THREADS_BIND": str(spec.device),
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    }
+
+
+def build_launch(spec: ReplicaSpec, weights: Path | str, python: str = sys.executable) -> Launch:
+    argv = [python, "-m", "vllm.entrypoints.openai.api_server", *source_args(spec.model, weights)]
+    argv += ["--host", spec.host, "--port", str(spec.port), *engine_args(spec.model)]
+    if spec.device_kind == "gpu" and spec.gpu_memory_utilization is not None:
+        argv += ["--gpu-memory-utilization", f"{spec.gpu_memory_utilization:.3f}"]
+    if spec.device_kind == "cpu":
+        argv = ["taskset", "-c", str(spec.device), *argv]
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **device_env(spec)}
+    return Launch(argv, env)
+
+
+def plan_replicas(models: list[Model], defaults: Defaults, n_devices: int) -> list[ReplicaSpec]:
+    """Give each managed replica a port and a device: its placement, else the next device in turn."""
+    specs, port, turn = [], defaults.base_port, 0
+    for model in models:
+        if not model.managed:
+            continue
+        for i in range(model.replicas):
+            placed = model.placement.devices
+            device = placed[i % len(placed)] if placed else turn % max(1, n_devices)
+            turn += 0 if placed else 1
+            specs.append(
+                ReplicaSpec(
+                    model,
+                    i,
+                    port,
+                    device,
+                    defaults.host,
+                    defaults.device,
+                    model.budget.gpu_memory_utilization,
+                )
+            )
+            port += 1
+    return specs

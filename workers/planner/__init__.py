@@ -1,0 +1,24 @@
+"""The planner: does a fleet fit its GPUs, with which gpu_memory_utilization per replica, and why.
+
+``plan_fleet`` (what the supervisor calls) and ``llmgw-plan`` (``workers.planner.cli:main``) share it.
+"""
+
+from workers.planner.memory import DEFAULT_RESERVE_BYTES, RuntimeProfile, next_backoff_budget
+from workers.planner.model_shape import ConfigLoader, ModelShape, make_config_loader, shape_from_config
+from workers.planner.plan import DEFAULT_TARGET, DevicePlan, Plan, ReplicaPlan, place_replicas, plan_fleet
+
+__all__ = [
+    "DEFAULT_RESERVE_BYTES",
+    "DEFAULT_TARGET",
+    "ConfigLoader",
+    "DevicePlan",
+    "ModelShape",
+    "Plan",
+    "ReplicaPlan",
+    "RuntimeProfile",
+    "make_config_loader",
+    "next_backoff_budget",
+    "place_replicas",
+    "plan_fleet",
+    "shape_from_config",
+]

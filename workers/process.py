@@ -1,0 +1,114 @@
+"""One vLLM OS process: start it in its own process group with its own log, probe it, stop it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+
+from workers.launch import Launch
+
+log = logging.getLogger("llmgw.workers")
+
+
+class StartFailed(Exception):
+    """The process exited or missed its deadline before it became ready."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class ReplicaProcess:
+    def __init__(self, launch: Launch, log_file: Path) -> None:
+        self.launch = launch
+        self.log_file = log_file
+        self.proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def start(self) -> None:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_file.open("ab") as out:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.launch.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env={**os.environ, **self.launch.env},
+                start_new_session=True,
+            )
+
+    async def wait_ready(self, url: str, served: str, deadline_s: float, client: httpx.AsyncClient) -> float:
+        """Poll /health and /v1/models until the model is listed; returns seconds taken."""
+        started = time.monotonic()
+        while time.monotonic() - started < deadline_s:
+            if not self.alive:
+                raise StartFailed(f"exited with code {self.returncode()} while starting", tail(self.log_file))
+            if await listed(client, url, served):
+                return time.monotonic() - started
+            await asyncio.sleep(0.5)
+        raise StartFailed(f"not ready after {deadline_s:.0f} s", tail(self.log_file))
+
+    def returncode(self) -> int | None:
+        return self.proc.returncode if self.proc else None
+
+    def signal_group(self, sig: int) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        if self.proc is None:
+            return
+        self.signal_group(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), grace_s)
+        except TimeoutError:
+            self.signal_group(signal.SIGKILL)
+            await self.proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers of the group (engine core)
+
+
+async def listed(client: httpx.AsyncClient, url: str, served: str) -> bool:
+    try:
+        health = await client.get(f"{url}/health", timeout=2.0)
+        if health.status_code != 200:
+            return False
+        models = await client.get(f"{url}/v1/models", timeout=2.0)
+    except (httpx.HTTPError, OSError):
+        return False
+    return models.status_code == 200 and any(m.get("id") == served for m in models.json().get("data", []))
+
+
+async def running_requests(client: httpx.AsyncClient, url: str) -> int:
+    """vllm:num_requests_running + waiting, or 0 when the replica does not answer."""
+    try:
+        r = await client.get(f"{url}/metrics", timeout=2.0)
+    except (httpx.HTTPError, OSError):
+        return 0
+    total = 0.0
+    for line in r.text.splitlines():
+        if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting")):
+            total += float(line.rsplit(" ", 1)[-1])
+    return int(total)

@@ -1,0 +1,1 @@
+"""The embedded default stack on one machine: Redis, workers, gateway replicas, nginx, Prometheus."""

@@ -1,0 +1,53 @@
+"""Fills the {{NAME}} placeholders of the deploy templates (nginx, Prometheus)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def fill(template: str, values: Mapping[str, str]) -> str:
+    for name, value in values.items():
+        template = template.replace("{{" + name + "}}", value)
+    if "{{" in template:
+        missing = template[template.index("{{") :].split("}}", 1)[0] + "}}"
+        raise ValueError(f"template placeholder {missing} has no value")
+    return template
+
+
+def nginx_conf(
+    template: Path,
+    listen: str,
+    upstreams: list[str],
+    run_dir: Path,
+    rate: str = "200r/s",
+    burst: int = 400,
+    tls: str = "",
+) -> str:
+    servers = "\n".join(f"        server {u} max_fails=1 fail_timeout=2s;" for u in upstreams)
+    return fill(
+        template.read_text(),
+        {
+            "RUN_DIR": str(run_dir),
+            "UPSTREAMS": servers,
+            "LISTEN": listen,
+            "RATE_LIMIT": rate,
+            "RATE_BURST": str(burst),
+            "TLS": tls,
+        },
+    )
+
+
+def prometheus_conf(
+    template: Path, gateways: list[str], supervisor: str, sd_file: Path, rules_glob: str, interval: str = "5s"
+) -> str:
+    return fill(
+        template.read_text(),
+        {
+            "SCRAPE_INTERVAL": interval,
+            "RULES_GLOB": rules_glob,
+            "GATEWAY_TARGETS": ", ".join(f'"{g}"' for g in gateways),
+            "SUPERVISOR_TARGET": supervisor,
+            "WORKER_SD_FILE": str(sd_file),
+        },
+    )

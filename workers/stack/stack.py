@@ -1,0 +1,225 @@
+"""Brings the whole stack up in order, waits for readiness by polling, and takes it down in reverse."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from workers.fleet import Fleet, load_fleet
+from workers.stack.render import nginx_conf, prometheus_conf
+from workers.stack.services import Service, http_probe, tcp_probe
+
+log = logging.getLogger("llmgw.stack")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    fleet_file: Path = REPO / "fleet.yaml"
+    run_dir: Path = REPO / ".run"
+    models_dir: Path | None = None
+    redis_port: int = 6390
+    gateway_ports: tuple[int, ...] = (9001, 9002)
+    nginx_port: int = 8080
+    prometheus_port: int = 9090
+    supervisor_metrics_port: int = 9400
+    host: str = "127.0.0.1"
+    ready_deadline_s: float = 1200.0
+    drain_grace_s: float = 30.0
+    gateway_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://{self.host}:{self.redis_port}/0"
+
+    @property
+    def nginx_url(self) -> str:
+        return f"http://{self.host}:{self.nginx_port}"
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin")
+    if found is None:
+        raise RuntimeError(f"{name} is not installed (make run installs it from the OS packages)")
+    return found
+
+
+def script(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+class Stack:
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self.fleet: Fleet = load_fleet(config.fleet_file)
+        self.services: list[Service] = []
+
+    @property
+    def logs(self) -> Path:
+        return self.config.run_dir / "logs"
+
+    def redis(self) -> Service:
+        c = self.config
+        data = c.run_dir / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        argv = [
+            tool("redis-server"),
+            "--port",
+            str(c.redis_port),
+            "--bind",
+            c.host,
+            "--dir",
+            str(data),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "yes",
+        ]
+        return Service("redis", argv, self.logs / "redis.log", tcp_probe(c.host, c.redis_port))
+
+    def workers(self) -> Service:
+        c = self.config
+        argv = [
+            script("llmgw-workers"),
+            "--fleet",
+            str(c.fleet_file),
+            "--redis-url",
+            c.redis_url,
+            "--log-dir",
+            str(self.logs),
+            "--drain-grace",
+            str(c.drain_grace_s),
+            "--sd-file",
+            str(self.sd_file),
+            "--metrics-port",
+            str(c.supervisor_metrics_port),
+        ]
+        if c.models_dir is not None:
+            argv += ["--models-dir", str(c.models_dir)]
+        probe = tcp_probe(c.host, c.supervisor_metrics_port)
+        return Service("workers", argv, self.logs / "workers.log", probe, stop_grace_s=c.drain_grace_s + 20)
+
+    def gateway(self, index: int, port: int) -> Service:
+        c = self.config
+        env = {
+            "LLMGW_FLEET_FILE": str(c.fleet_file),
+            "LLMGW_REDIS_URL": c.redis_url,
+            "LLMGW_GATEWAY_ID": f"gateway-{index}",
+            **c.gateway_env,
+        }
+        argv = [script("llmgw-gateway"), "--host", c.host, "--port", str(port)]
+        probe = http_probe(f"http://{c.host}:{port}/health")
+        return Service(f"gateway-{index}", argv, self.logs / f"gateway-{index}.log", probe, env)
+
+    @property
+    def sd_file(self) -> Path:
+        return self.config.run_dir / "prometheus" / "workers.json"
+
+    def nginx(self) -> Service:
+        c = self.config
+        run = c.run_dir / "nginx"
+        run.mkdir(parents=True, exist_ok=True)
+        conf = run / "nginx.conf"
+        upstreams = [f"{c.host}:{p}" for p in c.gateway_ports]
+        conf.write_text(
+            nginx_conf(REPO / "deploy/nginx/nginx.conf.template", f"{c.host}:{c.nginx_port}", upstreams, run)
+        )
+        argv = [tool("nginx"), "-c", str(conf), "-p", str(run), "-g", "daemon off;"]
+        return Service("nginx", argv, self.logs / "nginx.log", http_probe(f"{c.nginx_url}/health"))
+
+    def prometheus(self) -> Service:
+        c = self.config
+        run = c.run_dir / "prometheus"
+        run.mkdir(parents=True, exist_ok=True)
+        if not self.sd_file.exists():
+            self.sd_file.write_text("[]")
+        conf = run / "prometheus.yml"
+        gateways = [f"{c.host}:{p}" for p in c.gateway_ports]
+        rules = str(REPO / "deploy/prometheus/rules/*.yml")
+        sup = f"{c.host}:{c.supervisor_metrics_port}"
+        conf.write_text(
+            prometheus_conf(
+                REPO / "deploy/prometheus/prometheus.yml.template", gateways, sup, self.sd_file, rules
+            )
+        )
+        argv = [
+            tool("prometheus"),
+            f"--config.file={conf}",
+            f"--storage.tsdb.path={run / 'data'}",
+            f"--web.listen-address={c.host}:{c.prometheus_port}",
+            "--web.enable-lifecycle",
+        ]
+        probe = http_probe(f"http://{c.host}:{c.prometheus_port}/-/ready")
+        return Service("prometheus", argv, self.logs / "prometheus.log", probe)
+
+    async def launch(self, service: Service, deadline_s: float = 60.0) -> None:
+        started = time.monotonic()
+        log.info("starting %s", service.name)
+        await service.start()
+        self.services.append(service)
+        await service.wait_ready(deadline_s)
+        log.info("%s ready in %.1f s", service.name, time.monotonic() - started)
+
+    async def up(self) -> None:
+        c = self.config
+        self.logs.mkdir(parents=True, exist_ok=True)
+        await self.launch(self.redis())
+        await self.launch(self.workers())
+        for i, port in enumerate(c.gateway_ports, start=1):
+            await self.launch(self.gateway(i, port))
+        await self.launch(self.nginx())
+        if c.prometheus_port:
+            await self.launch(self.prometheus())
+        await self.wait_for_fleet()
+
+    def expected(self) -> dict[str, int]:
+        return {m.name: m.replicas if m.managed else 1 for m in self.fleet.models}
+
+    async def wait_for_fleet(self) -> None:
+        """Poll the gateway's /ready detail until every replica of every model is ready."""
+        want, seen = self.expected(), ""
+        deadline = time.monotonic() + self.config.ready_deadline_s
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            while time.monotonic() < deadline:
+                self.check_alive()
+                detail = await ready_detail(client, f"{self.config.nginx_url}/ready")
+                have = {m: v.get("ready_replicas", 0) for m, v in detail.get("models", {}).items()}
+                line = ", ".join(f"{m} {have.get(m, 0)}/{n}" for m, n in want.items())
+                if line != seen:
+                    log.info("replicas ready: %s", line)
+                    seen = line
+                if all(have.get(m, 0) >= n for m, n in want.items()):
+                    return
+                await asyncio.sleep(1.0)
+        raise RuntimeError(
+            f"the fleet was not ready after {self.config.ready_deadline_s:.0f} s; see {self.logs}"
+        )
+
+    def check_alive(self) -> None:
+        dead = [s.name for s in self.services if not s.alive]
+        if dead:
+            raise RuntimeError(f"{', '.join(dead)} exited; see {self.logs}")
+
+    async def down(self) -> None:
+        for service in reversed(self.services):
+            log.info("stopping %s", service.name)
+            await service.stop()
+        self.services.clear()
+
+
+async def ready_detail(client: httpx.AsyncClient, url: str) -> dict[str, dict[str, dict[str, int]]]:
+    try:
+        r = await client.get(url)
+        data = r.json()
+    except (httpx.HTTPError, OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
