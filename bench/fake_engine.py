@@ -2,13 +2,14 @@
 gateway itself.  It is not a model: it answers fixed tokens.
 
 A raw asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) so that it costs little CPU:
-- ``POST /v1/chat/completions`` and ``/v1/completions``: ``max_tokens`` tokens (default --tokens);
+- ``POST /v1/chat/completions`` and ``/v1/completions``: ``max_tokens`` tokens
+  (default --tokens);
   with ``"stream": true`` an OpenAI SSE stream, each event its own write, ``--delay-ms`` apart.
 - ``POST /v1/embeddings``: a small vector.
 - ``GET /health``, ``/v1/models``, ``/metrics`` (vLLM's gauge names), ``/stats`` (peak in-flight).
-Faults, per request by the header ``x-fake-fault`` or for every request by ``--fault``:
-``500`` (answer 500), ``hang`` (never answer), ``die-after-N`` (close the connection after N chunks),
-``slow-first-MS`` (wait before the first byte).
+Faults, per request (header ``x-fake-fault``) or for every request (``--fault``):
+``400`` (a client error), ``500`` (answer 500), ``hang`` (never answer),
+``die-after-N`` (close the connection after N chunks), ``slow-first-MS`` (wait before the first byte).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class Stats:
     inflight: int = 0
     peak: int = 0
     served: int = 0
-    by_id: dict[str, int] = field(default_factory=dict)
+    last_headers: dict[str, str] = field(default_factory=dict)
+    last_body: str = ""
 
     def enter(self) -> None:
         self.inflight += 1
@@ -65,11 +67,16 @@ def completion_body(cfg: Config, chat: bool, n: int, rid: str) -> bytes:
         choice["message"] = {"role": "assistant", "content": text}
     else:
         choice["text"] = text
-    return json.dumps({
-        "id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-        "model": cfg.model, "choices": [choice],
-        "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n},
-    }).encode()
+    return json.dumps(
+        {
+            "id": rid,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": cfg.model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n},
+        }
+    ).encode()
 
 
 def stream_event(cfg: Config, chat: bool, i: int, rid: str) -> bytes:
@@ -135,8 +142,12 @@ class FakeEngine(asyncio.Protocol):
         if method == "GET":
             return self.get(path)
         if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
-            return self.send(404, b'{"error":{"message":"not found","type":"invalid_request_error","code":null,"param":null}}')
+            return self.send(
+                404,
+                b'{"error":{"message":"not found","type":"invalid_request_error","code":null,"param":null}}',
+            )
         self.stats.enter()
+        self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         try:
             return await self.generate(path, headers, body)
         finally:
@@ -147,13 +158,25 @@ class FakeEngine(asyncio.Protocol):
         if path == "/health":
             return self.send(200, b"")
         if path == "/v1/models":
-            return self.send(200, json.dumps({"object": "list", "data": [{"id": self.cfg.model, "object": "model"}]}).encode())
+            return self.send(
+                200,
+                json.dumps({"object": "list", "data": [{"id": self.cfg.model, "object": "model"}]}).encode(),
+            )
         if path == "/metrics":
-            text = f'vllm:num_requests_running{{model_name="{self.cfg.model}"}} {s.inflight}\n' \
-                   f'vllm:num_requests_waiting{{model_name="{self.cfg.model}"}} 0\n'
+            text = (
+                f'vllm:num_requests_running{{model_name="{self.cfg.model}"}} {s.inflight}\n'
+                f'vllm:num_requests_waiting{{model_name="{self.cfg.model}"}} 0\n'
+            )
             return self.send(200, text.encode(), "text/plain")
         if path == "/stats":
-            return self.send(200, json.dumps({"inflight": s.inflight, "peak": s.peak, "served": s.served}).encode())
+            stats = {
+                "inflight": s.inflight,
+                "peak": s.peak,
+                "served": s.served,
+                "last_headers": s.last_headers,
+                "last_body": s.last_body,
+            }
+            return self.send(200, json.dumps(stats).encode())
         if path == "/stats/reset":
             s.peak, s.served = s.inflight, 0
             return self.send(200, b"{}")
@@ -163,10 +186,21 @@ class FakeEngine(asyncio.Protocol):
         try:
             req = json.loads(body or b"{}")
         except ValueError:
-            return self.send(400, b'{"error":{"message":"bad json","type":"invalid_request_error","code":null,"param":null}}')
+            return self.send(
+                400,
+                b'{"error":{"message":"bad json","type":"invalid_request_error","code":null,"param":null}}',
+            )
         fault = headers.get("x-fake-fault", self.cfg.fault)
         if fault == "500":
-            return self.send(500, b'{"error":{"message":"fake engine failure","type":"server_error","code":null,"param":null}}')
+            return self.send(
+                500,
+                b'{"error":{"message":"fake engine failure","type":"server_error","code":null,"param":null}}',
+            )
+        if fault == "400":
+            return self.send(
+                400,
+                b'{"error":{"message":"fake client error","type":"BadRequestError","code":400,"param":null}}',
+            )
         if fault == "hang":
             await asyncio.sleep(3600)
         if fault.startswith("slow-first-"):
@@ -175,8 +209,12 @@ class FakeEngine(asyncio.Protocol):
             await asyncio.sleep(self.cfg.latency_ms / 1000)
         rid = headers.get("x-request-id", "fake")
         if path == "/v1/embeddings":
-            data = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.1] * 8}],
-                    "model": self.cfg.model, "usage": {"prompt_tokens": 4, "total_tokens": 4}}
+            data = {
+                "object": "list",
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.1] * 8}],
+                "model": self.cfg.model,
+                "usage": {"prompt_tokens": 4, "total_tokens": 4},
+            }
             return self.send(200, json.dumps(data).encode())
         n = int(req.get("max_tokens") or self.cfg.tokens)
         chat = path == "/v1/chat/completions"
@@ -207,7 +245,9 @@ async def serve(cfg: Config, host: str, port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description="FAKE ENGINE: a fast OpenAI-shaped stand-in for vLLM (tests, benchmarks).")
+    p = argparse.ArgumentParser(
+        description="FAKE ENGINE: a fast OpenAI-shaped stand-in for vLLM (tests, benchmarks)."
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8199)
     p.add_argument("--model", default="fake-model")

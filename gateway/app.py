@@ -13,8 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from gateway.admission.local import LocalAdmission
-from gateway.auth.base import OpenAuth
+from gateway.admission import build_admission
+from gateway.auth.redis_auth import build_auth
 from gateway.discovery import Discovery
 from gateway.errors import (
     GatewayError,
@@ -45,17 +45,18 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     fleet = load_fleet(settings.fleet_file)
     options = PolicyOptions(epsilon=settings.prefix_epsilon)
     metrics = GatewayMetrics()
+    keys = Keys(settings.redis_prefix)
     return Gateway(
         settings=settings,
         fleet=fleet,
         names=fleet.names(),
         table=ReplicaTable(m.name for m in fleet.models),
         policies={m.name: build_policy(m.policy, options) for m in fleet.models},
-        admission=LocalAdmission(),
-        auth=OpenAuth(),
+        admission=build_admission(settings, keys, metrics),
+        auth=build_auth(settings, keys, metrics),
         client=make_client(settings.connect_timeout_s, settings.max_connections),
         redis=aioredis.Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0),
-        keys=Keys(settings.redis_prefix),
+        keys=keys,
         metrics=metrics,
         ejection=Ejection(settings.eject_base_s, settings.eject_max_s),
     )

@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValidationError, FleetError) as exc:
         print(f"llmgw-gateway: bad settings: {exc}", file=sys.stderr)
         return 2
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stdout)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     uvicorn.run(

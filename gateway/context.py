@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.errors import GatewayError
 from gateway.pool import Endpoint
 from gateway.routing.base import RouteRequest
 from workers.fleet import Model
@@ -45,6 +46,7 @@ class RequestContext:
     first_byte_at: float | None = None
     wait_s: float = 0.0
     error: str = ""
+    upstream_error: GatewayError | None = None
 
     @property
     def model_label(self) -> str:

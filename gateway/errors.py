@@ -87,6 +87,14 @@ class QueueTimeout(RateLimited):
     code = "queue_timeout"
 
 
+class ClientClosedRequest(GatewayError):
+    """The client went away while its request waited (nginx's 499); nobody reads the answer."""
+
+    status = 499
+    type = "invalid_request_error"
+    code = "client_closed_request"
+
+
 class NoReadyReplica(GatewayError):
     status = 503
     type = "service_unavailable"

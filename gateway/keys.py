@@ -51,6 +51,10 @@ class Keys:
     def seq(self, model: str) -> str:
         return f"{self.prefix}:adm:{{{model}}}:seq"
 
+    def gone(self, model: str, ticket: str) -> str:
+        """A tombstone left by a cancelled acquire, so a late acquire of the same ticket does nothing."""
+        return f"{self.prefix}:adm:{{{model}}}:gone:{ticket}"
+
     # API keys and rate limits
     def api_key(self, key_hash: str) -> str:
         return f"{self.prefix}:apikey:{key_hash}"
@@ -59,4 +63,8 @@ class Keys:
         return f"{self.prefix}:apikeys"
 
     def rate(self, key_hash: str, kind: str, window: int) -> str:
-        return f"{self.prefix}:rate:{key_hash}:{kind}:{window}"
+        return f"{self.rate_prefix(key_hash)}:{kind}:{window}"
+
+    def rate_prefix(self, key_hash: str) -> str:
+        """The rate-limit script appends ``:<kind>:<window>`` itself, from Redis' own clock."""
+        return f"{self.prefix}:rate:{key_hash}"

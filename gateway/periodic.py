@@ -19,7 +19,9 @@ async def every(interval_s: float, step: Callable[[], Awaitable[None]], stop: as
         try:
             await step()
         except Exception:
-            log.exception("background step %s failed; it runs again next interval", getattr(step, "__name__", step))
+            log.exception(
+                "background step %s failed; it runs again next interval", getattr(step, "__name__", step)
+            )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval_s)
 

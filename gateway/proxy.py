@@ -3,6 +3,7 @@ end for a stream that breaks after it started."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -15,7 +16,14 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from gateway.admission.base import Lease, Ticket
 from gateway.context import RequestContext
-from gateway.errors import GatewayError, InternalError, NoReadyReplica, error_response, sse_error_event
+from gateway.errors import (
+    ClientClosedRequest,
+    GatewayError,
+    InternalError,
+    NoReadyReplica,
+    error_response,
+    sse_error_event,
+)
 from gateway.pool import Endpoint, Pool
 from gateway.state import Gateway
 from gateway.steps.finish import finish, stream_usage, usage_of
@@ -34,6 +42,12 @@ def request_id(request: Request) -> str:
     return uuid.uuid4().hex
 
 
+async def disconnected(request: Request) -> None:
+    """Returns when the client has gone away (the body was already read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 class Proxy:
     """Serves /v1/chat/completions, /v1/completions and /v1/embeddings for one gateway."""
 
@@ -45,7 +59,7 @@ class Proxy:
             request_id(request), endpoint, await request.body(), dict(request.headers), time.perf_counter()
         )
         try:
-            return await self._serve(ctx)
+            return await self._serve(ctx, request)
         except GatewayError as err:
             return self._fail(ctx, err)
         except Exception:
@@ -59,7 +73,7 @@ class Proxy:
         response.headers["x-request-id"] = ctx.request_id
         return response
 
-    async def _serve(self, ctx: RequestContext) -> Response:
+    async def _serve(self, ctx: RequestContext, request: Request) -> Response:
         gw = self.gw
         ctx.caller = await gw.auth.authenticate(ctx.headers)
         parse(ctx, gw.settings.max_body_bytes, gw.settings.prefix_chars)
@@ -68,7 +82,7 @@ class Proxy:
         pool = gw.table.pool(model.name)
         if not pool.candidates():
             raise NoReadyReplica(f"no ready replica of model '{model.name}'; retry later", retry_after=2.0)
-        lease = await self._admit(ctx, pool)
+        lease = await self._admit(ctx, pool, request)
         try:
             up = await self._forward(ctx, pool)
         except BaseException:
@@ -76,18 +90,28 @@ class Proxy:
             raise
         return await self._respond(ctx, up, lease)
 
-    async def _admit(self, ctx: RequestContext, pool: Pool) -> Lease:
+    @staticmethod
+    def _ticket(ctx: RequestContext) -> Ticket:
         assert ctx.model is not None
-        m = ctx.model
-        wait = (
-            m.max_queue_wait_s
-            if ctx.caller.max_wait_s is None
-            else min(m.max_queue_wait_s, ctx.caller.max_wait_s)
-        )
-        ticket = Ticket(
-            ctx.request_id, m.name, ctx.caller.tenant, ctx.caller.priority, ctx.cost, wait, m.max_queue
-        )
-        lease, ctx.wait_s = await self.gw.admission.acquire(ticket, max(1, pool.capacity))
+        m, caller = ctx.model, ctx.caller
+        wait = m.max_queue_wait_s if caller.max_wait_s is None else min(m.max_queue_wait_s, caller.max_wait_s)
+        return Ticket(ctx.request_id, m.name, caller.tenant, caller.priority, ctx.cost, wait, m.max_queue)
+
+    async def _admit(self, ctx: RequestContext, pool: Pool, request: Request) -> Lease:
+        """Step 4, admit: wait for a slot, leaving the queue at once if the client disconnects."""
+        ticket = self._ticket(ctx)
+        acquire = asyncio.ensure_future(self.gw.admission.acquire(ticket, max(1, pool.capacity)))
+        watch = asyncio.ensure_future(disconnected(request))
+        try:
+            await asyncio.wait((acquire, watch), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+        if not acquire.done():
+            acquire.cancel()
+            await asyncio.gather(acquire, return_exceptions=True)
+            raise ClientClosedRequest("the client disconnected while the request waited for admission")
+        lease, ctx.wait_s = acquire.result()
+        self.gw.metrics.queue_wait.labels(ticket.model).observe(ctx.wait_s)
         return lease
 
     async def _forward(self, ctx: RequestContext, pool: Pool) -> Upstream:
@@ -110,7 +134,9 @@ class Proxy:
         gw = self.gw
         candidates = pool.candidates(exclude=tried)
         if not candidates:
-            raise NoReadyReplica(f"no ready replica of model '{pool.model}' is left to try", retry_after=2.0)
+            raise ctx.upstream_error or NoReadyReplica(
+                f"no ready replica of model '{pool.model}'", retry_after=2.0
+            )
         policy = gw.policies[pool.model]
         ep = policy.pick(candidates, ctx.route)
         if tried:
@@ -123,7 +149,8 @@ class Proxy:
             up = await open_stream(
                 gw.client, self._url(ep, ctx), ctx.body, self._headers(ctx), gw.settings.first_byte_timeout_s
             )
-        except Retryable:
+        except Retryable as failed:
+            ctx.upstream_error = failed.error
             self._done(ep, ctx, ok=False)
             raise
         ctx.first_byte_at = time.perf_counter()
@@ -144,7 +171,8 @@ class Proxy:
             return
         if self.gw.ejection.fail(ep, time.monotonic()):
             self.gw.metrics.ejections.labels(ep.record.model, ep.id).inc()
-            log.warning("request_id=%s replica=%s ejected: %s", ctx.request_id, ep.id, ctx.error or "failure")
+            reason = ctx.error or (ctx.upstream_error.message if ctx.upstream_error else "failure")
+            log.warning("request_id=%s replica=%s ejected: %s", ctx.request_id, ep.id, reason)
 
     async def _respond(self, ctx: RequestContext, up: Upstream, lease: Lease) -> Response:
         ctx.status = up.response.status_code

@@ -43,7 +43,11 @@ class GatewaySettings(BaseSettings):
 
     admission: bool = True
     lease_ttl_s: Seconds = 15.0
+    admission_redis_timeout_s: Seconds = 1.0
+    admission_blocking_connections: Annotated[int, Field(ge=1)] = 1024
+    presence_interval_s: Seconds = 1.0
     auth: bool = False
+    auth_cache_s: Seconds = 300.0
     log_level: str = "INFO"
 
     @field_validator("fleet_file")

@@ -47,6 +47,7 @@ class Engine(Strict):
     load_format: str | None = None
     tokenizer_mode: str | None = None
     tool_call_parser: str | None = None
+    chat_template: str | None = Field(default=None, description="a file path, or the Jinja template itself")
     runner: Literal["generate", "pooling"] = "generate"
     lora_modules: dict[str, str] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)

@@ -53,6 +53,8 @@ def engine_args(model: Model) -> list[str]:
         args += ["--load-format", e.load_format]
     if e.tokenizer_mode:
         args += ["--tokenizer-mode", e.tokenizer_mode]
+    if e.chat_template:
+        args += ["--chat-template", e.chat_template]
     if e.tool_call_parser:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", e.tool_call_parser]
     if e.runner == "pooling":
@@ -61,7 +63,7 @@ def engine_args(model: Model) -> list[str]:
         args += ["--max-num-seqs", str(model.concurrency)]
     if e.lora_modules:
         args += ["--enable-lora", "--lora-modules", *(f"{k}={v}" for k, v in e.lora_modules.items())]
-    return args + list(e.extra_args)
+    return args
 
 
 def source_args(model: Model, weights: Path | str) -> list[str]:
@@ -87,6 +89,7 @@ def build_launch(spec: ReplicaSpec, weights: Path | str, python: str = sys.execu
     argv += ["--host", spec.host, "--port", str(spec.port), *engine_args(spec.model)]
     if spec.device_kind == "gpu" and spec.gpu_memory_utilization is not None:
         argv += ["--gpu-memory-utilization", f"{spec.gpu_memory_utilization:.3f}"]
+    argv += spec.model.engine.extra_args  # last, so that they override
     if spec.device_kind == "cpu":
         argv = ["taskset", "-c", str(spec.device), *argv]
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **device_env(spec)}

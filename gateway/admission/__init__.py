@@ -1,5 +1,32 @@
 """Admission: a slot (lease) per running request, waiting in a queue when the model is full."""
 
-from gateway.admission.base import Admission, Lease, Ticket
+from __future__ import annotations
 
-__all__ = ["Admission", "Lease", "Ticket"]
+from gateway.admission.base import Admission, AdmissionUnavailable, Lease, Ticket
+from gateway.admission.fallback import FallbackAdmission
+from gateway.admission.local import LocalAdmission
+from gateway.admission.open import OpenAdmission
+from gateway.admission.presence import Presence
+from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
+from gateway.keys import Keys
+from gateway.metrics import GatewayMetrics
+from gateway.settings import GatewaySettings
+
+__all__ = ["Admission", "AdmissionUnavailable", "Lease", "Ticket", "build_admission"]
+
+PRESENCE_TTL_INTERVALS = 3
+
+
+def build_admission(settings: GatewaySettings, keys: Keys, metrics: GatewayMetrics) -> Admission:
+    """The shared Redis queue with local fallback, or no admission at all when switched off."""
+    if not settings.admission:
+        return OpenAdmission()
+    timeout = settings.admission_redis_timeout_s
+    redis = fast_client(settings.redis_url, timeout)
+    blocking = blocking_client(settings.redis_url, timeout, settings.admission_blocking_connections)
+    shared = RedisAdmission(
+        redis, blocking, keys, settings.gateway_id, settings.lease_ttl_s, metrics, io_timeout_s=timeout
+    )
+    presence_ttl = PRESENCE_TTL_INTERVALS * settings.presence_interval_s
+    presence = Presence(redis, keys, settings.gateway_id, presence_ttl)
+    return FallbackAdmission(shared, LocalAdmission(), presence, metrics, settings.presence_interval_s)

@@ -19,6 +19,10 @@ class Ticket:
     max_queue: int
 
 
+class AdmissionUnavailable(Exception):
+    """The shared queue cannot be reached (Redis down or too slow); the caller falls back to local limits."""
+
+
 class Lease(Protocol):
     """A held slot; released exactly once, whatever happens to the request."""
 
@@ -27,7 +31,11 @@ class Lease(Protocol):
 
 class Admission(Protocol):
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[Lease, float]:
-        """Wait for a slot; returns the lease and the seconds waited. Raises QueueFull or QueueTimeout."""
+        """Wait for a slot; returns the lease and the seconds waited. Raises QueueFull or QueueTimeout.
+
+        Cancellation-safe: a cancelled acquire leaves the queue at once, and a slot handed to it
+        meanwhile goes on to the next waiter.
+        """
         ...
 
     async def start(self) -> None: ...

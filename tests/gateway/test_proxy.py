@@ -21,11 +21,13 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     proc.stop()
 
 
-FLEET = fleet_yaml([
-    {"name": "fake-chat", "aliases": ["fc"], "source": {"path": "/nonexistent"}, "policy": "round_robin"},
-    {"name": "fake-embed", "source": {"path": "/nonexistent"}, "engine": {"runner": "pooling"}},
-    {"name": "empty", "source": {"path": "/nonexistent"}},
-])
+FLEET = fleet_yaml(
+    [
+        {"name": "fake-chat", "aliases": ["fc"], "source": {"path": "/nonexistent"}, "policy": "round_robin"},
+        {"name": "fake-embed", "source": {"path": "/nonexistent"}, "engine": {"runner": "pooling"}},
+        {"name": "empty", "source": {"path": "/nonexistent"}},
+    ]
+)
 
 
 @pytest.fixture
@@ -105,8 +107,12 @@ async def test_request_id_propagated_or_created(http: httpx.AsyncClient, gw: str
         (b'{"model": "empty", "messages": []}', 503, "no_ready_replica"),
     ],
 )
-async def test_bad_requests_get_openai_errors(http: httpx.AsyncClient, gw: str, body: bytes, status: int, code: str) -> None:
-    r = await http.post(f"{gw}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+async def test_bad_requests_get_openai_errors(
+    http: httpx.AsyncClient, gw: str, body: bytes, status: int, code: str
+) -> None:
+    r = await http.post(
+        f"{gw}/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
     assert_openai_error(r, status, code)
 
 
@@ -125,7 +131,9 @@ async def test_health_ready_metrics(http: httpx.AsyncClient, gw: str) -> None:
     ready = (await http.get(f"{gw}/ready")).json()
     assert ready["ready"] and ready["redis"] == "ok"
     assert ready["models"]["fake-chat"]["ready_replicas"] == 1
-    await http.post(f"{gw}/v1/chat/completions", json={"model": "fc", "messages": [{"role": "user", "content": "x"}]})
+    await http.post(
+        f"{gw}/v1/chat/completions", json={"model": "fc", "messages": [{"role": "user", "content": "x"}]}
+    )
     text = (await http.get(f"{gw}/metrics")).text
     assert 'llmgw_requests_total{model="fake-chat",status="200"}' in text
     assert "vllm:" not in text

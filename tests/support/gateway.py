@@ -25,8 +25,16 @@ def fleet_yaml(models: list[dict[str, Any]]) -> str:
     return yaml.safe_dump({"models": models})
 
 
-async def register(redis_url: str, prefix: str, model: str, url: str, rid: str, concurrency: int = 8,
-                   state: ReplicaState = ReplicaState.READY, ttl_s: float = 60) -> ReplicaRecord:
+async def register(
+    redis_url: str,
+    prefix: str,
+    model: str,
+    url: str,
+    rid: str,
+    concurrency: int = 8,
+    state: ReplicaState = ReplicaState.READY,
+    ttl_s: float = 60,
+) -> ReplicaRecord:
     """Publish a replica record the way the supervisor does."""
     rec = ReplicaRecord(id=rid, model=model, url=url, state=state, concurrency=concurrency)
     r = aioredis.Redis.from_url(redis_url)
@@ -36,17 +44,27 @@ async def register(redis_url: str, prefix: str, model: str, url: str, rid: str, 
 
 
 @contextlib.asynccontextmanager
-async def serve_gateway(tmp: Path, fleet: str, redis_url: str, prefix: str, **settings: Any) -> AsyncIterator[str]:
+async def serve_gateway(
+    tmp: Path, fleet: str, redis_url: str, prefix: str, **settings: Any
+) -> AsyncIterator[str]:
     """Run create_app() under uvicorn on a free port; yields its base URL once it answers."""
     fleet_file = tmp / f"fleet-{prefix}.yaml"
     fleet_file.write_text(fleet)
+    fast = {"registry_poll_s": 0.2, "health_interval_s": 0.2, "load_scrape_interval_s": 0.2}
     s = GatewaySettings(
-        fleet_file=fleet_file, redis_url=redis_url, redis_prefix=prefix, registry_poll_s=0.2,
-        health_interval_s=0.2, load_scrape_interval_s=0.2, **settings,
+        fleet_file=fleet_file, redis_url=redis_url, redis_prefix=prefix, **{**fast, **settings}
     )
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(s), host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on", timeout_graceful_shutdown=1))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(s),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=1,
+        )
+    )
     task = asyncio.create_task(server.serve())
     url = f"http://127.0.0.1:{port}"
     try:

@@ -72,7 +72,12 @@ def spawn(argv: list[str], port: int, log: Path, env: dict[str, str] | None = No
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         popen = subprocess.Popen(
-            argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO,
+            argv,
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=REPO,
             env={**os.environ, **(env or {})},
         )
     return Proc(popen, port, log)
@@ -81,8 +86,19 @@ def spawn(argv: list[str], port: int, log: Path, env: dict[str, str] | None = No
 def start_redis(tmp: Path, port: int | None = None) -> Proc:
     port = port or free_port()
     tmp.mkdir(parents=True, exist_ok=True)
-    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp), "--save", "",
-            "--appendonly", "no"]
+    argv = [
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(tmp),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
     proc = spawn(argv, port, tmp / "redis.log")
     wait_until(lambda: port_open(port), 10, "redis-server")
     return proc

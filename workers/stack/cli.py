@@ -67,6 +67,7 @@ async def run(config: StackConfig) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
     ports = tuple(9001 + i for i in range(args.gateways))
     config = StackConfig(

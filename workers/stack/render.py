@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
+
+PLACEHOLDER = re.compile(r"\{\{[A-Z_]+\}\}")
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
     for name, value in values.items():
         template = template.replace("{{" + name + "}}", value)
-    if "{{" in template:
-        missing = template[template.index("{{") :].split("}}", 1)[0] + "}}"
-        raise ValueError(f"template placeholder {missing} has no value")
+    missing = PLACEHOLDER.search(template)
+    if missing:
+        raise ValueError(f"template placeholder {missing.group(0)} has no value")
     return template
 
 

@@ -1,0 +1,28 @@
+"""Admission switched off (LLMGW_ADMISSION=false): every request runs at once, nothing is counted."""
+
+from __future__ import annotations
+
+from gateway.admission.base import Ticket
+
+
+class NoLease:
+    async def release(self) -> None:
+        return None
+
+
+class OpenAdmission:
+    async def acquire(self, ticket: Ticket, capacity: int) -> tuple[NoLease, float]:
+        return NoLease(), 0.0
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    def queue_depth(self, model: str) -> int:
+        return 0
+
+    @property
+    def degraded(self) -> bool:
+        return False

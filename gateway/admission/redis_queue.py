@@ -1,0 +1,341 @@
+"""Admission shared by every gateway replica through Redis: leases, a fair priority queue, hand-over.
+
+Acquire, release, leave (cancel/timeout) and the periodic renew-and-reclaim step are atomic Lua scripts
+(``lua/*.lua``; the order they keep is :mod:`gateway.admission.order`). A waiter blocks on its own wake
+list (BLPOP, on a separate connection pool) with a timeout equal to its remaining wait; the release that
+frees a slot grants it to the head of the queue and pushes to that waiter's list, so nobody polls.
+
+Ownership of a slot lives in Redis only (the leases set, keyed by ticket id): whatever happens to an
+acquire (cancelled, timed out, a lost reply), the leave script settles it atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Coroutine
+from enum import IntEnum
+from importlib import resources
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from gateway.admission.base import AdmissionUnavailable, Ticket
+from gateway.admission.order import clamp_priority
+from gateway.errors import QueueFull, QueueTimeout
+from gateway.keys import Keys
+from gateway.metrics import GatewayMetrics
+from gateway.periodic import Background
+
+log = logging.getLogger("llmgw.admission")
+T = TypeVar("T")
+Arg = str | int | float
+REDIS_ERRORS = (RedisError, OSError, TimeoutError)
+WAITER_GRACE_MS = 2000  # a queued waiter stays grantable this long past its own deadline
+
+
+class Acquired(IntEnum):
+    QUEUED = 0
+    GRANTED = 1
+    FULL = -1
+    GONE = -2
+
+
+class Left(IntEnum):
+    LEFT_QUEUE = 0
+    KEPT = 1
+    PASSED_ON = 2
+    UNKNOWN = 3
+
+
+def script_source(name: str) -> str:
+    lua = resources.files("gateway.admission") / "lua"
+    return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+
+
+def fast_client(url: str, timeout_s: float, max_connections: int | None = None) -> aioredis.Redis:
+    """A client that fails fast: short timeouts, one immediate retry (the scripts are idempotent)."""
+    return aioredis.Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 1),
+        max_connections=max_connections,
+    )
+
+
+def blocking_client(url: str, connect_timeout_s: float, max_connections: int) -> aioredis.Redis:
+    """Its own pool for BLPOP, so blocked waiters never starve the other calls (bounded by wait_for)."""
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=None,
+        socket_timeout=None,
+        socket_connect_timeout=connect_timeout_s,
+        retry=Retry(NoBackoff(), 0),
+    )
+    return aioredis.Redis.from_pool(pool)
+
+
+class QueueScripts:
+    """The scripts bound to one client; each method names the keys of one model."""
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys, ttl_ms: int) -> None:
+        self.keys, self.ttl_ms = keys, ttl_ms
+        self._acquire = redis.register_script(script_source("acquire"))
+        self._leave = redis.register_script(script_source("leave"))
+        self._release = redis.register_script(script_source("release"))
+        self._tick = redis.register_script(script_source("tick"))
+
+    def _model_keys(self, model: str) -> list[str]:
+        k = self.keys
+        return [k.leases(model), k.queue(model), k.waiter_meta(model), k.tenant_usage(model)]
+
+    def _wake_prefix(self, model: str) -> str:
+        return self.keys.wake(model, "")
+
+    async def acquire(self, t: Ticket, ticket_id: str, capacity: int) -> tuple[Acquired, int]:
+        keys = [*self._model_keys(t.model), self.keys.seq(t.model), self.keys.gone(t.model, ticket_id)]
+        args: list[Arg] = [
+            ticket_id, capacity, self.ttl_ms, t.tenant, clamp_priority(t.priority), max(1, t.cost),
+            t.max_queue, int(t.max_wait_s * 1000) + WAITER_GRACE_MS, self._wake_prefix(t.model),
+        ]  # fmt: skip
+        status, depth = await self._acquire(keys, args)
+        return Acquired(int(status)), int(depth)
+
+    async def leave(self, model: str, ticket_id: str, keep: bool, capacity: int) -> Left:
+        k = self.keys
+        keys = [*self._model_keys(model), k.gone(model, ticket_id), k.wake(model, ticket_id)]
+        args: list[Arg] = [ticket_id, int(keep), capacity, self.ttl_ms, self._wake_prefix(model)]
+        return Left(int(await self._leave(keys, args)))
+
+    async def release(self, model: str, ticket_id: str, capacity: int) -> tuple[int, int]:
+        args: list[Arg] = [ticket_id, capacity, self.ttl_ms, self._wake_prefix(model)]
+        removed, granted = await self._release(self._model_keys(model), args)
+        return int(removed), int(granted)
+
+    async def tick(self, model: str, capacity: int, held: list[str]) -> tuple[int, int, list[str]]:
+        """Renew ``held``; returns (queue depth, active leases, the held ids Redis no longer had)."""
+        args: list[Arg] = [capacity, self.ttl_ms, self._wake_prefix(model), *held]
+        out = await self._tick(self._model_keys(model), args)
+        return int(out[0]), int(out[1]), [m.decode() if isinstance(m, bytes) else str(m) for m in out[2:]]
+
+
+async def guarded(aw: Awaitable[T]) -> T:
+    """A Redis call whose failure means 'the shared queue is unreachable'."""
+    try:
+        return await aw
+    except REDIS_ERRORS as exc:
+        raise AdmissionUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+class RedisLease:
+    """A slot held in Redis; released exactly once, even when the releasing task is cancelled."""
+
+    __slots__ = ("_id", "_model", "_owner", "_released")
+
+    def __init__(self, owner: RedisAdmission, model: str, lease_id: str) -> None:
+        self._owner, self._model, self._id = owner, model, lease_id
+        self._released = False
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    async def release(self) -> None:
+        if not self._released:
+            self._released = True
+            await self._owner.release(self._model, self._id)
+
+
+class RedisAdmission:
+    """The shared queue. Raises AdmissionUnavailable when Redis cannot be reached (see fallback.py)."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        blocking: aioredis.Redis,
+        keys: Keys,
+        gateway_id: str,
+        lease_ttl_s: float,
+        metrics: GatewayMetrics | None = None,
+        io_timeout_s: float = 1.0,
+    ) -> None:
+        self.redis, self.blocking, self.keys = redis, blocking, keys
+        self.gateway_id, self.lease_ttl_s, self.metrics = gateway_id, lease_ttl_s, metrics
+        self.io_timeout_s = io_timeout_s
+        self.scripts = QueueScripts(redis, keys, int(lease_ttl_s * 1000))
+        self._held: dict[str, set[str]] = {}
+        self._capacity: dict[str, int] = {}
+        self._depth: dict[str, int] = {}
+        self._cleanups: set[asyncio.Task[None]] = set()
+        self._bg: Background | None = None
+
+    @property
+    def degraded(self) -> bool:
+        return False
+
+    @property
+    def renew_interval_s(self) -> float:
+        return self.lease_ttl_s / 3
+
+    def queue_depth(self, model: str) -> int:
+        return self._depth.get(model, 0)
+
+    def held(self, model: str) -> frozenset[str]:
+        return frozenset(self._held.get(model, ()))
+
+    async def start(self) -> None:
+        self._bg = Background()
+        self._bg.start(self.renew_interval_s, self.tick)
+
+    async def stop(self) -> None:
+        if self._bg is not None:
+            await self._bg.close()
+        await self._release_all()
+        if self._cleanups:
+            await asyncio.wait(self._cleanups, timeout=2 * self.io_timeout_s)
+        await self.blocking.aclose()
+        await self.redis.aclose()
+
+    async def acquire(self, ticket: Ticket, capacity: int) -> tuple[RedisLease, float]:
+        started = time.monotonic()
+        lease_id = f"{self.gateway_id}:{uuid.uuid4().hex}"
+        self._capacity[ticket.model] = capacity
+        try:
+            await self._admit(ticket, lease_id, capacity, started)
+        except asyncio.CancelledError:
+            log.info("request_id=%s model=%s left the queue: cancelled", ticket.request_id, ticket.model)
+            await self._settle(ticket.model, lease_id, capacity)
+            raise
+        except AdmissionUnavailable:
+            self._spawn(self._leave_quietly(ticket.model, lease_id, capacity))
+            raise
+        self._held.setdefault(ticket.model, set()).add(lease_id)
+        return RedisLease(self, ticket.model, lease_id), time.monotonic() - started
+
+    async def _admit(self, t: Ticket, lease_id: str, capacity: int, started: float) -> None:
+        status, depth = await guarded(self.scripts.acquire(t, lease_id, capacity))
+        self._set_depth(t.model, depth)
+        if status is Acquired.GRANTED:
+            return
+        if status is Acquired.FULL:
+            log.info("request_id=%s model=%s refused: queue full (%d waiting)", t.request_id, t.model, depth)
+            raise QueueFull(
+                f"the queue for model '{t.model}' is full ({depth} waiting, limit {t.max_queue});"
+                " retry later",
+                retry_after=1.0,
+            )
+        if status is Acquired.GONE:  # pragma: no cover - a fresh ticket id is never tombstoned
+            raise AdmissionUnavailable("the ticket was cancelled before it was queued")
+        log.debug("request_id=%s model=%s queued at depth %d", t.request_id, t.model, depth)
+        await self._wait(t, lease_id, capacity, started)
+
+    async def _wait(self, t: Ticket, lease_id: str, capacity: int, started: float) -> None:
+        wake = self.keys.wake(t.model, lease_id)
+        deadline = started + t.max_wait_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            if await self._blpop(wake, remaining):
+                return
+        if await guarded(self.scripts.leave(t.model, lease_id, True, capacity)) is Left.KEPT:
+            return
+        waited = time.monotonic() - started
+        log.info("request_id=%s model=%s refused: waited %.1f s", t.request_id, t.model, waited)
+        raise QueueTimeout(
+            f"waited {waited:.1f} s in the queue for model '{t.model}' without getting a slot"
+            f" (limit {t.max_wait_s:g} s); retry later",
+            retry_after=1.0,
+        )
+
+    async def _blpop(self, wake: str, remaining: float) -> bool:
+        """True when woken by a grant; False when the wait ran out (Redis' own timeout)."""
+        timeout = max(0.01, remaining)
+        try:
+            popped = await asyncio.wait_for(self.blocking.blpop([wake], timeout), timeout + self.io_timeout_s)
+        except REDIS_ERRORS as exc:
+            raise AdmissionUnavailable(f"blocking read failed: {type(exc).__name__}: {exc}") from exc
+        return popped is not None
+
+    async def _settle(self, model: str, lease_id: str, capacity: int) -> None:
+        """After a cancelled acquire: leave the queue, or pass on a slot granted meanwhile (shielded)."""
+        task = self._spawn(self._leave_quietly(model, lease_id, capacity))
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
+
+    async def _leave_quietly(self, model: str, lease_id: str, capacity: int) -> None:
+        try:
+            leave = self.scripts.leave(model, lease_id, False, capacity)
+            outcome = await asyncio.wait_for(leave, self._io_budget)
+        except REDIS_ERRORS as exc:
+            log.warning(
+                "model=%s ticket=%s could not leave the queue (%s); its deadline drops it",
+                model,
+                lease_id,
+                exc,
+            )
+            return
+        if outcome is Left.PASSED_ON:
+            log.info(
+                "model=%s ticket=%s was granted as it left; the slot went to the next waiter", model, lease_id
+            )
+
+    async def release(self, model: str, lease_id: str) -> None:
+        self._held.get(model, set()).discard(lease_id)
+        task = self._spawn(self._release_quietly(model, lease_id))
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
+
+    async def _release_quietly(self, model: str, lease_id: str) -> None:
+        capacity = self._capacity.get(model, 1)
+        try:
+            await asyncio.wait_for(self.scripts.release(model, lease_id, capacity), self._io_budget)
+        except REDIS_ERRORS as exc:
+            log.warning(
+                "model=%s lease=%s release failed (%s); the lease expires by itself", model, lease_id, exc
+            )
+
+    async def _release_all(self) -> None:
+        held = [(model, lease_id) for model, ids in self._held.items() for lease_id in ids]
+        await asyncio.gather(*(self.release(model, lease_id) for model, lease_id in held))
+
+    @property
+    def _io_budget(self) -> float:
+        return 3 * self.io_timeout_s
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        return task
+
+    def _set_depth(self, model: str, depth: int) -> None:
+        self._depth[model] = depth
+        if self.metrics is not None:
+            self.metrics.queue_depth.labels(model).set(depth)
+
+    async def tick(self) -> None:
+        """Renew this gateway's leases and reclaim/hand over expired ones, for every model seen."""
+        for model, capacity in list(self._capacity.items()):
+            try:
+                await self._tick_model(model, capacity)
+            except REDIS_ERRORS as exc:
+                log.debug("model=%s lease renewal failed: %s", model, exc)
+
+    async def _tick_model(self, model: str, capacity: int) -> None:
+        held = sorted(self._held.get(model, ()))
+        tick = self.scripts.tick(model, capacity, held)
+        depth, _active, missing = await asyncio.wait_for(tick, self._io_budget)
+        self._set_depth(model, depth)
+        if missing:
+            self._held.get(model, set()).difference_update(missing)
+            log.warning(
+                "model=%s %d leases were gone from Redis when renewed (expired or Redis restarted)",
+                model,
+                len(missing),
+            )

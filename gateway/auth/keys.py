@@ -1,0 +1,105 @@
+"""API keys in Redis, stored by the sha256 of their secret (the secret itself is never stored).
+
+A secret reads ``llmgw-<key id>-<random>``: the key id is public (it names the key in listings, logs and
+rate-limit counters); only the random part makes it secret. Records live at ``Keys.api_key(hash)`` as
+JSON; ``Keys.api_key_index()`` maps each key id to its hash, for listing and revoking.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+
+from gateway.keys import Keys
+
+SECRET_PREFIX = "llmgw-"
+
+
+def text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_secret() -> tuple[str, str]:
+    """(key id, secret)."""
+    key_id = secrets.token_hex(6)
+    return key_id, f"{SECRET_PREFIX}{key_id}-{secrets.token_urlsafe(32)}"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """One key's tenant, rights and limits (0 means unlimited for rpm/tpm)."""
+
+    key_id: str
+    tenant: str
+    models: tuple[str, ...] | None = None
+    priority: int = 0
+    max_priority: int = 0
+    rpm: int = 0
+    tpm: int = 0
+    max_wait_s: float | None = None
+    name: str = ""
+    created: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        if not self.tenant:
+            raise ValueError("a key needs a tenant")
+        if min(self.priority, self.max_priority, self.rpm, self.tpm) < 0:
+            raise ValueError("priority, max_priority, rpm and tpm must not be negative")
+        if self.max_wait_s is not None and self.max_wait_s <= 0:
+            raise ValueError("max_wait_s must be positive")
+        if self.max_priority < self.priority:
+            object.__setattr__(self, "max_priority", self.priority)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> ApiKey:
+        data: dict[str, Any] = orjson.loads(raw)
+        models = data.get("models")
+        data["models"] = tuple(models) if models is not None else None
+        return cls(**data)
+
+
+class KeyStore:
+    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
+        self.redis, self.keys = redis, keys
+
+    async def create(self, key: ApiKey, secret: str) -> None:
+        digest = hash_secret(secret)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.keys.api_key(digest), key.to_json())
+            pipe.hset(self.keys.api_key_index(), key.key_id, digest)
+            await pipe.execute()
+
+    async def lookup(self, secret: str) -> ApiKey | None:
+        raw = await self.redis.get(self.keys.api_key(hash_secret(secret)))
+        return ApiKey.from_json(raw) if raw is not None else None
+
+    async def list(self) -> list[ApiKey]:
+        index = await self.redis.hgetall(self.keys.api_key_index())
+        if not index:
+            return []
+        raws = await self.redis.mget([self.keys.api_key(text(h)) for h in index.values()])
+        found = [ApiKey.from_json(r) for r in raws if r is not None]
+        return sorted(found, key=lambda k: (k.tenant, k.created))
+
+    async def revoke(self, key_id: str) -> bool:
+        digest = await self.redis.hget(self.keys.api_key_index(), key_id)
+        if digest is None:
+            return False
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.keys.api_key(text(digest)))
+            pipe.hdel(self.keys.api_key_index(), key_id)
+            await pipe.execute()
+        return True

@@ -1,0 +1,49 @@
+"""One real stack for every end-to-end test: real Redis, real vLLM CPU replicas of the packaged
+models under the supervisor, two gateway replicas, real nginx and Prometheus, on free ports."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.procs import REPO, free_port
+from workers.stack.stack import Stack, StackConfig
+
+
+def test_fleet(tmp: Path) -> Path:
+    """The default fleet.yaml, moved to ports of its own so a running `make run` is left alone."""
+    data = yaml.safe_load((REPO / "fleet.yaml").read_text())
+    data.setdefault("defaults", {})["base_port"] = 18100
+    path = tmp / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="session")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    tmp = tmp_path_factory.mktemp("stack")
+    config = StackConfig(
+        fleet_file=test_fleet(tmp),
+        run_dir=tmp / "run",
+        redis_port=free_port(),
+        gateway_ports=(free_port(), free_port()),
+        nginx_port=free_port(),
+        prometheus_port=free_port(),
+        supervisor_metrics_port=free_port(),
+        ready_deadline_s=900,
+        drain_grace_s=10,
+    )
+    s = Stack(config)
+    try:
+        await s.up()
+        yield s
+    finally:
+        await s.down()
+
+
+@pytest.fixture(scope="session")
+def base_url(stack: Stack) -> str:
+    return f"{stack.config.nginx_url}/v1"

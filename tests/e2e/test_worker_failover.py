@@ -1,0 +1,82 @@
+"""kill -9 of one vLLM replica while requests flow: the supervisor restarts it, and every request
+either succeeds or gets a clear error; none hangs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+
+import httpx
+import psutil
+import pytest
+
+from workers.stack.stack import Stack
+
+pytestmark = pytest.mark.e2e
+MODEL = "smollm2-135m-instruct"
+
+
+def replica_pid(port: int) -> int:
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "vllm.entrypoints.openai.api_server" in cmd and str(port) in cmd:
+            return int(p.info["pid"])
+    raise LookupError(f"no vLLM server on port {port}")
+
+
+async def ready_replicas(client: httpx.AsyncClient, stack: Stack) -> int:
+    detail = (await client.get(f"{stack.config.nginx_url}/ready")).json()
+    return int(detail["models"][MODEL]["ready_replicas"])
+
+
+async def one_request(client: httpx.AsyncClient, url: str, i: int) -> str:
+    stream = i % 3 == 0
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"Tell me a fact #{i}."}],
+        "max_tokens": 24,
+        "stream": stream,
+    }
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+        raw = (await r.aread()).decode()
+    if r.status_code != 200:
+        assert set(json.loads(raw)["error"]) == {"message", "type", "param", "code"}, raw
+        return f"error {r.status_code}"
+    if not stream:
+        assert json.loads(raw)["choices"][0]["message"]["content"] is not None
+        return "ok"
+    assert raw.rstrip().endswith("data: [DONE]"), raw[-200:]
+    return "stream-error-event" if '"error"' in raw else "ok"
+
+
+async def test_kill_9_replica_under_load(stack: Stack) -> None:
+    url, port = stack.config.nginx_url, stack.fleet.defaults.base_port  # replica 0 of the first model
+    async with httpx.AsyncClient(timeout=httpx.Timeout(90.0)) as client:
+        assert await ready_replicas(client, stack) == 2
+        outcomes: list[str] = []
+        stop_at = time.monotonic() + 20
+
+        async def flow(worker: int) -> None:
+            i = worker
+            while time.monotonic() < stop_at:
+                outcomes.append(await one_request(client, url, i))
+                i += 4
+
+        flows = [asyncio.create_task(flow(w)) for w in range(4)]
+        await asyncio.sleep(4)
+        pid = replica_pid(port)
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+        await asyncio.wait_for(asyncio.gather(*flows), 150)  # nothing hangs
+        non_streamed_errors = [o for o in outcomes if o.startswith("error")]
+        assert outcomes and outcomes.count("ok") >= len(outcomes) - 4, outcomes
+        assert not non_streamed_errors, outcomes
+        deadline = time.monotonic() + 240
+        while await ready_replicas(client, stack) < 2:
+            assert time.monotonic() < deadline, "the supervisor did not bring the replica back"
+            await asyncio.sleep(1)
+    log = (stack.logs / "workers.log").read_text()
+    assert "died (exit" in log and "restart 1" in log
+    assert replica_pid(port) != pid

@@ -1,0 +1,55 @@
+"""Fixtures for the admission tests: a fresh key prefix per test on the session's real Redis."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.admission.redis_queue import QueueScripts, RedisAdmission, blocking_client, fast_client
+from gateway.keys import Keys
+
+MakeAdmission = Callable[..., Awaitable[RedisAdmission]]
+
+
+@pytest.fixture
+def keys() -> Keys:
+    return Keys(f"t{uuid.uuid4().hex[:10]}")
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = fast_client(redis_url, 2.0)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def scripts(redis: aioredis.Redis, keys: Keys) -> QueueScripts:
+    return QueueScripts(redis, keys, ttl_ms=30_000)
+
+
+@pytest.fixture
+async def make_admission(redis_url: str, keys: Keys) -> AsyncIterator[MakeAdmission]:
+    """Builds RedisAdmission instances (one per 'gateway'); started ones renew their leases."""
+    made: list[RedisAdmission] = []
+
+    async def make(gateway_id: str = "gw", ttl_s: float = 30.0, start: bool = True) -> RedisAdmission:
+        adm = RedisAdmission(
+            fast_client(redis_url, 2.0),
+            blocking_client(redis_url, 2.0, 256),
+            keys,
+            gateway_id,
+            ttl_s,
+            io_timeout_s=2.0,
+        )
+        if start:
+            await adm.start()
+        made.append(adm)
+        return adm
+
+    yield make
+    for adm in made:
+        await adm.stop()

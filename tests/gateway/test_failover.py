@@ -1,0 +1,169 @@
+"""Failover with the FAKE ENGINE: a replica that refuses connections, answers 500, hangs before the
+first byte, or dies mid-stream. The client sees a success after failover, or the SSE error event;
+never a hang and never a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.gateway import fleet_yaml, register, serve_gateway
+from tests.support.procs import Proc, free_port, start_fake_engine
+
+FLEET = fleet_yaml([{"name": "m", "source": {"path": "/x"}, "policy": "round_robin"}])
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc]]:
+    tmp = tmp_path_factory.mktemp("engines")
+    procs = {
+        "good": start_fake_engine(tmp),
+        "err500": start_fake_engine(tmp, "--fault", "500"),
+        "hang": start_fake_engine(tmp, "--fault", "hang"),
+        "die": start_fake_engine(tmp, "--fault", "die-after-3"),
+        "err400": start_fake_engine(tmp, "--fault", "400"),
+    }
+    yield procs
+    for p in procs.values():
+        p.stop()
+
+
+def gateway(
+    tmp: Path, redis_url: str, urls: list[str], **settings: float
+) -> AbstractAsyncContextManager[str]:
+    prefix = f"f{uuid.uuid4().hex[:8]}"
+
+    async def setup() -> AsyncIterator[str]:
+        for i, url in enumerate(urls):
+            await register(redis_url, prefix, "m", url, f"m-{i}")
+        async with serve_gateway(tmp, FLEET, redis_url, prefix, **settings) as gw:
+            yield gw
+
+    from contextlib import asynccontextmanager
+
+    return asynccontextmanager(setup)()
+
+
+def assert_error_shape(body: dict[str, dict[str, object]]) -> None:
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("bad", ["refused", "err500", "hang"])
+async def test_fails_over_before_first_byte(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc], bad: str
+) -> None:
+    bad_url = f"http://127.0.0.1:{free_port()}" if bad == "refused" else engines[bad].url
+    urls = [bad_url, engines["good"].url]
+    async with gateway(tmp_path, redis_url, urls, first_byte_timeout_s=1.0, health_interval_s=60) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            for _ in range(4):
+                r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+                assert r.status_code == 200, r.text
+                assert r.json()["choices"][0]["message"]["content"] == "tok " * 6
+            metrics = (await c.get(f"{gw}/metrics")).text
+    assert 'llmgw_ejections_total{model="m",replica="m-0"} 1.0' in metrics
+    if bad != "refused":  # a refusing replica also fails /health, which may eject it before any request
+        assert 'llmgw_retries_total{model="m"} 1.0' in metrics
+
+
+async def test_all_replicas_failing_is_a_502_not_a_hang(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    async with gateway(tmp_path, redis_url, [engines["err500"].url, f"http://127.0.0.1:{free_port()}"]) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+            assert r.status_code == 502
+            assert_error_shape(r.json())
+            r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+            assert r.status_code == 503 and r.json()["error"]["code"] == "no_ready_replica"
+
+
+async def test_stream_broken_mid_way_ends_with_error_event_then_done(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    async with gateway(tmp_path, redis_url, [engines["die"].url]) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "stream": True})
+    events = [e.removeprefix("data: ") for e in r.text.strip().split("\n\n")]
+    assert r.status_code == 200
+    assert len(events) == 5 and events[-1] == "[DONE]"
+    assert [json.loads(e)["choices"][0]["delta"]["content"] for e in events[:3]] == [
+        "tok0 ",
+        "tok1 ",
+        "tok2 ",
+    ]
+    error = json.loads(events[3])
+    assert_error_shape(error)
+    assert error["error"]["type"] == "upstream_error"
+
+
+async def test_client_4xx_from_replica_passes_through_and_never_ejects(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    async with gateway(tmp_path, redis_url, [engines["err400"].url]) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            for _ in range(5):
+                r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+                assert r.status_code == 400
+                assert r.json()["error"]["message"] == "fake client error"
+            metrics = (await c.get(f"{gw}/metrics")).text
+            assert (await c.get(f"{gw}/ready")).json()["models"]["m"]["ready_replicas"] == 1
+    assert "llmgw_ejections_total{" not in metrics
+
+
+async def test_ejected_replica_comes_back_after_half_open_probe(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    # "hang" answers /health but never a completion: ejected by a first-byte timeout, then the
+    # half-open /health probe brings it back after the back-off.
+    async with gateway(
+        tmp_path,
+        redis_url,
+        [engines["hang"].url],
+        first_byte_timeout_s=0.5,
+        eject_base_s=0.5,
+        retry_attempts=1,
+    ) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+            assert r.status_code == 504 and r.json()["error"]["code"] == "upstream_timeout"
+            assert (await c.get(f"{gw}/ready")).json()["models"]["m"]["ready_replicas"] == 0
+            for _ in range(100):
+                if (await c.get(f"{gw}/ready")).json()["models"]["m"]["ready_replicas"] == 1:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the replica never came back")
+
+
+async def test_hop_by_hop_and_api_key_headers_are_not_forwarded(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    body = {**CHAT, "tools": tools, "tool_choice": "auto"}
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    headers = {
+        "authorization": "Bearer sk-secret",
+        "connection": "keep-alive, x-foo",
+        "x-foo": "1",
+        "te": "trailers",
+        "proxy-authorization": "x",
+        "content-type": "application/json",
+    }
+    async with gateway(tmp_path, redis_url, [engines["good"].url]) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", content=raw, headers=headers)
+            assert r.status_code == 200
+            stats = (await c.get(f"{engines['good'].url}/stats")).json()
+    sent = stats["last_headers"]
+    assert not {"authorization", "x-foo", "te", "proxy-authorization"} & set(sent)
+    assert sent["x-request-id"] == r.headers["x-request-id"]
+    assert stats["last_body"].encode() == raw

@@ -1,0 +1,68 @@
+"""The vLLM command line and environment of each replica, from the fleet file."""
+
+from __future__ import annotations
+
+from tests.support.procs import REPO
+from workers.fleet import load_fleet, parse_fleet
+from workers.launch import build_launch, plan_replicas
+
+
+def test_default_fleet_replicas_get_ports_and_cores() -> None:
+    fleet = load_fleet(REPO / "fleet.yaml")
+    specs = plan_replicas(fleet.models, fleet.defaults, 2)
+    assert [s.id for s in specs] == [
+        "smollm2-135m-instruct-0",
+        "smollm2-135m-instruct-1",
+        "gemma-3-270m-0",
+        "all-minilm-l6-v2-0",
+    ]
+    assert [s.port for s in specs] == [8100, 8101, 8102, 8103]
+    assert [s.device for s in specs] == [0, 1, 1, 0]
+
+
+def test_cpu_launch_pins_core_and_sets_kv_budget() -> None:
+    fleet = load_fleet(REPO / "fleet.yaml")
+    spec = plan_replicas(fleet.models, fleet.defaults, 2)[1]
+    launch = build_launch(spec, "/models/smollm2", python="py")
+    assert launch.argv[:3] == ["taskset", "-c", "1"]
+    argv = launch.argv
+    assert argv[argv.index("--served-model-name") + 1 : argv.index("--served-model-name") + 3] == [
+        "smollm2-135m-instruct",
+        "smollm2",
+    ]
+    assert argv[argv.index("--port") + 1] == "8101"
+    assert argv[argv.index("--max-num-seqs") + 1] == "8"
+    assert "--enforce-eager" in argv and argv[argv.index("--dtype") + 1] == "float32"
+    assert launch.env["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    assert launch.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert launch.env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_gpu_launch_sets_budget_and_device() -> None:
+    fleet = parse_fleet(
+        "defaults: {device: gpu}\nmodels:\n - name: m\n   source: {hf: org/m}\n   replicas: 2\n"
+        "   budget: {gpu_memory_utilization: 0.3}\n"
+        "   engine: {tool_call_parser: hermes, extra_args: [--seed, '1']}\n"
+    )
+    specs = plan_replicas(fleet.models, fleet.defaults, 1)
+    launch = build_launch(specs[1], "org/m", python="py")
+    argv = launch.argv
+    assert argv[0] == "py" and launch.env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.300"
+    assert argv[argv.index("--enable-auto-tool-choice") : argv.index("--enable-auto-tool-choice") + 3] == [
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+    ]
+    assert argv[-2:] == ["--seed", "1"]
+
+
+def test_pooling_runner_and_external_models() -> None:
+    fleet = parse_fleet(
+        "models:\n - name: e\n   source: {path: /e}\n   engine: {runner: pooling}\n"
+        " - name: x\n   endpoints: [http://h:1]\n"
+    )
+    specs = plan_replicas(fleet.models, fleet.defaults, 2)
+    assert [s.model.name for s in specs] == ["e"]
+    argv = build_launch(specs[0], "/e").argv
+    assert "--runner" in argv and "--max-num-seqs" not in argv

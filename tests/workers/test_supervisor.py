@@ -1,0 +1,153 @@
+"""The supervisor with real processes (the FAKE ENGINE stands in for vLLM) and a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.keys import Keys
+from gateway.replica import ReplicaRecord, ReplicaState
+from tests.support.procs import free_port
+from workers.fleet import parse_fleet
+from workers.launch import Launch, ReplicaSpec
+from workers.registrar import Registrar
+from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions
+
+
+def fake_replica(tmp: Path, name: str = "fake", *extra: str, argv: list[str] | None = None) -> Replica:
+    model = parse_fleet(f"models:\n - name: {name}\n   source: {{path: /m}}\n").models[0]
+    spec = ReplicaSpec(model, 0, free_port(), 0)
+    cmd = argv or [
+        sys.executable,
+        "-m",
+        "bench.fake_engine",
+        "--port",
+        str(spec.port),
+        "--model",
+        name,
+        *extra,
+    ]
+    return Replica(spec, Launch(cmd), tmp)
+
+
+OPTIONS = SupervisorOptions(
+    ready_deadline_s=20,
+    drain_grace_s=10,
+    heartbeat_ttl_s=3,
+    backoff=RestartBackoff(base_s=0.2, max_s=1.0),
+    max_start_attempts=2,
+)
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    r = aioredis.Redis.from_url(redis_url)
+    yield r
+    await r.aclose()
+
+
+async def record(redis: aioredis.Redis, keys: Keys, rep: Replica) -> ReplicaRecord | None:
+    raw = await redis.get(keys.replica(rep.spec.model.name, rep.spec.id))
+    return ReplicaRecord.model_validate_json(raw) if raw else None
+
+
+async def until(predicate: object, deadline_s: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while loop.time() < end:
+        result = predicate()  # type: ignore[operator]
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError("condition not met")
+
+
+@pytest.fixture
+def keys() -> Keys:
+    return Keys(f"sup{uuid.uuid4().hex[:6]}")
+
+
+def test_restart_backoff_grows_and_resets() -> None:
+    b = RestartBackoff(base_s=1, max_s=8, healthy_after_s=60)
+    assert [b.delay(n) for n in (1, 2, 3, 4, 5)] == [1, 2, 4, 8, 8]
+    assert b.consecutive_after(3, ran_s=5) == 4
+    assert b.consecutive_after(3, ran_s=120) == 1
+
+
+async def test_registers_ready_replica_with_ttl(tmp_path: Path, redis: aioredis.Redis, keys: Keys) -> None:
+    rep = fake_replica(tmp_path)
+    async with httpx.AsyncClient() as client:
+        sup = Supervisor([rep], Registrar(redis, keys, OPTIONS.heartbeat_ttl_s), client, OPTIONS)
+        task = asyncio.create_task(sup.run())
+        await until(lambda: rep.state is ReplicaState.READY)
+        rec = await record(redis, keys, rep)
+        assert rec is not None and rec.state is ReplicaState.READY and rec.url == rep.spec.url
+        assert 0 < await redis.pttl(keys.replica("fake", rep.spec.id)) <= 3000
+        await sup.drain()
+        await task
+    assert await record(redis, keys, rep) is None
+    assert not rep.process.alive
+
+
+async def test_kill_9_is_restarted_with_backoff(
+    tmp_path: Path, redis: aioredis.Redis, keys: Keys, caplog: pytest.LogCaptureFixture
+) -> None:
+    rep = fake_replica(tmp_path)
+    async with httpx.AsyncClient() as client:
+        sup = Supervisor([rep], Registrar(redis, keys, OPTIONS.heartbeat_ttl_s), client, OPTIONS)
+        task = asyncio.create_task(sup.run())
+        await until(lambda: rep.state is ReplicaState.READY)
+        first_pid = rep.process.pid
+        assert first_pid is not None
+        os.killpg(first_pid, signal.SIGKILL)
+        await until(
+            lambda: rep.restarts == 1 and rep.state is ReplicaState.READY and rep.process.pid != first_pid
+        )
+        assert (await client.get(f"{rep.spec.url}/health")).status_code == 200
+        assert "died (exit -9)" in caplog.text and "restart 1 in" in caplog.text
+        await sup.drain()
+        await task
+
+
+async def test_drain_lets_inflight_requests_finish(tmp_path: Path, redis: aioredis.Redis, keys: Keys) -> None:
+    rep = fake_replica(tmp_path, "fake", "--latency-ms", "2500")
+    async with httpx.AsyncClient(timeout=30) as client:
+        sup = Supervisor([rep], Registrar(redis, keys, OPTIONS.heartbeat_ttl_s), client, OPTIONS)
+        task = asyncio.create_task(sup.run())
+        await until(lambda: rep.state is ReplicaState.READY)
+        body = {"model": "fake", "messages": [{"role": "user", "content": "x"}]}
+        inflight = asyncio.create_task(client.post(f"{rep.spec.url}/v1/chat/completions", json=body))
+        await until(lambda: rep.spec.url and True, 1)
+        draining = asyncio.create_task(sup.drain())
+        await until(lambda: rep.state is ReplicaState.DRAINING)
+        rec = await record(redis, keys, rep)
+        assert rec is not None and rec.state is ReplicaState.DRAINING
+        response = await inflight
+        assert response.status_code == 200
+        await draining
+        await task
+    assert not rep.process.alive
+
+
+async def test_start_failure_is_retried_then_reported(
+    tmp_path: Path, redis: aioredis.Redis, keys: Keys, caplog: pytest.LogCaptureFixture
+) -> None:
+    rep = fake_replica(
+        tmp_path, argv=[sys.executable, "-c", "print('CUDA out of memory'); raise SystemExit(3)"]
+    )
+    async with httpx.AsyncClient() as client:
+        sup = Supervisor([rep], Registrar(redis, keys, OPTIONS.heartbeat_ttl_s), client, OPTIONS)
+        assert not await sup.start_with_retries(rep)
+    assert caplog.text.count("start 1 failed") == 1 and caplog.text.count("start 2 failed") == 1
+    assert "exited with code 3" in caplog.text and "CUDA out of memory" in caplog.text

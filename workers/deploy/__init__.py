@@ -1,0 +1,1 @@
+"""Deployment renderers: Kubernetes manifests and compose services, rendered from the fleet file."""
