@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +26,7 @@ from gateway.errors import (
     error_response,
 )
 from gateway.health import Ejection
+from gateway.http1 import Pool
 from gateway.keys import Keys
 from gateway.metrics import GatewayMetrics
 from gateway.monitor import Monitor
@@ -35,7 +37,6 @@ from gateway.routes import add_routes
 from gateway.routing import PolicyOptions, build_policy
 from gateway.settings import GatewaySettings
 from gateway.state import Gateway
-from gateway.upstream import make_client
 from workers.fleet import load_fleet
 
 log = logging.getLogger("llmgw.app")
@@ -54,7 +55,8 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         policies={m.name: build_policy(m.policy, options) for m in fleet.models},
         admission=build_admission(settings, keys, metrics),
         auth=build_auth(settings, keys, metrics),
-        client=make_client(settings.connect_timeout_s, settings.max_connections),
+        client=httpx.AsyncClient(timeout=settings.connect_timeout_s),
+        upstream=Pool(settings.max_connections, settings.connect_timeout_s),
         redis=aioredis.Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0),
         keys=keys,
         metrics=metrics,
@@ -83,6 +85,7 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
     finally:
         await bg.close()
         await gw.admission.stop()
+        gw.upstream.close()
         await gw.client.aclose()
         await gw.redis.aclose()
 

@@ -9,7 +9,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
-import httpx
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
@@ -29,7 +28,7 @@ from gateway.state import Gateway
 from gateway.steps.finish import finish, stream_usage, usage_of
 from gateway.steps.parse import parse
 from gateway.steps.resolve import resolve
-from gateway.upstream import Retryable, Upstream, classify, next_chunk, open_stream, read_rest
+from gateway.upstream import FAILURES, Retryable, Upstream, classify, next_chunk, open_stream, read_rest
 
 log = logging.getLogger("llmgw.proxy")
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -147,7 +146,12 @@ class Proxy:
         policy.on_start(ep, ctx.route)
         try:
             up = await open_stream(
-                gw.client, self._url(ep, ctx), ctx.body, self._headers(ctx), gw.settings.first_byte_timeout_s
+                gw.upstream,
+                ep.url,
+                self._path(ctx),
+                ctx.body,
+                self._headers(ctx),
+                gw.settings.first_byte_timeout_s,
             )
         except Retryable as failed:
             ctx.upstream_error = failed.error
@@ -157,12 +161,13 @@ class Proxy:
         return up
 
     @staticmethod
-    def _url(ep: Endpoint, ctx: RequestContext) -> str:
-        return f"{ep.url}/v1/{ctx.endpoint}"
+    def _path(ctx: RequestContext) -> bytes:
+        return b"/v1/" + ctx.endpoint.encode()
 
     @staticmethod
-    def _headers(ctx: RequestContext) -> dict[str, str]:
-        return {"content-type": "application/json", "x-request-id": ctx.request_id}
+    def _headers(ctx: RequestContext) -> list[tuple[bytes, bytes]]:
+        """Only what the replica needs: hop-by-hop headers and the client's credentials stay here."""
+        return [(b"content-type", b"application/json"), (b"x-request-id", ctx.request_id.encode())]
 
     def _done(self, ep: Endpoint, ctx: RequestContext, ok: bool) -> None:
         ep.inflight -= 1
@@ -175,7 +180,7 @@ class Proxy:
             log.warning("request_id=%s replica=%s ejected: %s", ctx.request_id, ep.id, reason)
 
     async def _respond(self, ctx: RequestContext, up: Upstream, lease: Lease) -> Response:
-        ctx.status = up.response.status_code
+        ctx.status = up.status
         streaming = ctx.stream and ctx.status == 200
         if not streaming:
             return await self._whole(ctx, up, lease)
@@ -186,7 +191,7 @@ class Proxy:
         assert ctx.replica is not None
         ok = True
         try:
-            body = await read_rest(up, self.gw.settings.chunk_timeout_s)
+            body = await read_rest(up, self.gw.settings.chunk_timeout_s, ctx.replica.url)
         except Retryable as failed:
             ok = False
             raise failed.error from None
@@ -194,7 +199,7 @@ class Proxy:
             self._done(ctx.replica, ctx, ok)
             await lease.release()
         finish(ctx, self.gw.metrics, *usage_of(body))
-        media = up.response.headers.get("content-type", "application/json")
+        media = up.content_type
         return Response(body, ctx.status, {"x-request-id": ctx.request_id}, media_type=media)
 
     async def _relay(self, ctx: RequestContext, up: Upstream, lease: Lease) -> AsyncIterator[bytes]:
@@ -207,18 +212,18 @@ class Proxy:
                 events += chunk.count(b"data: ")
                 tail = tail[-4096:] + chunk
                 yield chunk
-                chunk = await next_chunk(up.chunks, self.gw.settings.chunk_timeout_s)
+                chunk = await next_chunk(up, self.gw.settings.chunk_timeout_s)
                 now = time.perf_counter()
                 itl.observe(now - t)
                 t = now
-        except (httpx.HTTPError, TimeoutError, OSError) as exc:
+        except FAILURES as exc:
             ok = False
             err = classify(exc, ctx.replica.url).error
             ctx.error = f"stream broke after it started: {err.message}"
             self.gw.metrics.stream_errors.labels(ctx.model.name).inc()
             yield sse_error_event(err)
         finally:
-            await up.response.aclose()
+            up.response.close()
             self._done(ctx.replica, ctx, ok)
             await lease.release()
             prompt, completion = stream_usage(tail)

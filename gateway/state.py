@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 from gateway.admission.base import Admission
 from gateway.auth.base import Authenticator
 from gateway.health import Ejection
+from gateway.http1 import Pool
 from gateway.keys import Keys
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
@@ -28,6 +29,7 @@ class Gateway:
     admission: Admission
     auth: Authenticator
     client: httpx.AsyncClient
+    upstream: Pool
     redis: aioredis.Redis
     keys: Keys
     metrics: GatewayMetrics

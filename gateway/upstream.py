@@ -1,4 +1,4 @@
-"""Step 6, forward: one lifespan-owned HTTP client; failures sorted into retryable or final.
+"""Step 6, forward: one lifespan-owned connection pool; failures sorted into retryable or final.
 
 A replica that fails before the first byte reached the client (connection error, timeout,
 5xx) raises :class:`Retryable`; anything the replica answered with a 4xx is the client's
@@ -8,15 +8,12 @@ and passes through untouched.
 from __future__ import annotations
 
 import asyncio
-import socket
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import httpx
-
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
+from gateway.http1 import Pool, Response, UpstreamClosed
 
-NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+FAILURES = (OSError, UpstreamClosed, TimeoutError)
 
 
 class Retryable(Exception):
@@ -29,61 +26,60 @@ class Retryable(Exception):
 
 @dataclass(slots=True)
 class Upstream:
-    """An upstream response whose status is known and, for a 200 stream, whose first chunk arrived."""
+    """An upstream response whose status is known and whose first chunk arrived."""
 
-    response: httpx.Response
-    chunks: AsyncIterator[bytes]
+    response: Response
     first: bytes
 
+    @property
+    def status(self) -> int:
+        return self.response.status
 
-def make_client(connect_timeout_s: float, max_connections: int) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=NODELAY, retries=0)
-    timeout = httpx.Timeout(connect=connect_timeout_s, read=None, write=30.0, pool=connect_timeout_s)
-    return httpx.AsyncClient(transport=transport, timeout=timeout)
+    @property
+    def content_type(self) -> str:
+        return self.response.header(b"content-type", b"application/json").decode("latin-1")
 
 
-def classify(exc: Exception, url: str) -> Retryable:
-    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+def classify(exc: BaseException, url: str) -> Retryable:
+    if isinstance(exc, TimeoutError):
         return Retryable(UpstreamTimeout(f"the replica at {url} did not answer in time"))
     return Retryable(UpstreamError(f"the replica at {url} failed: {type(exc).__name__}"))
 
 
 async def open_stream(
-    client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str], first_byte_s: float
+    pool: Pool, url: str, path: bytes, body: bytes, headers: list[tuple[bytes, bytes]], first_byte_s: float
 ) -> Upstream:
     """Send the request and wait for the status and the first chunk, within the first-byte timeout."""
-    request = client.build_request("POST", url, content=body, headers=headers)
-    response: httpx.Response | None = None
+    origin, prefix = pool.origin(url)
+    response: Response | None = None
     try:
         async with asyncio.timeout(first_byte_s):
-            response = await client.send(request, stream=True)
-            chunks = response.aiter_raw()
-            first = await anext(chunks, b"")
-    except (httpx.HTTPError, TimeoutError, OSError) as exc:
+            response = await origin.post(prefix + path, headers, body)
+            first = await response.next_chunk()
+    except FAILURES as exc:
         if response is not None:
-            await response.aclose()
+            response.close()
         raise classify(exc, url) from None
-    if response.status_code >= 500:
-        await response.aclose()
-        raise Retryable(UpstreamError(f"the replica at {url} answered {response.status_code}"))
-    return Upstream(response, chunks, first)
+    if response.status >= 500:
+        response.close()
+        raise Retryable(UpstreamError(f"the replica at {url} answered {response.status}"))
+    return Upstream(response, first)
 
 
-async def read_rest(up: Upstream, chunk_s: float) -> bytes:
+async def read_rest(up: Upstream, chunk_s: float, url: str) -> bytes:
     """The whole body of a non-streamed answer."""
-    parts = [up.first]
+    if not up.first:
+        return b""
     try:
         async with asyncio.timeout(chunk_s):
-            parts.extend([c async for c in up.chunks])
-    except (httpx.HTTPError, TimeoutError, OSError) as exc:
-        raise classify(exc, str(up.response.request.url)) from None
-    finally:
-        await up.response.aclose()
-    return b"".join(parts)
+            rest = await up.response.read()
+    except FAILURES as exc:
+        up.response.close()
+        raise classify(exc, url) from None
+    return up.first + rest if rest else up.first
 
 
-async def next_chunk(chunks: AsyncIterator[bytes], chunk_s: float) -> bytes:
+async def next_chunk(up: Upstream, chunk_s: float) -> bytes:
     """The next streamed chunk, b'' at the end; raises on a broken or stalled stream."""
     async with asyncio.timeout(chunk_s):
-        return await anext(chunks, b"")
+        return await up.response.next_chunk()

@@ -1,0 +1,302 @@
+"""The hot-path benchmark (``make bench``): what the gateway costs per request.
+
+The FAKE ENGINE (bench/fake_engine.py) stands in for vLLM.  The proxy under test is pinned to
+core 0; the engine and this load generator share core 1.  For each target (direct to the engine,
+nginx alone, the gateway with admission off and on) and each shape (non-streamed 16 tokens,
+streamed 64 tokens) at concurrency 1, 32 and 256 it prints requests/s, p50/p99 latency and TTFT,
+the added p50 over direct, and the proxy's CPU milliseconds per request (from /proc of its
+process tree), each the median of 3 runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from bench.loadgen import Result, Target, percentile, run
+from tests.support.procs import REPO, Proc, free_port, http_ok, port_open, spawn, wait_until
+from workers.stack.render import nginx_conf
+
+PROXY_CORE, LOAD_CORE = "0", "1"
+SHAPES = {"non-stream": (False, 16), "stream": (True, 64)}
+
+
+@dataclass
+class Row:
+    target: str
+    shape: str
+    concurrency: int
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    ttft_p50_ms: float
+    cpu_ms_per_req: float
+    errors: int
+    added_p50_ms: float = 0.0
+
+
+def say(msg: str) -> None:
+    print(f"[bench] {msg}", flush=True)
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and all its descendants."""
+    proc = psutil.Process(pid)
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def chat_body(stream: bool, tokens: int) -> bytes:
+    body = {
+        "model": "fake-model",
+        "messages": [{"role": "user", "content": "Hello there, benchmark."}],
+        "max_tokens": tokens,
+        "stream": stream,
+    }
+    return json.dumps(body).encode()
+
+
+def pinned(core: str, argv: list[str]) -> list[str]:
+    return ["taskset", "-c", core, *argv]
+
+
+@contextmanager
+def started(proc: Proc) -> Iterator[Proc]:
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def start_engine(tmp: Path) -> Proc:
+    port = free_port()
+    argv = pinned(LOAD_CORE, [sys.executable, "-m", "bench.fake_engine", "--port", str(port)])
+    proc = spawn(argv, port, tmp / "engine.log")
+    wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 15, "fake engine")
+    return proc
+
+
+def start_redis(tmp: Path) -> Proc:
+    port = free_port()
+    argv = pinned(
+        LOAD_CORE,
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp),
+        ],
+    )
+    proc = spawn(argv, port, tmp / "redis.log")
+    wait_until(lambda: port_open(port), 10, "redis")
+    return proc
+
+
+def start_nginx(tmp: Path, engine: Proc) -> Proc:
+    port, run_dir = free_port(), tmp / f"nginx-{time.monotonic_ns()}"
+    run_dir.mkdir()
+    conf = run_dir / "nginx.conf"
+    template = REPO / "deploy/nginx/nginx.conf.template"
+    conf.write_text(
+        nginx_conf(
+            template,
+            f"127.0.0.1:{port}",
+            [f"127.0.0.1:{engine.port}"],
+            run_dir,
+            rate="1000000r/s",
+            burst=1000000,
+        )
+    )
+    argv = pinned(PROXY_CORE, ["nginx", "-c", str(conf), "-p", str(run_dir), "-g", "daemon off;"])
+    proc = spawn(argv, port, run_dir / "nginx.log")
+    wait_until(lambda: port_open(port), 10, "nginx")
+    return proc
+
+
+def start_gateway(tmp: Path, engine: Proc, redis: Proc, admission: bool) -> Proc:
+    port = free_port()
+    fleet = tmp / "fleet-bench.yaml"
+    fleet.write_text(
+        "models:\n  - name: fake-model\n"
+        f"    endpoints: ['{engine.url}']\n    concurrency: 4096\n    max_queue: 4096\n    policy: round_robin\n"
+    )
+    env = {
+        "LLMGW_ADMISSION": str(admission).lower(),
+        "LLMGW_REDIS_URL": f"redis://127.0.0.1:{redis.port}/0",
+        "LLMGW_REDIS_PREFIX": f"bench{port}",
+        "LLMGW_LOG_LEVEL": "WARNING",
+    }
+    argv = pinned(
+        PROXY_CORE,
+        [str(Path(sys.executable).parent / "llmgw-gateway"), "--fleet", str(fleet), "--port", str(port)],
+    )
+    proc = spawn(argv, port, tmp / f"gateway-{port}.log", env)
+    wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/ready"), 20, "gateway")
+    return proc
+
+
+def measure(proxy_pid: int | None, target: Target, concurrency: int, requests: int) -> tuple[Result, float]:
+    before = tree_cpu_s(proxy_pid) if proxy_pid else 0.0
+    result = asyncio.run(run(target, concurrency, requests, max_seconds=60))
+    after = tree_cpu_s(proxy_pid) if proxy_pid else 0.0
+    served = result.ok + len(result.errors)
+    return result, (after - before) * 1000 / max(1, served)
+
+
+def requests_for(stream: bool, concurrency: int, scale: float) -> int:
+    base = (
+        {1: 600, 32: 3000, 256: 4000}[concurrency]
+        if not stream
+        else {1: 200, 32: 800, 256: 1500}[concurrency]
+    )
+    return max(concurrency, int(base * scale))
+
+
+def row_of(name: str, shape: str, concurrency: int, runs: list[tuple[Result, float]]) -> Row:
+    med = statistics.median
+    return Row(
+        name,
+        shape,
+        concurrency,
+        rps=med(r.rps for r, _ in runs),
+        p50_ms=med(percentile(r.latencies, 0.5) for r, _ in runs) * 1000,
+        p99_ms=med(percentile(r.latencies, 0.99) for r, _ in runs) * 1000,
+        ttft_p50_ms=med(percentile(r.ttfts, 0.5) for r, _ in runs) * 1000,
+        cpu_ms_per_req=med(c for _, c in runs),
+        errors=sum(len(r.errors) for r, _ in runs),
+    )
+
+
+def bench_target(name: str, proc: Proc | None, port: int, args: argparse.Namespace) -> list[Row]:
+    rows = []
+    for shape, (stream, tokens) in SHAPES.items():
+        target = Target("127.0.0.1", port, "/v1/chat/completions", chat_body(stream, tokens), stream, tokens)
+        for conc in args.concurrency:
+            n = requests_for(stream, conc, args.scale)
+            asyncio.run(run(target, min(conc, 32), min(n, 200), 30))  # warm-up
+            runs = [measure(proc.popen.pid if proc else None, target, conc, n) for _ in range(args.repeats)]
+            row = row_of(name, shape, conc, runs)
+            rows.append(row)
+            say(
+                f"{name:<16} {shape:<10} c={conc:<4} {row.rps:8.0f} req/s  p50 {row.p50_ms:7.2f} ms  "
+                f"cpu {row.cpu_ms_per_req:6.3f} ms/req  errors {row.errors}"
+            )
+    return rows
+
+
+def add_overheads(rows: list[Row]) -> None:
+    direct = {(r.shape, r.concurrency): r.p50_ms for r in rows if r.target == "direct"}
+    for r in rows:
+        r.added_p50_ms = r.p50_ms - direct.get((r.shape, r.concurrency), r.p50_ms)
+
+
+def table(rows: list[Row]) -> str:
+    head = (
+        "| target | shape | conc | req/s | p50 ms | p99 ms | TTFT p50 ms | added p50 ms | proxy CPU ms/req "
+        "| errors |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [
+        f"| {r.target} | {r.shape} | {r.concurrency} | {r.rps:.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | "
+        f"{r.ttft_p50_ms:.2f} | {r.added_p50_ms:+.2f} | {r.cpu_ms_per_req:.3f} | {r.errors} |"
+        for r in rows
+    ]
+    return "\n".join([head, *lines])
+
+
+def many_streams(tmp: Path, gateway: Proc, n: int) -> str:
+    target = Target("127.0.0.1", gateway.port, "/v1/chat/completions", chat_body(True, 64), True, 64)
+    result = asyncio.run(run(target, n, 2 * n, 120))
+    return f"{n} concurrent streams through the gateway: {result.ok} ok, {len(result.errors)} errors " + (
+        f"(first: {result.errors[0]})" if result.errors else ""
+    )
+
+
+def soak(gateway: Proc, seconds: float) -> str:
+    target = Target("127.0.0.1", gateway.port, "/v1/chat/completions", chat_body(False, 16), False, 16)
+    samples: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        asyncio.run(run(target, 256, 10**9, min(30.0, end - time.monotonic())))
+        samples.append(psutil.Process(gateway.popen.pid).memory_info().rss / 2**20)
+        say(f"soak: RSS {samples[-1]:.1f} MiB")
+    first, last = samples[0], samples[-1]
+    return f"soak {seconds:.0f} s at concurrency 256: RSS {first:.1f} → {last:.1f} MiB ({(last / first - 1) * 100:+.1f} %)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32, 256])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--scale", type=float, default=1.0, help="multiply request counts")
+    p.add_argument("--targets", nargs="+", default=["direct", "nginx", "gateway", "gateway+admission"])
+    p.add_argument("--streams", type=int, default=1000, help="concurrent streams check (0 to skip)")
+    p.add_argument("--soak", type=float, default=0, help="seconds of soak at concurrency 256 (0 to skip)")
+    p.add_argument("--json", type=Path, default=REPO / "bench/results/hotpath.json")
+    args = p.parse_args(argv)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    os.sched_setaffinity(0, {int(LOAD_CORE)})
+    rows, notes = [], []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        with started(start_engine(tmp)) as engine, started(start_redis(tmp)) as redis:
+            say(f"fake engine on :{engine.port} (core {LOAD_CORE}); proxies on core {PROXY_CORE}")
+            for name in args.targets:
+                rows += bench_one(name, tmp, engine, redis, args, notes)
+    add_overheads(rows)
+    print("\n" + table(rows))
+    for n in notes:
+        print(n)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"rows": [asdict(r) for r in rows], "notes": notes}, indent=1))
+    return 0
+
+
+def bench_one(
+    name: str, tmp: Path, engine: Proc, redis: Proc, args: argparse.Namespace, notes: list[str]
+) -> list[Row]:
+    if name == "direct":
+        return bench_target(name, None, engine.port, args)
+    if name == "nginx":
+        with started(start_nginx(tmp, engine)) as nginx:
+            return bench_target(name, nginx, nginx.port, args)
+    with started(start_gateway(tmp, engine, redis, admission=name.endswith("admission"))) as gw:
+        rows = bench_target(name, gw, gw.port, args)
+        if name == "gateway" and args.streams:
+            notes.append(many_streams(tmp, gw, args.streams))
+            say(notes[-1])
+        if name == "gateway" and args.soak:
+            notes.append(soak(gw, args.soak))
+            say(notes[-1])
+        return rows
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
