@@ -25,6 +25,7 @@ from gateway.errors import (
     NotFound,
     error_response,
 )
+from gateway.fastpath import FastPath
 from gateway.health import Ejection
 from gateway.http1 import Pool
 from gateway.keys import Keys
@@ -129,5 +130,7 @@ def create_app(settings: GatewaySettings, **fastapi_kwargs: Any) -> FastAPI:
     app.state.gateway = gw
     app.state.discovery = discovery
     add_error_handlers(app)
-    add_routes(app, gw, Proxy(gw), discovery)
+    proxy = Proxy(gw)
+    add_routes(app, gw, proxy, discovery)
+    app.add_middleware(FastPath, proxy=proxy)
     return app

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         loop="uvloop",
         http="httptools",
         access_log=False,
+        proxy_headers=False,
         log_level="warning",
         timeout_graceful_shutdown=30,
         backlog=4096,

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-import uuid
 from collections.abc import AsyncIterator
 
-from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
 from gateway.admission.base import Lease, Ticket
 from gateway.context import RequestContext
 from gateway.errors import (
+    BodyTooLarge,
     ClientClosedRequest,
     GatewayError,
     InternalError,
@@ -34,16 +35,42 @@ log = logging.getLogger("llmgw.proxy")
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-def request_id(request: Request) -> str:
-    given = request.headers.get("x-request-id", "")
+# The request headers any step reads; the rest are never looked at (nor forwarded).
+WANTED_HEADERS = frozenset(
+    {b"authorization", b"x-api-key", b"x-request-id", b"x-session-id", b"x-priority", b"x-max-wait-s"}
+)
+
+
+def wanted_headers(scope: Scope) -> dict[str, str]:
+    return {k.decode(): v.decode("latin-1") for k, v in scope["headers"] if k in WANTED_HEADERS}
+
+
+def request_id(headers: dict[str, str]) -> str:
+    given = headers.get("x-request-id", "")
     if 0 < len(given) <= 128 and given.isprintable() and given.isascii():
         return given
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
-async def disconnected(request: Request) -> None:
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The request body, refused as soon as it passes the limit (never buffered past it)."""
+    parts, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientClosedRequest("the client disconnected while sending the request")
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
+        parts.append(body)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def disconnected(receive: Receive) -> None:
     """Returns when the client has gone away (the body was already read)."""
-    while (await request.receive())["type"] != "http.disconnect":
+    while (await receive())["type"] != "http.disconnect":
         pass
 
 
@@ -53,12 +80,13 @@ class Proxy:
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
 
-    async def handle(self, request: Request, endpoint: str) -> Response:
-        ctx = RequestContext(
-            request_id(request), endpoint, await request.body(), dict(request.headers), time.perf_counter()
-        )
+    async def respond(self, scope: Scope, receive: Receive, endpoint: str) -> Response:
+        """The whole request path for one request; always returns a response, never raises."""
+        headers = wanted_headers(scope)
+        ctx = RequestContext(request_id(headers), endpoint, b"", headers, time.perf_counter())
         try:
-            return await self._serve(ctx, request)
+            ctx.body = await read_body(receive, self.gw.settings.max_body_bytes)
+            return await self._serve(ctx, receive)
         except GatewayError as err:
             return self._fail(ctx, err)
         except Exception:
@@ -72,16 +100,16 @@ class Proxy:
         response.headers["x-request-id"] = ctx.request_id
         return response
 
-    async def _serve(self, ctx: RequestContext, request: Request) -> Response:
+    async def _serve(self, ctx: RequestContext, receive: Receive) -> Response:
         gw = self.gw
         ctx.caller = await gw.auth.authenticate(ctx.headers)
-        parse(ctx, gw.settings.max_body_bytes, gw.settings.prefix_chars)
+        parse(ctx, gw.settings.prefix_chars)
         model = resolve(ctx, gw.names)
         await gw.auth.charge(ctx.caller, model.name, ctx.cost)
         pool = gw.table.pool(model.name)
         if not pool.candidates():
             raise NoReadyReplica(f"no ready replica of model '{model.name}'; retry later", retry_after=2.0)
-        lease = await self._admit(ctx, pool, request)
+        lease = await self._admit(ctx, pool, receive)
         try:
             up = await self._forward(ctx, pool)
         except BaseException:
@@ -96,11 +124,11 @@ class Proxy:
         wait = m.max_queue_wait_s if caller.max_wait_s is None else min(m.max_queue_wait_s, caller.max_wait_s)
         return Ticket(ctx.request_id, m.name, caller.tenant, caller.priority, ctx.cost, wait, m.max_queue)
 
-    async def _admit(self, ctx: RequestContext, pool: Pool, request: Request) -> Lease:
+    async def _admit(self, ctx: RequestContext, pool: Pool, receive: Receive) -> Lease:
         """Step 4, admit: wait for a slot, leaving the queue at once if the client disconnects."""
         ticket = self._ticket(ctx)
         acquire = asyncio.ensure_future(self.gw.admission.acquire(ticket, max(1, pool.capacity)))
-        watch = asyncio.ensure_future(disconnected(request))
+        watch = asyncio.ensure_future(disconnected(receive))
         try:
             await asyncio.wait((acquire, watch), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -114,10 +142,21 @@ class Proxy:
         return lease
 
     async def _forward(self, ctx: RequestContext, pool: Pool) -> Upstream:
-        s = self.gw.settings
+        """Step 5 and 6, pick and forward; on a failure before the first byte, another replica is
+        tried (bounded attempts within a total deadline). The first attempt skips the retry machinery."""
         tried: list[Endpoint] = []
+        try:
+            return await self._attempt(ctx, pool, tried)
+        except Retryable as failed:
+            if self.gw.settings.retry_attempts == 1:
+                raise failed.error from None
+        return await self._retry(ctx, pool, tried)
+
+    async def _retry(self, ctx: RequestContext, pool: Pool, tried: list[Endpoint]) -> Upstream:
+        s = self.gw.settings
+        left_s = max(0.0, s.retry_deadline_s - (time.perf_counter() - ctx.started))
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(s.retry_attempts) | stop_after_delay(s.retry_deadline_s),
+            stop=stop_after_attempt(s.retry_attempts - 1) | stop_after_delay(left_s),
             retry=retry_if_exception_type(Retryable),
             reraise=True,
         )

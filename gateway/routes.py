@@ -10,11 +10,11 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from gateway.discovery import Discovery
+from gateway.fastpath import PROXIED
 from gateway.openapi import request_body
 from gateway.proxy import Proxy
 from gateway.state import Gateway
 
-PROXIED = ("chat/completions", "completions", "embeddings")
 JSON = "application/json"
 
 
@@ -39,7 +39,7 @@ def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
 
 def add_proxy_route(app: FastAPI, proxy: Proxy, endpoint: str) -> None:
     async def handler(request: Request) -> Response:
-        return await proxy.handle(request, endpoint)
+        return await proxy.respond(request.scope, request.receive, endpoint)
 
     app.add_api_route(
         f"/v1/{endpoint}",

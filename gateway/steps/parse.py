@@ -7,16 +7,14 @@ from typing import Any
 import orjson
 
 from gateway.context import RequestContext
-from gateway.errors import BodyTooLarge, InvalidRequest
+from gateway.errors import InvalidRequest
 from gateway.routing.base import RouteRequest
 from gateway.routing.prefix import chat_prefix_key, prompt_prefix_key
 
 MAX_TOKENS_CAP = 1 << 20
 
 
-def load_json(body: bytes, limit: int) -> dict[str, Any]:
-    if len(body) > limit:
-        raise BodyTooLarge(f"request body is {len(body)} bytes; the limit is {limit}")
+def load_json(body: bytes) -> dict[str, Any]:
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -64,8 +62,9 @@ def route_request(ctx: RequestContext, payload: dict[str, Any], prefix_chars: in
     return RouteRequest(prefix_key=key, session_key=session)
 
 
-def parse(ctx: RequestContext, limit: int, prefix_chars: int) -> None:
-    payload = load_json(ctx.body, limit)
+def parse(ctx: RequestContext, prefix_chars: int) -> None:
+    """The body's size was capped as it was read (see proxy.read_body)."""
+    payload = load_json(ctx.body)
     ctx.payload = payload
     ctx.model_name = model_field(payload)
     ctx.stream = stream_field(payload)
