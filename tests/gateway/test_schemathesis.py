@@ -1,0 +1,101 @@
+"""Schemathesis over the gateway's own OpenAPI document, against a gateway in front of the FAKE
+ENGINE: wrong types, missing fields, huge values, odd unicode. Zero 5xx answers, and every error in
+OpenAI's shape."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+
+from tests.support.procs import Proc, free_port, http_ok, spawn, start_fake_engine, wait_until
+
+MODELS = ["fake-chat", "fc", "fake-embed"]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Proc]:
+    tmp = tmp_path_factory.mktemp("schemathesis")
+    engine = start_fake_engine(tmp, "--tokens", "3")
+    fleet = tmp / "fleet.yaml"
+    fleet.write_text(
+        f"models:\n - name: fake-chat\n   aliases: [fc]\n   endpoints: ['{engine.url}']\n"
+        f" - name: fake-embed\n   endpoints: ['{engine.url}']\n   engine: {{runner: pooling}}\n"
+    )
+    port = free_port()
+    argv = [str(Path(sys.executable).parent / "llmgw-gateway"), "--fleet", str(fleet), "--port", str(port)]
+    env = {"LLMGW_REDIS_URL": redis_url, "LLMGW_REDIS_PREFIX": f"st{port}"}
+    proc = spawn(argv, port, tmp / "gateway.log", env)
+    try:
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/ready"), 20, "gateway")
+        yield proc
+    finally:
+        proc.stop()
+        engine.stop()
+
+
+def openapi(url: str) -> dict[str, Any]:
+    doc: dict[str, Any] = httpx.get(f"{url}/openapi.json").json()
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
+        body = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        body["properties"]["model"]["enum"] = MODELS  # so that positive cases reach the engine
+    return doc
+
+
+def encode(body: object) -> bytes | None:
+    if body is schemathesis.core.NOT_SET:
+        return None
+    return body if isinstance(body, bytes) else json.dumps(body).encode()
+
+
+def check(response: httpx.Response) -> None:
+    assert response.status_code < 500, response.text
+    if response.status_code >= 400:
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}, error
+        assert isinstance(error["message"], str) and error["message"]
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_no_5xx_and_openai_errors(gateway: Proc, mode: GenerationMode) -> None:
+    schema = schemathesis.openapi.from_dict(openapi(gateway.url))
+    client = httpx.Client(base_url=gateway.url, timeout=10)
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(case=schema.as_strategy(mode))
+    def run(case: schemathesis.Case) -> None:
+        body = encode(case.body)
+        headers = {k: v for k, v in (case.headers or {}).items() if k.lower() != "content-length"}
+        response = client.request(
+            case.method, case.formatted_path, content=body, params=case.query,
+            headers={"content-type": "application/json", **headers},
+        )
+        check(response)
+
+    run()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\xff\xfe not utf-8",
+        b'{"model": "fake-chat", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"model": "fake-chat", "messages": [], "max_tokens": 1e400}',
+        b'{"model": "fake-chat", "messages": [], "max_tokens": 123456789012345678901234567890}',
+        b'{"model": "' + "\u202e\U0001f600".encode() * 1000 + b'"}',
+        b'{"model": "fake-chat", "messages": "' + b"a" * 3_000_000 + b'"}',
+        b"",
+        b"null",
+    ],
+)
+def test_odd_bodies(gateway: Proc, raw: bytes) -> None:
+    check(httpx.post(f"{gateway.url}/v1/chat/completions", content=raw, timeout=10))
