@@ -79,6 +79,16 @@ format: $(STAMPS)/venv
 	$(BIN)/ruff format gateway workers tests
 	$(BIN)/ruff check --fix gateway workers tests
 
+# Benchmarks print ratios against a baseline measured in the same run (direct to the engine, nginx alone).
+bench: install
+	$(BIN)/python -m bench.hotpath $(BENCH_ARGS)
+
+bench-routing: install
+	$(BIN)/python -m bench.routing $(BENCH_ARGS)
+
+bench-admission: install
+	$(BIN)/python -m bench.admission $(BENCH_ARGS)
+
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache $(STAMPS)
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -25,6 +25,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--run-dir", type=Path, default=REPO / ".run", help="logs, pid files and data")
     p.add_argument("--port", type=int, default=8080, help="nginx port (the public endpoint)")
     p.add_argument("--gateways", type=int, default=2, help="number of gateway replicas")
+    p.add_argument("--gateway-port", type=int, default=9001, help="port of the first gateway replica")
+    p.add_argument("--redis-port", type=int, default=6390)
+    p.add_argument("--prometheus-port", type=int, default=9090)
+    p.add_argument("--supervisor-port", type=int, default=9400, help="the supervisor's /metrics")
     p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus")
     return p.parse_args(argv)
 
@@ -69,13 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
-    ports = tuple(9001 + i for i in range(args.gateways))
+    ports = tuple(args.gateway_port + i for i in range(args.gateways))
     config = StackConfig(
         fleet_file=args.fleet.resolve(),
         run_dir=args.run_dir.resolve(),
         nginx_port=args.port,
         gateway_ports=ports,
-        prometheus_port=0 if args.no_prometheus else 9090,
+        prometheus_port=0 if args.no_prometheus else args.prometheus_port,
+        redis_port=args.redis_port,
+        supervisor_metrics_port=args.supervisor_port,
     )
     try:
         return asyncio.run(run(config))

@@ -1,0 +1,43 @@
+"""`llmgw-stack` for real (Redis, supervisor, two gateways, nginx, Prometheus) with a fleet whose one
+model is served elsewhere (the FAKE ENGINE), so no vLLM is needed: it reaches READY, serves through
+nginx, and SIGTERM stops everything it started."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+from tests.support.procs import free_port, port_open, spawn, start_fake_engine, wait_until
+
+
+def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path) -> None:
+    engine = start_fake_engine(tmp_path, "--model", "ext-model")
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(f"models:\n - name: ext-model\n   aliases: [ext]\n   endpoints: ['{engine.url}']\n")
+    ports = {"port": free_port(), "gateway-port": free_port(), "redis-port": free_port(),
+             "prometheus-port": free_port(), "supervisor-port": free_port()}
+    argv = [str(Path(sys.executable).parent / "llmgw-stack"), "--fleet", str(fleet), "--run-dir",
+            str(tmp_path / "run"), "--gateways", "1", *[x for k, v in ports.items() for x in (f"--{k}", str(v))]]
+    log = tmp_path / "stack.log"
+    stack = spawn(argv, ports["port"], log)
+    try:
+        wait_until(lambda: "READY" in log.read_text(), 60, "llmgw-stack")
+        children = psutil.Process(stack.popen.pid).children(recursive=True)
+        assert len(children) >= 5  # redis, supervisor, gateway, nginx (master + worker), prometheus
+        body = {"model": "ext", "messages": [{"role": "user", "content": "hi"}]}
+        r = httpx.post(f"http://127.0.0.1:{ports['port']}/v1/chat/completions", json=body, timeout=10)
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
+        stack.popen.send_signal(signal.SIGTERM)
+        assert stack.popen.wait(60) == 0
+        time.sleep(0.2)
+        alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+        assert not alive, alive
+        assert not any(port_open(p) for p in ports.values())
+    finally:
+        stack.kill()
+        engine.stop()
