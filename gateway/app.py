@@ -86,6 +86,7 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
     finally:
         await bg.close()
         await gw.admission.stop()
+        await gw.auth.aclose()
         gw.upstream.close()
         await gw.client.aclose()
         await gw.redis.aclose()

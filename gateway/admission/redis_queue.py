@@ -199,8 +199,7 @@ class RedisAdmission:
         if self._bg is not None:
             await self._bg.close()
         await self._release_all()
-        if self._cleanups:
-            await asyncio.wait(self._cleanups, timeout=2 * self.io_timeout_s)
+        await self.drain(2 * self._io_budget)
         await self.blocking.aclose()
         await self.redis.aclose()
 
@@ -233,7 +232,7 @@ class RedisAdmission:
                 retry_after=1.0,
             )
         if status is Acquired.GONE:  # pragma: no cover - a fresh ticket id is never tombstoned
-            raise AdmissionUnavailable("the ticket was cancelled before it was queued")
+            raise RuntimeError(f"ticket {lease_id} was tombstoned before it was queued")
         log.debug("request_id=%s model=%s queued at depth %d", t.request_id, t.model, depth)
         await self._wait(t, lease_id, capacity, started)
 
@@ -254,11 +253,15 @@ class RedisAdmission:
         )
 
     async def _blpop(self, wake: str, remaining: float) -> bool:
-        """True when woken by a grant; False when the wait ran out (Redis' own timeout)."""
+        """True when woken by a grant; False when the wait ran out. A local timeout (a hung server, or
+        every blocking connection busy) also reads as 'ran out': the leave script then settles it, and
+        fails if Redis is really gone. A broken connection means Redis is gone: fall back at once."""
         timeout = max(0.01, remaining)
         try:
             popped = await asyncio.wait_for(self.blocking.blpop([wake], timeout), timeout + self.io_timeout_s)
-        except REDIS_ERRORS as exc:
+        except TimeoutError:
+            return False
+        except (RedisError, OSError) as exc:
             raise AdmissionUnavailable(f"blocking read failed: {type(exc).__name__}: {exc}") from exc
         return popped is not None
 
@@ -286,10 +289,15 @@ class RedisAdmission:
             )
 
     async def release(self, model: str, lease_id: str) -> None:
+        """Gives the slot back in the background: the answer to the client does not wait for Redis, and
+        a cancelled caller cannot cut the release short. ``drain()`` waits for it."""
         self._held.get(model, set()).discard(lease_id)
-        task = self._spawn(self._release_quietly(model, lease_id))
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(task)
+        self._spawn(self._release_quietly(model, lease_id))
+
+    async def drain(self, timeout_s: float | None = None) -> None:
+        """Wait for the releases and queue exits still running in the background."""
+        if self._cleanups:
+            await asyncio.wait(list(self._cleanups), timeout=timeout_s)
 
     async def _release_quietly(self, model: str, lease_id: str) -> None:
         capacity = self._capacity.get(model, 1)

@@ -19,6 +19,10 @@ class Authenticator(Protocol):
         """Count a request against the caller's rate limits; raises RateLimited."""
         ...
 
+    async def aclose(self) -> None:
+        """Release what the authenticator holds (connections); called once at shutdown."""
+        ...
+
 
 class OpenAuth:
     """Keys switched off: everybody is the anonymous tenant, with no limits."""
@@ -27,4 +31,7 @@ class OpenAuth:
         return ANONYMOUS
 
     async def charge(self, caller: Caller, model: str, tokens: int) -> None:
+        return None
+
+    async def aclose(self) -> None:
         return None

@@ -118,6 +118,10 @@ class RedisAuth:
         self.cache_s, self.clock = cache_s, clock
         self._seen: dict[str, tuple[ApiKey, float]] = {}
 
+    async def aclose(self) -> None:
+        """Close the key store's Redis client (the lifespan's shutdown)."""
+        await self.store.redis.aclose()
+
     async def authenticate(self, headers: Mapping[str, str]) -> Caller:
         key = await self._lookup(bearer(headers))
         return caller_for(key, headers)

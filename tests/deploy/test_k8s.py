@@ -1,0 +1,284 @@
+"""deploy/k8s, validated offline (no cluster here): `kubectl kustomize` builds it, every object passes
+the Kubernetes schemas (kubernetes-validate, strict), KEDA's ScaledObjects pass KEDA's schema kept in
+deploy/k8s/crds/, and policy: resources, probes, security contexts, drain timing, autoscaling."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from gateway.replica import ReplicaRecord
+from workers.deploy.common import DRAIN_SCRIPT, REPO
+from workers.fleet import load_fleet
+
+K8S = REPO / "deploy" / "k8s"
+KUBECTL = str(Path(sys.executable).parent / "kubectl")
+KEDA_CRD = K8S / "crds" / "keda.sh_scaledobjects.yaml"
+# The oldest Kubernetes this base is meant for, and the newest that kubernetes-validate knows.
+VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
+WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet")
+
+# Containers that may not run as non-root, each with the reason; everything else must.
+ROOT_EXCEPTIONS = {
+    "vllm": "vllm/vllm-openai runs as root: it writes its caches under /root/.cache (torch.compile, Triton, "
+    "FlashInfer) and no non-root variant is published; it still drops every capability and cannot escalate.",
+}
+# Containers whose root file system may stay writable, each with the reason.
+WRITABLE_ROOT_EXCEPTIONS = {
+    "vllm": "vLLM and its kernels compile and cache into the image's home and /tmp at start-up.",
+}
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[Obj]:
+    built = subprocess.run([KUBECTL, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60)
+    assert built.returncode == 0, built.stderr
+    return [d for d in yaml.safe_load_all(built.stdout) if d]
+
+
+def of_kind(objects: list[Obj], kind: str) -> dict[str, Obj]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def containers(objects: list[Obj]) -> Iterator[tuple[str, Obj, Obj]]:
+    """(workload name, pod spec, container) for every container and init container."""
+    for o in objects:
+        if o["kind"] in WORKLOADS:
+            pod = o["spec"]["template"]["spec"]
+            for c in pod.get("initContainers", []) + pod["containers"]:
+                yield o["metadata"]["name"], pod, c
+
+
+def managed_models() -> list[str]:
+    return [m.name for m in load_fleet(REPO / "fleet.yaml").models if m.managed]
+
+
+def test_kustomize_builds_the_whole_stack(objects: list[Obj]) -> None:
+    assert set(of_kind(objects, "Namespace")) == {"llmgw"}
+    assert all(o["metadata"].get("namespace") == "llmgw" for o in objects if o["kind"] != "Namespace")
+    deployments = of_kind(objects, "Deployment")
+    assert {"redis", "gateway", "nginx", "prometheus"} <= set(deployments)
+    models = {
+        o["metadata"]["annotations"]["llmgw.io/model"]
+        for o in deployments.values()
+        if "vllm" in o["metadata"]["name"]
+    }
+    assert models == set(managed_models())
+    assert set(of_kind(objects, "ScaledObject")) == {n for n in deployments if n.startswith("vllm-")}
+    assert set(of_kind(objects, "Service")) == {"redis", "gateway", "nginx", "prometheus"}
+    assert set(of_kind(objects, "HorizontalPodAutoscaler")) == {"gateway"}
+    assert {"gateway", "nginx"} <= set(of_kind(objects, "PodDisruptionBudget"))
+    assert {n.rsplit("-", 1)[0] for n in of_kind(objects, "ConfigMap")} == {
+        "nginx-conf",
+        "prometheus-conf",
+        "llmgw-fleet",
+    }
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_object_passes_the_kubernetes_schemas(objects: list[Obj], version: str) -> None:
+    for o in objects:
+        if o["apiVersion"].startswith("keda.sh/"):
+            continue  # a CRD: checked against KEDA's own schema below
+        kubernetes_validate.validate(o, version, strict=True)
+
+
+def test_the_keda_crd_kept_in_the_repo_is_a_valid_crd() -> None:
+    crd = yaml.safe_load(KEDA_CRD.read_text())
+    kubernetes_validate.validate(crd, VERSIONS[-1], strict=True)
+    assert crd["spec"]["group"] == "keda.sh" and crd["spec"]["names"]["kind"] == "ScaledObject"
+
+
+def strict(schema: Any) -> Any:
+    """The apiserver's strict field validation (kubectl's default): unknown fields are errors."""
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict(v) for k, v in schema.items()}
+    if "properties" in out and "additionalProperties" not in out and k8s_object(out):
+        out["additionalProperties"] = False
+    return out
+
+
+def k8s_object(schema: Obj) -> bool:
+    return not schema.get("x-kubernetes-preserve-unknown-fields", False)
+
+
+def keda_validator() -> jsonschema.Draft7Validator:
+    crd = yaml.safe_load(KEDA_CRD.read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
+    schema = strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+    schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft7Validator(schema)
+
+
+def test_scaled_objects_pass_kedas_schema(objects: list[Obj]) -> None:
+    validator = keda_validator()
+    scaled = list(of_kind(objects, "ScaledObject").values())
+    assert scaled
+    for so in scaled:
+        assert so["apiVersion"] == "keda.sh/v1alpha1"
+        errors = [e.message for e in validator.iter_errors(so)]
+        assert errors == [], so["metadata"]["name"]
+    # The check has teeth: a misspelt field and a missing trigger type are refused.
+    typo = copy.deepcopy(scaled[0])
+    typo["spec"]["minReplicas"] = typo["spec"].pop("minReplicaCount")
+    del typo["spec"]["triggers"][0]["type"]
+    messages = " ".join(e.message for e in validator.iter_errors(typo))
+    assert "minReplicas" in messages and "'type' is a required property" in messages
+
+
+def test_every_container_has_resources_probes_and_a_tight_security_context(objects: list[Obj]) -> None:
+    seen = set()
+    for workload, pod, c in containers(objects):
+        where = f"{workload}/{c['name']}"
+        seen.add(c["name"])
+        res = c.get("resources", {})
+        assert {"cpu", "memory"} <= set(res.get("requests", {})), f"{where}: cpu and memory requests"
+        assert "memory" in res.get("limits", {}), f"{where}: a memory limit"
+        assert "readinessProbe" in c and "livenessProbe" in c, f"{where}: readiness and liveness probes"
+        sc, pod_sc = c.get("securityContext", {}), pod.get("securityContext", {})
+        assert sc.get("allowPrivilegeEscalation") is False, where
+        assert sc.get("capabilities", {}).get("drop") == ["ALL"], where
+        assert pod_sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", where
+        assert not sc.get("privileged", False), where
+        non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot", False))
+        assert non_root or c["name"] in ROOT_EXCEPTIONS, f"{where}: runs as root without a listed reason"
+        read_only = sc.get("readOnlyRootFilesystem", False)
+        assert read_only or c["name"] in WRITABLE_ROOT_EXCEPTIONS, f"{where}: writable root without a reason"
+    assert set(ROOT_EXCEPTIONS) <= seen  # no stale exception
+
+
+def test_model_pods_have_gpus_shm_shared_weights_and_probes_sized_for_model_load(objects: list[Obj]) -> None:
+    claims = of_kind(objects, "PersistentVolumeClaim")
+    for name, d in of_kind(objects, "Deployment").items():
+        if not name.startswith("vllm-"):
+            continue
+        pod = d["spec"]["template"]["spec"]
+        vllm = next(c for c in pod["containers"] if c["name"] == "vllm")
+        gpus = vllm["resources"]["limits"]["nvidia.com/gpu"]
+        assert int(gpus) >= 1 and vllm["resources"]["requests"]["nvidia.com/gpu"] == gpus
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["mountPath"]: m for m in vllm["volumeMounts"]}
+        assert volumes[mounts["/dev/shm"]["name"]]["emptyDir"]["medium"] == "Memory"
+        claim = volumes[mounts["/models"]["name"]]["persistentVolumeClaim"]["claimName"]
+        assert claim in claims and mounts["/models"]["readOnly"] is True
+        startup = vllm["startupProbe"]
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 600, name  # minutes to load weights
+        assert vllm["livenessProbe"]["httpGet"]["path"] == "/health"
+
+
+def test_model_pods_drain_within_their_termination_grace(objects: list[Obj]) -> None:
+    for name, d in of_kind(objects, "Deployment").items():
+        if not name.startswith("vllm-"):
+            continue
+        pod = d["spec"]["template"]["spec"]
+        vllm = next(c for c in pod["containers"] if c["name"] == "vllm")
+        cmd = vllm["lifecycle"]["preStop"]["exec"]["command"]
+        assert cmd[:3] == ["python3", "-c", DRAIN_SCRIPT]
+        grace, url, settle = float(cmd[3]), cmd[4], float(cmd[5])
+        assert url == "http://127.0.0.1:8000"
+        # The pod's clock covers the preStop (settle + drain) and vLLM's own exit after SIGTERM.
+        assert pod["terminationGracePeriodSeconds"] >= settle + grace + 20, name
+        register = next(c for c in pod["containers"] if c["name"] == "register")
+        args = register["args"]
+        assert float(args[args.index("--drain-grace") + 1]) == grace
+        assert float(args[args.index("--drain-settle") + 1]) == settle
+
+
+def test_registration_sidecar_publishes_a_replica_record_of_its_pod(objects: list[Obj]) -> None:
+    for name, d in of_kind(objects, "Deployment").items():
+        if not name.startswith("vllm-"):
+            continue
+        register = next(c for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "register")
+        assert register["command"] == ["python"] and register["args"][:2] == ["-m", "workers.deploy.register"]
+        env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in register["env"]}
+        assert env == {"POD_NAME": "metadata.name", "POD_IP": "status.podIP"}
+        text = register["args"][register["args"].index("--record") + 1]
+        record = ReplicaRecord.model_validate_json(
+            text.replace("$(POD_NAME)", "p").replace("$(POD_IP)", "10.1.2.3")
+        )
+        assert record.model == d["metadata"]["annotations"]["llmgw.io/model"]
+        assert record.id == "p" and record.url == "http://10.1.2.3:8000"
+        assert register["args"][register["args"].index("--redis-url") + 1] == "redis://redis:6379/0"
+
+
+def test_each_model_scales_on_its_queue_depth_from_the_namespace_prometheus(objects: list[Obj]) -> None:
+    deployments, services = of_kind(objects, "Deployment"), of_kind(objects, "Service")
+    fleet = {m.name: m for m in load_fleet(REPO / "fleet.yaml").models}
+    for name, so in of_kind(objects, "ScaledObject").items():
+        model = fleet[so["metadata"]["annotations"]["llmgw.io/model"]]
+        assert so["spec"]["scaleTargetRef"]["name"] == name and name in deployments
+        assert so["spec"]["minReplicaCount"] == model.replicas <= so["spec"]["maxReplicaCount"]
+        (trigger,) = so["spec"]["triggers"]
+        meta = trigger["metadata"]
+        assert trigger["type"] == "prometheus"
+        assert f"llmgw_queue_depth{{model={json.dumps(model.name)}}}" in meta["query"]
+        assert f"llmgw_inflight_requests{{model={json.dumps(model.name)}}}" in meta["query"]
+        assert meta["threshold"] == str(model.concurrency)
+        host = meta["serverAddress"].removeprefix("http://").split(":")[0].split(".")
+        assert host[0] in services and host[1] == services[host[0]]["metadata"]["namespace"]
+
+
+def test_gateway_probes_autoscaling_and_disruption_budget(objects: list[Obj]) -> None:
+    gateway = of_kind(objects, "Deployment")["gateway"]
+    c = gateway["spec"]["template"]["spec"]["containers"][0]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/health"
+    hpa = of_kind(objects, "HorizontalPodAutoscaler")["gateway"]
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "gateway" and hpa["spec"]["minReplicas"] >= 2
+    pdb = of_kind(objects, "PodDisruptionBudget")["gateway"]
+    assert pdb["spec"]["selector"]["matchLabels"] == gateway["spec"]["selector"]["matchLabels"]
+    volumes = {v["name"]: v for v in gateway["spec"]["template"]["spec"]["volumes"]}
+    fleet_map = of_kind(objects, "ConfigMap")[volumes["fleet"]["configMap"]["name"]]
+    assert fleet_map["data"]["fleet.yaml"] == (REPO / "fleet.yaml").read_text()
+
+
+def test_services_select_pods_that_exist(objects: list[Obj]) -> None:
+    pod_labels = [o["spec"]["template"]["metadata"]["labels"] for o in objects if o["kind"] in WORKLOADS]
+    for name, svc in of_kind(objects, "Service").items():
+        selector = svc["spec"]["selector"]
+        assert any(selector.items() <= labels.items() for labels in pod_labels), name
+
+
+def test_nginx_runs_the_rendered_template_with_tls(objects: list[Obj]) -> None:
+    nginx = of_kind(objects, "Deployment")["nginx"]
+    pod = nginx["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    conf = of_kind(objects, "ConfigMap")[volumes["conf"]["configMap"]["name"]]["data"]["nginx.conf"]
+    assert conf == (K8S / "nginx" / "nginx.conf").read_text()
+    assert "server gateway:9000" in conf and "listen 8443 ssl;" in conf
+    assert volumes["tls"]["secret"]["secretName"] == "llmgw-tls"
+    ports = {p["name"]: p["containerPort"] for p in pod["containers"][0]["ports"]}
+    assert ports == {"http": 8080, "https": 8443}
+    assert "exec nginx" in shlex.join(pod["containers"][0]["command"])
+
+
+def test_prometheus_configuration_passes_promtool(tmp_path: Path) -> None:
+    """Debian's promtool is built without Kubernetes discovery: the discovery blocks become static
+    targets, and the rest (jobs, relabelling rules) is checked for real."""
+    config = yaml.safe_load((K8S / "prometheus" / "prometheus.yml").read_text())
+    for job in config["scrape_configs"]:
+        assert job.pop("kubernetes_sd_configs") == [{"role": "pod", "namespaces": {"own_namespace": True}}]
+        job["static_configs"] = [{"targets": ["127.0.0.1:9"]}]
+    checked_file = tmp_path / "prometheus.yml"
+    checked_file.write_text(yaml.safe_dump(config))
+    checked = subprocess.run(
+        ["promtool", "check", "config", str(checked_file)], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert [j["job_name"] for j in config["scrape_configs"]] == ["gateway", "vllm", "supervisor"]

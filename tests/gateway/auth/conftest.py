@@ -1,0 +1,34 @@
+"""Fixtures for the API key tests: a fresh key prefix per test on the session's real Redis."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.auth.keys import KeyStore
+from gateway.keys import Keys
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def keys(prefix: str) -> Keys:
+    return Keys(prefix)
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def store(redis: aioredis.Redis, keys: Keys) -> KeyStore:
+    return KeyStore(redis, keys)

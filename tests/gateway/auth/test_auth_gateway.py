@@ -1,0 +1,146 @@
+"""API keys through two real gateways (LLMGW_AUTH=true) in front of the FAKE ENGINE: 401, 403, and RPM/TPM
+limits exact across both gateways; the bearer secret never reaches a log line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.auth.keys import ApiKey, KeyStore, new_secret
+from tests.gateway.auth.test_ratelimit import clear_of_window_edge
+from tests.support.gateway import fleet_yaml, register, serve_gateway
+from tests.support.procs import Proc, start_fake_engine
+
+FLEET = fleet_yaml(
+    [
+        {"name": "open-model", "source": {"path": "/nonexistent"}, "policy": "round_robin"},
+        {"name": "closed-model", "source": {"path": "/nonexistent"}, "policy": "round_robin"},
+    ]
+)
+MAX_TOKENS = 10
+BODY = {"model": "open-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": MAX_TOKENS}
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    proc = start_fake_engine(tmp_path_factory.mktemp("fake"), "--tokens", "3")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+async def gateways(tmp_path: Path, redis_url: str, prefix: str, engine: Proc) -> AsyncIterator[list[str]]:
+    for model in ("open-model", "closed-model"):
+        await register(redis_url, prefix, model, engine.url, f"{model}-0")
+    async with (
+        serve_gateway(tmp_path, FLEET, redis_url, prefix, auth=True) as g1,
+        serve_gateway(tmp_path, FLEET, redis_url, prefix, auth=True) as g2,
+    ):
+        yield [g1, g2]
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=30) as client:
+        yield client
+
+
+async def make_key(store: KeyStore, **limits: int) -> str:
+    key_id, secret = new_secret()
+    await store.create(ApiKey(key_id, f"tenant-{key_id}", ("open-model",), **limits), secret)
+    return secret
+
+
+def auth(secret: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {secret}"}
+
+
+def error_code(r: httpx.Response) -> str:
+    code: str = r.json()["error"]["code"]
+    return code
+
+
+async def test_no_model_without_a_valid_key(
+    gateways: list[str], http: httpx.AsyncClient, store: KeyStore
+) -> None:
+    url = f"{gateways[0]}/v1/chat/completions"
+    r = await http.post(url, json=BODY)
+    assert r.status_code == 401 and error_code(r) == "invalid_api_key"
+    r = await http.post(url, json=BODY, headers=auth("llmgw-nope-nope"))
+    assert r.status_code == 401 and error_code(r) == "invalid_api_key"
+    secret = await make_key(store)
+    assert (await http.post(url, json=BODY, headers=auth(secret))).status_code == 200
+
+
+async def test_key_never_reaches_a_model_it_does_not_allow(
+    gateways: list[str], http: httpx.AsyncClient, store: KeyStore
+) -> None:
+    secret = await make_key(store)
+    body = {**BODY, "model": "closed-model"}
+    r = await http.post(f"{gateways[1]}/v1/chat/completions", json=body, headers=auth(secret))
+    assert r.status_code == 403 and error_code(r) == "model_not_allowed"
+
+
+async def test_revoked_key_is_refused_at_once(
+    gateways: list[str], http: httpx.AsyncClient, store: KeyStore
+) -> None:
+    secret = await make_key(store)
+    url = f"{gateways[0]}/v1/chat/completions"
+    assert (await http.post(url, json=BODY, headers=auth(secret))).status_code == 200
+    await store.revoke(secret.split("-")[1])
+    assert (await http.post(url, json=BODY, headers=auth(secret))).status_code == 401
+
+
+async def test_rpm_exact_across_two_gateways(
+    gateways: list[str], http: httpx.AsyncClient, store: KeyStore, redis: aioredis.Redis
+) -> None:
+    secret = await make_key(store, rpm=7)
+    await clear_of_window_edge(redis)
+    rs = await asyncio.gather(
+        *(
+            http.post(f"{gateways[i % 2]}/v1/chat/completions", json=BODY, headers=auth(secret))
+            for i in range(20)
+        )
+    )
+    assert Counter(r.status_code for r in rs) == {200: 7, 429: 13}
+    refused = [r for r in rs if r.status_code == 429]
+    assert all(error_code(r) == "rate_limit_exceeded" and int(r.headers["retry-after"]) >= 1 for r in refused)
+    assert "7 requests per minute" in refused[0].json()["error"]["message"]
+
+
+async def test_tpm_exact_across_two_gateways(
+    gateways: list[str], http: httpx.AsyncClient, store: KeyStore, redis: aioredis.Redis
+) -> None:
+    cost = (
+        len(httpx.Request("POST", "http://x", json=BODY).content) // 4 + MAX_TOKENS
+    )  # as the gateway counts
+    secret = await make_key(store, tpm=3 * cost + cost // 2)
+    await clear_of_window_edge(redis)
+    rs = await asyncio.gather(
+        *(
+            http.post(f"{gateways[i % 2]}/v1/chat/completions", json=BODY, headers=auth(secret))
+            for i in range(10)
+        )
+    )
+    assert Counter(r.status_code for r in rs) == {200: 3, 429: 7}
+    assert "tokens per minute" in next(r for r in rs if r.status_code == 429).json()["error"]["message"]
+
+
+async def test_bearer_secret_never_logged(
+    gateways: list[str], http: httpx.AsyncClient, store: KeyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = await make_key(store, rpm=1)
+    caplog.set_level(logging.DEBUG)
+    url = f"{gateways[0]}/v1/chat/completions"
+    for headers in (auth(secret), auth(secret), auth(secret + "x"), auth(secret)):
+        await http.post(url, json=BODY, headers=headers)
+    await http.post(url, json={**BODY, "model": "closed-model"}, headers=auth(secret))
+    assert caplog.records  # the gateway did log these requests
+    assert secret not in caplog.text and secret.split("-")[-1] not in caplog.text
