@@ -20,8 +20,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-WORDS: tuple[str, ...] = tuple(
-    """
+_WORD_TEXT = """
     able about above account across action activity actually add address after again against age agency
     agree air all allow almost alone along already also although always among amount analysis animal
     another answer any anyone appear apply approach area argue arm around arrive art article artist
@@ -81,8 +80,8 @@ WORDS: tuple[str, ...] = tuple(
     wait walk wall want war watch water weapon wear week weight well west western whatever wheel whether
     while white whole whose wide wife will win wind window wish with within without woman wonder word work
     worker world worry would write writer wrong yard yeah year yes yet young yourself
-    """.split()
-)
+"""
+WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
 
 DOC_WORDS = 530  # ~600 SmolLM2 tokens
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from workers.fleet import Defaults, Model
 
+BUDGET_FLAG = "--gpu-memory-utilization"
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaSpec:
@@ -88,12 +90,24 @@ def build_launch(spec: ReplicaSpec, weights: Path | str, python: str = sys.execu
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", *source_args(spec.model, weights)]
     argv += ["--host", spec.host, "--port", str(spec.port), *engine_args(spec.model)]
     if spec.device_kind == "gpu" and spec.gpu_memory_utilization is not None:
-        argv += ["--gpu-memory-utilization", f"{spec.gpu_memory_utilization:.3f}"]
+        argv += [BUDGET_FLAG, f"{spec.gpu_memory_utilization:.3f}"]
     argv += spec.model.engine.extra_args  # last, so that they override
     if spec.device_kind == "cpu":
         argv = ["taskset", "-c", str(spec.device), *argv]
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **device_env(spec)}
     return Launch(argv, env)
+
+
+def with_budget(launch: Launch, budget: float) -> Launch:
+    """The same launch with every ``--gpu-memory-utilization`` set to ``budget`` (appended if absent)."""
+    value = f"{budget:.3f}"
+    argv, found = list(launch.argv), False
+    for i, arg in enumerate(argv):
+        if arg == BUDGET_FLAG and i + 1 < len(argv):
+            argv[i + 1], found = value, True
+        elif arg.startswith(BUDGET_FLAG + "="):
+            argv[i], found = f"{BUDGET_FLAG}={value}", True
+    return Launch(argv if found else [*argv, BUDGET_FLAG, value], dict(launch.env))
 
 
 def plan_replicas(models: list[Model], defaults: Defaults, n_devices: int) -> list[ReplicaSpec]:

@@ -1,19 +1,40 @@
 """The supervisor: starts one vLLM process per replica, one after another, registers each ready
-replica, restarts crashed ones with back-off, and drains them all on SIGTERM."""
+replica, restarts crashed ones with back-off, and drains them all on SIGTERM.
+
+Start path on a GPU (vLLM mis-sizes the KV cache of processes that start together on one device):
+replicas that share a device start strictly one at a time (a lock per device, which restarts take too),
+each only when the previous is ready and the device's free memory covers ``budget x total + reserve``
+(polled through a :data:`~workers.gpu.MemoryProbe` until a deadline).  A start that fails with
+out-of-memory is retried with the budget lowered by 0.05 down to the replica's floor; past it, the
+replica stays stopped and one log line (:class:`~workers.oom.StartReport`) names the model, the budget,
+the free memory and what to change.  On CPUs none of this applies: failed starts are retried as they are.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from gateway.replica import ReplicaRecord, ReplicaState
-from workers.launch import Launch, ReplicaSpec
+from workers.gpu import DeviceMemory, MemoryProbe, gib, nvidia_smi_probe
+from workers.launch import Launch, ReplicaSpec, with_budget
+from workers.oom import (
+    BACKOFF_STEP,
+    VLLM_DEFAULT_BUDGET,
+    Oom,
+    StartReport,
+    detect_oom,
+    needed_bytes,
+    next_budget,
+)
+from workers.planner import DEFAULT_RESERVE_BYTES
 from workers.process import ReplicaProcess, StartFailed, running_requests
 from workers.registrar import Registrar
 
@@ -42,18 +63,50 @@ class SupervisorOptions:
     heartbeat_ttl_s: float = 10.0
     backoff: RestartBackoff = RestartBackoff()
     max_start_attempts: int = 3
+    """Attempts for failures other than a GPU out-of-memory (those are bounded by the budget floor)."""
+    oom_step: float = BACKOFF_STEP
+    gpu_reserve_bytes: int = DEFAULT_RESERVE_BYTES
+    """What a vLLM process takes beyond its budget (CUDA context, graphs): part of the free-memory gate."""
+    free_memory_deadline_s: float = 120.0
+    free_memory_poll_s: float = 1.0
+
+
+class NotEnoughMemory(Exception):
+    def __init__(self, report: StartReport) -> None:
+        super().__init__(report.message())
+        self.report = report
 
 
 class Replica:
-    """One replica's process and its published state; owned by the supervisor."""
+    """One replica's process and its published state; owned by the supervisor.
 
-    def __init__(self, spec: ReplicaSpec, launch: Launch, log_dir: Path) -> None:
+    ``floor`` is the lowest budget the OOM back-off may try: the fleet's
+    ``budget.min_gpu_memory_utilization`` unless a plan gives one (``ReplicaPlan.backoff_floor``).
+    """
+
+    def __init__(self, spec: ReplicaSpec, launch: Launch, log_dir: Path, floor: float | None = None) -> None:
         self.spec = spec
         self.process = ReplicaProcess(launch, log_dir / f"{spec.id}.log")
         self.state = ReplicaState.STARTING
         self.restarts = 0
         self.started_at = 0.0
         self.startup_s = 0.0
+        self.floor = spec.model.budget.min_gpu_memory_utilization if floor is None else floor
+        self.budgets_tried: list[float] = []
+        self.failure: StartReport | None = None
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.spec.device_kind == "gpu"
+
+    @property
+    def budget(self) -> float:
+        return self.spec.gpu_memory_utilization or VLLM_DEFAULT_BUDGET
+
+    def set_budget(self, budget: float) -> None:
+        """Use ``budget`` from the next start on (the spec, the published record and vLLM's argv)."""
+        self.spec = dataclasses.replace(self.spec, gpu_memory_utilization=budget)
+        self.process.launch = with_budget(self.process.launch, budget)
 
     def record(self) -> ReplicaRecord:
         s = self.spec
@@ -76,10 +129,14 @@ class Supervisor:
         client: httpx.AsyncClient,
         options: SupervisorOptions,
         on_change: Callable[[Replica], None] = lambda r: None,
+        memory_probe: MemoryProbe = nvidia_smi_probe,
     ) -> None:
         self.replicas, self.registrar, self.client, self.options = replicas, registrar, client, options
         self.on_change = on_change
+        self.probe = memory_probe
         self.stopping = asyncio.Event()
+        self.device_locks: dict[int, asyncio.Lock] = {}
+        self.watchers: list[asyncio.Task[None]] = []
 
     async def set_state(self, r: Replica, state: ReplicaState) -> None:
         r.state = state
@@ -99,6 +156,8 @@ class Supervisor:
             r.spec.device,
             r.spec.budget_label,
         )
+        if r.on_gpu:
+            r.budgets_tried.append(r.budget)
         await r.process.start()
         r.startup_s = await r.process.wait_ready(
             r.spec.url, r.spec.model.name, self.options.ready_deadline_s, self.client
@@ -108,17 +167,129 @@ class Supervisor:
         log.info(
             "replica=%s ready in %.1f s pid=%s url=%s", r.spec.id, r.startup_s, r.process.pid, r.spec.url
         )
+        if r.on_gpu:
+            await self.log_device(r, "after ready")
+
+    async def read_device(self, device: int) -> DeviceMemory | None:
+        return await asyncio.to_thread(self.probe, device)
+
+    async def log_device(self, r: Replica, when: str) -> None:
+        mem = await self.read_device(r.spec.device)
+        if mem is not None:
+            log.info(
+                "replica=%s gpu:%d %s: used_mib=%d free_mib=%d total_mib=%d",
+                r.spec.id,
+                r.spec.device,
+                when,
+                mem.used_bytes >> 20,
+                mem.free_bytes >> 20,
+                mem.total_bytes >> 20,
+            )
+
+    async def wait_for_memory(self, r: Replica) -> DeviceMemory | None:
+        """Poll the device until its free memory covers the replica's budget plus the reserve.
+
+        Returns the last reading (None where the device cannot be read: the gate is then open);
+        raises :class:`NotEnoughMemory` at the deadline.
+        """
+        opts = self.options
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waiting = False
+        while True:
+            mem = await self.read_device(r.spec.device)
+            if mem is None:
+                log.warning(
+                    "replica=%s gpu:%d memory unreadable: starting without the gate", r.spec.id, r.spec.device
+                )
+                return None
+            need = needed_bytes(r.budget, mem.total_bytes, opts.gpu_reserve_bytes)
+            if mem.covers(need) or self.stopping.is_set():
+                log.info(
+                    "replica=%s gpu:%d has %s; budget %.3f needs %s GiB: starting",
+                    r.spec.id, r.spec.device, mem.describe(), r.budget, gib(need),
+                )  # fmt: skip
+                return mem
+            waited = loop.time() - started
+            if waited >= opts.free_memory_deadline_s:
+                raise NotEnoughMemory(self.report(r, mem, waited_s=waited, tried=(r.budget,)))
+            if not waiting:
+                waiting = True
+                log.info(
+                    "replica=%s waiting for gpu:%d: %s, budget %.3f needs %s GiB (deadline %.0f s)",
+                    r.spec.id, r.spec.device, mem.describe(), r.budget, gib(need),
+                    opts.free_memory_deadline_s,
+                )  # fmt: skip
+            await asyncio.sleep(opts.free_memory_poll_s)
+
+    def report(
+        self,
+        r: Replica,
+        free: DeviceMemory | None,
+        tried: Sequence[float],
+        oom: Oom | None = None,
+        waited_s: float | None = None,
+    ) -> StartReport:
+        return StartReport(
+            replica=r.spec.id,
+            model=r.spec.model.name,
+            device=r.spec.device,
+            budgets_tried=tuple(tried),
+            floor=r.floor,
+            free=free,
+            reserve_bytes=self.options.gpu_reserve_bytes,
+            oom=oom,
+            waited_s=waited_s,
+        )
+
+    def give_up(self, r: Replica, report: StartReport) -> bool:
+        r.failure = report
+        log.error("%s", report.message())
+        return False
 
     async def start_with_retries(self, r: Replica) -> bool:
-        for attempt in range(1, self.options.max_start_attempts + 1):
+        """Start ``r``; on a GPU, one start at a time per device, behind the free-memory gate, with the
+        out-of-memory back-off.  Returns whether it became ready."""
+        if not r.on_gpu:
+            return await self._attempts(r)
+        lock = self.device_locks.setdefault(r.spec.device, asyncio.Lock())
+        async with lock:
+            return await self._attempts(r)
+
+    async def _attempts(self, r: Replica) -> bool:
+        r.budgets_tried, r.failure = [], None
+        attempt = failures = 0
+        while failures < self.options.max_start_attempts:
+            attempt += 1
+            free: DeviceMemory | None = None
+            if r.on_gpu:
+                try:
+                    free = await self.wait_for_memory(r)
+                except NotEnoughMemory as exc:
+                    return self.give_up(r, exc.report)
+            if self.stopping.is_set():
+                return False
             try:
                 await self.start(r)
                 return True
             except StartFailed as exc:
                 await r.process.stop(1.0)
                 log.error("replica=%s start %d failed: %s\n%s", r.spec.id, attempt, exc, exc.log_tail)
+                tail = exc.log_tail
             if self.stopping.is_set():
                 return False
+            oom = detect_oom(tail) if r.on_gpu else None
+            if oom is None:
+                failures += 1
+                continue
+            lower = next_budget(oom, r.budget, r.floor, self.options.oom_step)
+            if lower is None:
+                return self.give_up(r, self.report(r, free, tried=r.budgets_tried, oom=oom))
+            log.warning(
+                "replica=%s out of memory (%s) at gpu_memory_utilization %.3f; retrying at %.3f (floor %.3f)",
+                r.spec.id, oom.kind.value, r.budget, lower, r.floor,
+            )  # fmt: skip
+            r.set_budget(lower)
         return False
 
     async def watch(self, r: Replica) -> None:
@@ -155,15 +326,20 @@ class Supervisor:
                     await self.registrar.publish(r.record())
             await asyncio.sleep(interval)
 
-    async def run(self) -> None:
-        """Start every replica one after another, then watch them until stop() is called."""
-        tasks = [asyncio.create_task(self.heartbeat())]
-        for r in self.replicas:
+    async def start_group(self, group: Sequence[Replica]) -> None:
+        for r in group:
             if self.stopping.is_set():
-                break
+                return
             if await self.start_with_retries(r):
-                tasks.append(asyncio.create_task(self.watch(r)))
+                self.watchers.append(asyncio.create_task(self.watch(r)))
+
+    async def run(self) -> None:
+        """Start the replicas (one after another on each device; devices side by side), then watch them
+        until stop() is called."""
+        heartbeat = asyncio.create_task(self.heartbeat())
+        await asyncio.gather(*(self.start_group(g) for g in start_groups(self.replicas)))
         await self.stopping.wait()
+        tasks = [heartbeat, *self.watchers]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -186,3 +362,12 @@ class Supervisor:
         for r in self.replicas:
             await self.registrar.remove(r.record())
         log.info("all replicas stopped")
+
+
+def start_groups(replicas: Sequence[Replica]) -> list[list[Replica]]:
+    """Replicas that start one after another: those of each GPU, in fleet order; all CPU replicas as one."""
+    groups: dict[tuple[str, int], list[Replica]] = {}
+    for r in replicas:
+        key = ("gpu", r.spec.device) if r.on_gpu else ("cpu", 0)
+        groups.setdefault(key, []).append(r)
+    return list(groups.values())
