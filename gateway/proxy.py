@@ -37,7 +37,7 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 # The request headers any step reads; the rest are never looked at (nor forwarded).
 WANTED_HEADERS = frozenset(
-    {b"authorization", b"b"x-request-id", b"x-session-id", b"x-priority", b"x-max-wait-s"}
+    {b"authorization", b"x-request-id", b"x-session-id", b"x-priority", b"x-max-wait-s"}
 )
 
 
