@@ -16,7 +16,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -145,7 +144,8 @@ def start_gateway(tmp: Path, engine: Proc, redis: Proc, admission: bool) -> Proc
     fleet = tmp / "fleet-bench.yaml"
     fleet.write_text(
         "models:\n  - name: fake-model\n"
-        f"    endpoints: ['{engine.url}']\n    concurrency: 4096\n    max_queue: 4096\n    policy: round_robin\n"
+        f"    endpoints: ['{engine.url}']\n    concurrency: 4096\n"
+        "    max_queue: 4096\n    policy: round_robin\n"
     )
     env = {
         "LLMGW_ADMISSION": str(admission).lower(),
@@ -247,7 +247,8 @@ def soak(gateway: Proc, seconds: float) -> str:
         samples.append(psutil.Process(gateway.popen.pid).memory_info().rss / 2**20)
         say(f"soak: RSS {samples[-1]:.1f} MiB")
     first, last = samples[0], samples[-1]
-    return f"soak {seconds:.0f} s at concurrency 256: RSS {first:.1f} → {last:.1f} MiB ({(last / first - 1) * 100:+.1f} %)"
+    change = (last / first - 1) * 100
+    return f"soak {seconds:.0f} s at concurrency 256: RSS {first:.1f} → {last:.1f} MiB ({change:+.1f} %)"
 
 
 def main(argv: list[str] | None = None) -> int:

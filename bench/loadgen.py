@@ -48,7 +48,8 @@ class Target:
 
     def request(self) -> bytes:
         head = (
-            f"POST {self.path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\ncontent-type: application/json\r\n"
+            f"POST {self.path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
+            "content-type: application/json\r\n"
             f"content-length: {len(self.body)}\r\n\r\n"
         )
         return head.encode() + self.body

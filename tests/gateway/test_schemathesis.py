@@ -75,7 +75,10 @@ def test_no_5xx_and_openai_errors(gateway: Proc, mode: GenerationMode) -> None:
         body = encode(case.body)
         headers = {k: v for k, v in (case.headers or {}).items() if k.lower() != "content-length"}
         response = client.request(
-            case.method, case.formatted_path, content=body, params=case.query,
+            case.method,
+            case.formatted_path,
+            content=body,
+            params=case.query,
             headers={"content-type": "application/json", **headers},
         )
         check(response)

@@ -19,10 +19,25 @@ def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path) -> Non
     engine = start_fake_engine(tmp_path, "--model", "ext-model")
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(f"models:\n - name: ext-model\n   aliases: [ext]\n   endpoints: ['{engine.url}']\n")
-    ports = {"port": free_port(), "gateway-port": free_port(), "redis-port": free_port(),
-             "prometheus-port": free_port(), "supervisor-port": free_port()}
-    argv = [str(Path(sys.executable).parent / "llmgw-stack"), "--fleet", str(fleet), "--run-dir",
-            str(tmp_path / "run"), "--gateways", "1", *[x for k, v in ports.items() for x in (f"--{k}", str(v))]]
+    ports = {
+        "port": free_port(),
+        "gateway-port": free_port(),
+        "redis-port": free_port(),
+        "prometheus-port": free_port(),
+        "supervisor-port": free_port(),
+    }
+    flags = [x for k, v in ports.items() for x in (f"--{k}", str(v))]
+    run_dir = str(tmp_path / "run")
+    argv = [
+        str(Path(sys.executable).parent / "llmgw-stack"),
+        "--fleet",
+        str(fleet),
+        "--run-dir",
+        run_dir,
+        "--gateways",
+        "1",
+        *flags,
+    ]
     log = tmp_path / "stack.log"
     stack = spawn(argv, ports["port"], log)
     try:
