@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 
 from gateway.admission.base import AdmissionUnavailable, Ticket
 from gateway.admission.order import clamp_priority
+from gateway.admission.resp import LeanScript, PipelinedRedis
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.keys import Keys
 from gateway.metrics import GatewayMetrics
@@ -86,12 +87,12 @@ def blocking_client(url: str, connect_timeout_s: float, max_connections: int) ->
 class QueueScripts:
     """The scripts bound to one client; each method names the keys of one model."""
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys, ttl_ms: int) -> None:
+    def __init__(self, redis: PipelinedRedis, keys: Keys, ttl_ms: int) -> None:
         self.keys, self.ttl_ms = keys, ttl_ms
-        self._acquire = redis.register_script(script_source("acquire"))
-        self._leave = redis.register_script(script_source("leave"))
-        self._release = redis.register_script(script_source("release"))
-        self._tick = redis.register_script(script_source("tick"))
+        self._acquire = LeanScript(redis, script_source("acquire"))
+        self._leave = LeanScript(redis, script_source("leave"))
+        self._release = LeanScript(redis, script_source("release"))
+        self._tick = LeanScript(redis, script_source("tick"))
 
     def _model_keys(self, model: str) -> list[str]:
         k = self.keys
@@ -170,7 +171,8 @@ class RedisAdmission:
         self.redis, self.blocking, self.keys = redis, blocking, keys
         self.gateway_id, self.lease_ttl_s, self.metrics = gateway_id, lease_ttl_s, metrics
         self.io_timeout_s = io_timeout_s
-        self.scripts = QueueScripts(redis, keys, int(lease_ttl_s * 1000))
+        self.lean = PipelinedRedis.like(redis, io_timeout_s)
+        self.scripts = QueueScripts(self.lean, keys, int(lease_ttl_s * 1000))
         self._held: dict[str, set[str]] = {}
         self._capacity: dict[str, int] = {}
         self._depth: dict[str, int] = {}
@@ -202,6 +204,7 @@ class RedisAdmission:
         await self.drain(2 * self._io_budget)
         await self.blocking.aclose()
         await self.redis.aclose()
+        self.lean.close()
 
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[RedisLease, float]:
         started = time.monotonic()

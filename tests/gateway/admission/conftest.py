@@ -9,6 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.admission.redis_queue import QueueScripts, RedisAdmission, blocking_client, fast_client
+from gateway.admission.resp import PipelinedRedis
 from gateway.keys import Keys
 
 MakeAdmission = Callable[..., Awaitable[RedisAdmission]]
@@ -28,7 +29,7 @@ async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 
 @pytest.fixture
 def scripts(redis: aioredis.Redis, keys: Keys) -> QueueScripts:
-    return QueueScripts(redis, keys, ttl_ms=30_000)
+    return QueueScripts(PipelinedRedis.like(redis, 2.0), keys, ttl_ms=30_000)
 
 
 @pytest.fixture

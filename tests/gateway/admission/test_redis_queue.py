@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from gateway.admission.base import Ticket
 from gateway.admission.order import FairQueue
 from gateway.admission.redis_queue import Acquired, Left, QueueScripts, RedisAdmission
+from gateway.admission.resp import PipelinedRedis
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.keys import Keys
 from tests.gateway.admission.conftest import MakeAdmission
@@ -114,7 +115,7 @@ async def test_redis_grant_order_matches_the_reference(
     redis: aioredis.Redis, reqs: list[tuple[str, int, int]]
 ) -> None:
     keys = Keys(f"h{uuid.uuid4().hex[:12]}")
-    scripts = QueueScripts(redis, keys, 30_000)
+    scripts = QueueScripts(PipelinedRedis.like(redis, 2.0), keys, 30_000)
     ref = FairQueue()
     await scripts.acquire(ticket(), "holder", 1)
     for i, (tenant, prio, cost) in enumerate(reqs):

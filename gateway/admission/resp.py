@@ -1,0 +1,198 @@
+"""A lean, pipelined Redis connection for the admission scripts on the hot path.
+
+Every admitted request runs two scripts (acquire, release). Through redis-py each call cost more
+CPU than the rest of the request path together (see README "Performance"); here one connection
+carries every call of the gateway, pipelined: commands are written as they come and replies are
+matched to callers in order. Only what EVALSHA needs is spoken: RESP2 integers, bulk strings,
+arrays, simple strings and errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+Reply = int | bytes | str | list[Any] | None
+
+
+class RedisReplyError(RedisError):
+    """Redis answered the command with an error."""
+
+
+def encode(parts: list[bytes | str | int | float]) -> bytes:
+    out = [b"*%d\r\n" % len(parts)]
+    for p in parts:
+        b = p if isinstance(p, bytes) else str(p).encode()
+        out += [b"$%d\r\n" % len(b), b, b"\r\n"]
+    return b"".join(out)
+
+
+class _Parser:
+    """Incremental RESP2 parser: feed bytes, take complete replies."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+
+    def replies(self) -> list[Reply | RedisReplyError]:
+        out = []
+        while self.buf:
+            parsed = self._parse(0)
+            if parsed is None:
+                break
+            value, end = parsed
+            del self.buf[:end]
+            out.append(value)
+        return out
+
+    def _line(self, at: int) -> tuple[bytes, int] | None:
+        end = self.buf.find(b"\r\n", at)
+        return None if end < 0 else (bytes(self.buf[at + 1 : end]), end + 2)
+
+    def _parse(self, at: int) -> tuple[Any, int] | None:
+        line = self._line(at)
+        if line is None:
+            return None
+        head, nxt = line
+        kind = self.buf[at : at + 1]
+        if kind == b":":
+            return int(head), nxt
+        if kind == b"+":
+            return head.decode(), nxt
+        if kind == b"-":
+            return RedisReplyError(head.decode()), nxt
+        if kind == b"$":
+            return self._bulk(int(head), nxt)
+        if kind == b"*":
+            return self._array(int(head), nxt)
+        raise RedisReplyError(f"unexpected reply type {kind!r}")
+
+    def _bulk(self, size: int, at: int) -> tuple[bytes | None, int] | None:
+        if size < 0:
+            return None, at
+        if len(self.buf) < at + size + 2:
+            return None
+        return bytes(self.buf[at : at + size]), at + size + 2
+
+    def _array(self, count: int, at: int) -> tuple[list[Any] | None, int] | None:
+        if count < 0:
+            return None, at
+        items = []
+        for _ in range(count):
+            parsed = self._parse(at)
+            if parsed is None:
+                return None
+            item, at = parsed
+            items.append(item)
+        return items, at
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.parser = _Parser()
+        self.pending: collections.deque[asyncio.Future[Reply]] = collections.deque()
+        self.transport: asyncio.Transport | None = None
+        self.lost: Exception | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed(data)
+        for reply in self.parser.replies():
+            fut = self.pending.popleft()
+            if fut.done():
+                continue
+            if isinstance(reply, RedisReplyError):
+                fut.set_exception(reply)
+            else:
+                fut.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = ConnectionResetError("the Redis connection was lost")
+        while self.pending:
+            fut = self.pending.popleft()
+            if not fut.done():
+                fut.set_exception(self.lost)
+
+
+class PipelinedRedis:
+    """One lazily (re)opened connection; calls are pipelined and bounded by a timeout."""
+
+    def __init__(self, host: str, port: int, db: int, password: str | None, timeout_s: float) -> None:
+        self.host, self.port, self.db, self.password = host, port, db, password
+        self.timeout_s = timeout_s
+        self._proto: _Protocol | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    @classmethod
+    def from_url(cls, url: str, timeout_s: float) -> PipelinedRedis:
+        parsed = urlsplit(url)
+        password = unquote(parsed.password) if parsed.password else None
+        db = int(parsed.path.strip("/") or 0)
+        return cls(parsed.hostname or "127.0.0.1", parsed.port or 6379, db, password, timeout_s)
+
+    @classmethod
+    def like(cls, client: aioredis.Redis, timeout_s: float) -> PipelinedRedis:
+        """A lean connection to the same server, database and credentials as a redis-py client."""
+        kw = client.connection_pool.connection_kwargs
+        host, port = kw.get("host", "127.0.0.1"), int(kw.get("port", 6379))
+        return cls(host, port, int(kw.get("db", 0)), kw.get("password"), timeout_s)
+
+    async def _connection(self) -> _Protocol:
+        proto = self._proto
+        if proto is not None and proto.lost is None:
+            return proto
+        self._connecting = self._connecting or asyncio.Lock()
+        async with self._connecting:
+            if self._proto is None or self._proto.lost is not None:
+                self._proto = await self._open()
+            return self._proto
+
+    async def _open(self) -> _Protocol:
+        loop = asyncio.get_running_loop()
+        _, proto = await loop.create_connection(_Protocol, self.host, self.port)
+        if self.password:
+            await self._send(proto, ["AUTH", self.password])
+        if self.db:
+            await self._send(proto, ["SELECT", self.db])
+        return proto
+
+    async def _send(self, proto: _Protocol, parts: list[bytes | str | int | float]) -> Reply:
+        assert proto.transport is not None
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        proto.pending.append(fut)
+        proto.transport.write(encode(parts))
+        return await fut
+
+    async def call(self, *parts: bytes | str | int | float) -> Reply:
+        async with asyncio.timeout(self.timeout_s):
+            return await self._send(await self._connection(), list(parts))
+
+    def close(self) -> None:
+        if self._proto is not None and self._proto.transport is not None:
+            self._proto.transport.close()
+
+
+class LeanScript:
+    """A Lua script called by EVALSHA (loaded with EVAL the first time Redis lacks it)."""
+
+    def __init__(self, client: PipelinedRedis, source: str) -> None:
+        self.client, self.source = client, source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    async def __call__(self, keys: list[str], args: list[str | int | float]) -> Any:
+        try:
+            return await self.client.call("EVALSHA", self.sha, len(keys), *keys, *args)
+        except RedisReplyError as exc:
+            if not str(exc).startswith("NOSCRIPT"):
+                raise
+        return await self.client.call("EVAL", self.source, len(keys), *keys, *args)
