@@ -2,7 +2,8 @@
 
 Every interval each replica's ``/health`` is checked (a failing one is ejected); an ejected
 replica whose back-off has run out gets a half-open probe that brings it back.  Each
-replica's ``/metrics`` gives ``vllm:num_requests_waiting``, which is added to in-flight load.
+replica's ``/metrics`` gives ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``: what every
+gateway together sent there, which the load of an endpoint takes into account (see ``Endpoint.load``).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from gateway.pool import Endpoint, ReplicaTable
 
 log = logging.getLogger("llmgw.monitor")
 WAITING = re.compile(rb"^vllm:num_requests_waiting(?:\{[^}]*\})? ([0-9.eE+-]+)", re.MULTILINE)
+RUNNING = re.compile(rb"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)", re.MULTILINE)
 
 
-def waiting_from_metrics(text: bytes) -> int:
-    """Sum of vllm:num_requests_waiting over the series a replica exports."""
-    return int(sum(float(v) for v in WAITING.findall(text)))
+def gauge_sum(pattern: re.Pattern[bytes], text: bytes) -> int:
+    """Sum of one vLLM gauge over the series a replica exports."""
+    return int(sum(float(v) for v in pattern.findall(text)))
 
 
 class Monitor:
@@ -64,7 +66,8 @@ class Monitor:
         except (httpx.HTTPError, OSError):
             return
         if r.status_code == 200:
-            ep.waiting = waiting_from_metrics(r.content)
+            ep.waiting = gauge_sum(WAITING, r.content)
+            ep.running = gauge_sum(RUNNING, r.content)
 
     def export(self) -> None:
         for ep in self.table.endpoints():

@@ -17,6 +17,7 @@ class Endpoint:
     record: ReplicaRecord
     inflight: int = 0
     waiting: int = 0
+    running: int = 0
     ejected_until: float = 0.0
     failures: int = 0
 
@@ -30,8 +31,9 @@ class Endpoint:
 
     @property
     def load(self) -> int:
-        """Live load: this gateway's in-flight requests plus what vLLM reports waiting."""
-        return self.inflight + self.waiting
+        """Live load: what runs there (this gateway's own count, fresh, or what vLLM last reported running
+        for all gateways together, whichever is larger) plus what vLLM reports waiting."""
+        return max(self.inflight, self.running) + self.waiting
 
     @property
     def ejected(self) -> bool:

@@ -1,0 +1,803 @@
+"""Routing benchmark (``make bench-routing``): every routing policy on two real CPU vLLM replicas.
+
+What runs. Redis and the worker supervisor (``llmgw-workers`` with ``bench/fleet-routing.yaml``: SmolLM2
+×2, one replica per core) start once. For each policy, two gateway replicas start from a copy of that
+fleet whose ``policy`` differs, and the two workloads of :mod:`bench.routing_workloads` run against them:
+the clients send each request to the two gateways in turn (request *i* to gateway *i* mod 2, directly,
+without nginx). The single-replica ideal runs through the same two gateways with a fleet that lists
+replica 0 alone as an external endpoint, so it sees the same gateway overhead and every request lands on
+one prefix cache.
+
+Fairness. Every run sends the same requests (same seeds). Before each workload both replicas' prefix
+caches are emptied with vLLM's ``POST /reset_prefix_cache`` (a dev endpoint: the workers run with
+``VLLM_SERVER_DEV_MODE=1``), so no run inherits another's cache. A warm-up request per replica runs first.
+
+What is measured, per policy × workload:
+- prefix-cache hit rate: Σ over replicas of the ``vllm:prefix_cache_hits_total`` delta divided by the
+  ``vllm:prefix_cache_queries_total`` delta (both in tokens; hits count only full 128-token blocks);
+- TTFT p50/p90: client side, from sending a streaming request to its first chunk with content;
+- requests/s: requests over the workload's wall time (conversations include the users' think time);
+- each replica's share: its ``vllm:request_success_total`` delta over the total (exact: the run waits
+  until the replicas' counters add up to the requests sent).
+
+Run it alone: ``flock /tmp/llmgw-e2e.lock timeout 1800 .venv/bin/python -m bench.routing``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import math
+import re
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from bench.routing_workloads import (
+    DOC_WORDS,
+    Conversation,
+    TemplateRequest,
+    chat_body,
+    chat_messages,
+    conversations,
+    templates,
+)
+from gateway.routing.prefix import chat_prefix_key
+from gateway.routing.rendezvous import key_digest, score
+from gateway.settings import GatewaySettings
+from workers.fleet import load_fleet
+from workers.launch import ReplicaSpec, plan_replicas
+from workers.stack.stack import REPO, Stack, StackConfig
+
+POLICIES = ("round_robin", "least_inflight", "power_of_two", "session", "prefix_affinity")
+IDEAL = "single_replica"
+WORKLOADS = ("conversations", "templates")
+HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+SUCCESS, PROMPT = "vllm:request_success_total", "vllm:prompt_tokens_total"
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)", re.MULTILINE)
+START = time.monotonic()
+
+# Targets (issue item 6).
+TARGET_IDEAL_FRACTION = 0.98
+TARGET_SHARE, TARGET_SHARE_TOLERANCE = 0.5, 0.075
+PREFIX_CHARS: int = GatewaySettings.model_fields["prefix_chars"].default
+
+
+def progress(message: str) -> None:
+    print(f"[{time.monotonic() - START:7.1f}s] {message}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Result arithmetic (pure)
+
+
+def sample_sums(text: str) -> dict[str, float]:
+    """Each sample name of a Prometheus text exposition, summed over all its label sets."""
+    sums: dict[str, float] = {}
+    for name, value in SAMPLE.findall(text):
+        try:
+            sums[name] = sums.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    return sums
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """One replica's cumulative vLLM counters (tokens for hits/queries/prompt, requests for success)."""
+
+    hits: float = 0.0
+    queries: float = 0.0
+    requests: float = 0.0
+    prompt_tokens: float = 0.0
+
+    @classmethod
+    def from_metrics(cls, text: str) -> Counters:
+        s = sample_sums(text)
+        return cls(s.get(HITS, 0.0), s.get(QUERIES, 0.0), s.get(SUCCESS, 0.0), s.get(PROMPT, 0.0))
+
+    def __sub__(self, other: Counters) -> Counters:
+        return Counters(
+            self.hits - other.hits,
+            self.queries - other.queries,
+            self.requests - other.requests,
+            self.prompt_tokens - other.prompt_tokens,
+        )
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between closest ranks (numpy's default); NaN if empty."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def ratio(num: float, den: float) -> float:
+    return num / den if den else math.nan
+
+
+def shares(requests: Sequence[float]) -> list[float]:
+    total = sum(requests)
+    return [ratio(r, total) for r in requests]
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    policy: str
+    workload: str
+    requests: int
+    errors: int
+    wall_s: float
+    hit_rate: float
+    ttft_p50_ms: float
+    ttft_p90_ms: float
+    req_per_s: float
+    shares: list[float]
+    replica_requests: list[float]
+    hit_tokens: float
+    query_tokens: float
+    computed_tokens: list[float]
+    vs_ideal: float = math.nan
+
+
+def summarise(
+    policy: str,
+    workload: str,
+    ttfts_s: Sequence[float],
+    errors: int,
+    wall_s: float,
+    deltas: Sequence[Counters],
+) -> Result:
+    hits = sum(d.hits for d in deltas)
+    queries = sum(d.queries for d in deltas)
+    per_replica = [d.requests for d in deltas]
+    return Result(
+        policy=policy,
+        workload=workload,
+        requests=len(ttfts_s) + errors,
+        errors=errors,
+        wall_s=wall_s,
+        hit_rate=ratio(hits, queries),
+        ttft_p50_ms=percentile(ttfts_s, 50) * 1000,
+        ttft_p90_ms=percentile(ttfts_s, 90) * 1000,
+        req_per_s=ratio(len(ttfts_s) + errors, wall_s),
+        shares=shares(per_replica),
+        replica_requests=per_replica,
+        hit_tokens=hits,
+        query_tokens=queries,
+        computed_tokens=[d.queries - d.hits for d in deltas],
+    )
+
+
+def with_ideal(results: Sequence[Result]) -> list[Result]:
+    """Each result with ``vs_ideal`` = its hit rate / the single-replica hit rate of the same workload."""
+    ideal = {r.workload: r.hit_rate for r in results if r.policy == IDEAL}
+    return [
+        dataclasses.replace(r, vs_ideal=ratio(r.hit_rate, ideal.get(r.workload, math.nan))) for r in results
+    ]
+
+
+def find(results: Sequence[Result], policy: str, workload: str) -> Result | None:
+    return next((r for r in results if r.policy == policy and r.workload == workload), None)
+
+
+def targets(results: Sequence[Result], policy: str = "prefix_affinity") -> list[tuple[str, bool]]:
+    """The issue's three targets for ``policy``, per workload: (description, met)."""
+    out: list[tuple[str, bool]] = []
+    for workload in WORKLOADS:
+        r, rr = find(results, policy, workload), find(results, "round_robin", workload)
+        if r is None:
+            continue
+        lo, hi = TARGET_SHARE - TARGET_SHARE_TOLERANCE, TARGET_SHARE + TARGET_SHARE_TOLERANCE
+        out.append(
+            (
+                f"{workload}: hit rate {pct(r.vs_ideal)} of ideal >= {TARGET_IDEAL_FRACTION:.0%}",
+                r.vs_ideal >= TARGET_IDEAL_FRACTION,
+            )
+        )
+        out.append(
+            (
+                f"{workload}: shares {shares_text(r.shares)} within {lo:.1%}..{hi:.1%}",
+                all(lo <= s <= hi for s in r.shares),
+            )
+        )
+        if rr is not None:
+            out.append(
+                (
+                    f"{workload}: TTFT p90 {r.ttft_p90_ms:.0f} ms < round robin's {rr.ttft_p90_ms:.0f} ms",
+                    r.ttft_p90_ms < rr.ttft_p90_ms,
+                )
+            )
+    return out
+
+
+def pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x * 100:.1f}%"
+
+
+def shares_text(values: Sequence[float]) -> str:
+    return "/".join("-" if math.isnan(v) else f"{v * 100:.1f}" for v in values)
+
+
+COLUMNS = (
+    ("policy", 16),
+    ("workload", 13),
+    ("hit rate", 8),
+    ("vs ideal", 8),
+    ("TTFT p50", 9),
+    ("TTFT p90", 9),
+    ("req/s", 6),
+    ("shares r0/r1 %", 14),
+    ("errors", 6),
+)
+
+
+def row(r: Result) -> list[str]:
+    return [
+        r.policy,
+        r.workload,
+        pct(r.hit_rate),
+        pct(r.vs_ideal),
+        f"{r.ttft_p50_ms:.0f} ms",
+        f"{r.ttft_p90_ms:.0f} ms",
+        f"{r.req_per_s:.2f}",
+        shares_text(r.shares),
+        str(r.errors),
+    ]
+
+
+def table(results: Sequence[Result]) -> str:
+    def line(cells: Sequence[str]) -> str:
+        return " | ".join(
+            c.ljust(w) if i < 2 else c.rjust(w)
+            for i, (c, (_, w)) in enumerate(zip(cells, COLUMNS, strict=True))
+        )
+
+    header = line([name for name, _ in COLUMNS])
+    rule = "-+-".join("-" * w for _, w in COLUMNS)
+    ordered = sorted(results, key=lambda r: WORKLOADS.index(r.workload) if r.workload in WORKLOADS else 99)
+    return "\n".join([header, rule, *(line(row(r)) for r in ordered)])
+
+
+def jsonable(x: Any) -> Any:
+    """NaN becomes null, so that the file is strict JSON."""
+    if isinstance(x, float):
+        return None if math.isnan(x) else round(x, 6)
+    if isinstance(x, dict):
+        return {k: jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [jsonable(v) for v in x]
+    return x
+
+
+def first_choices(keys: Sequence[bytes], replica_ids: Sequence[str]) -> list[int]:
+    """Requests per replica if each went to its rendezvous first choice (prefix affinity, no load bound).
+
+    Same ranking as :func:`gateway.routing.rendezvous.top`: highest score, ties to the lowest id.
+    """
+    counts = [0] * len(replica_ids)
+    for key in keys:
+        digest = key_digest(key)
+        best = min(range(len(replica_ids)), key=lambda i: (-score(digest, replica_ids[i]), replica_ids[i]))
+        counts[best] += 1
+    return counts
+
+
+def prefix_keys(convs: Sequence[Conversation], tpl: Sequence[TemplateRequest]) -> list[bytes]:
+    """The gateway's prefix key of every request (conversation turns share their first turn's key)."""
+    keys = [
+        chat_prefix_key(chat_messages(c.system, [], c.turns[0].question), PREFIX_CHARS)
+        for c in convs
+        for _ in c.turns
+    ]
+    keys += [chat_prefix_key(chat_messages(r.system, [], r.question), PREFIX_CHARS) for r in tpl]
+    return keys
+
+
+# ---------------------------------------------------------------------------------------------------
+# The client: streaming chat requests, alternating between the gateways
+
+
+@dataclass(slots=True)
+class Sample:
+    ok: bool
+    ttft_s: float = math.nan
+    text: str = ""
+    status: int = 0
+
+
+def content_of(line: str) -> str | None:
+    """The content delta of one SSE line, or None for other lines (comments, role chunks, [DONE])."""
+    if not line.startswith("data:"):
+        return None
+    data = line[5:].strip()
+    if not data or data == "[DONE]":
+        return None
+    try:
+        event = json.loads(data)
+        content = event["choices"][0]["delta"].get("content")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return content if isinstance(content, str) and content else None
+
+
+async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Sample:
+    started = time.perf_counter()
+    sample = Sample(ok=False)
+    parts: list[str] = []
+    try:
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+            sample.status = r.status_code
+            if r.status_code != 200:
+                await r.aread()
+                return sample
+            async for line in r.aiter_lines():
+                content = content_of(line)
+                if content is None:
+                    continue
+                if not parts:
+                    sample.ttft_s = time.perf_counter() - started
+                parts.append(content)
+    except httpx.HTTPError:
+        return sample
+    sample.ok, sample.text = not math.isnan(sample.ttft_s), "".join(parts)
+    return sample
+
+
+@dataclass
+class Client:
+    """Sends each request to the next gateway in turn and keeps the samples."""
+
+    http: httpx.AsyncClient
+    gateways: Sequence[str]
+    model: str
+    max_tokens: int
+    samples: list[Sample] = field(default_factory=list)
+    sent: int = 0
+    on_sample: Callable[[int], None] = lambda n: None
+
+    async def chat(self, messages: list[dict[str, str]], user: str) -> Sample:
+        url = self.gateways[self.sent % len(self.gateways)]
+        self.sent += 1
+        body = chat_body(self.model, messages, self.max_tokens, user)
+        sample = await stream_chat(self.http, url, body)
+        self.samples.append(sample)
+        self.on_sample(len(self.samples))
+        return sample
+
+
+async def converse(client: Client, conv: Conversation) -> None:
+    history: list[tuple[str, str]] = []
+    for turn in conv.turns:
+        await asyncio.sleep(
+            turn.pause_s
+        )  # the user's think time, part of the workload (not a readiness wait)
+        sample = await client.chat(chat_messages(conv.system, history, turn.question), conv.id)
+        history.append((turn.question, sample.text))
+
+
+async def run_conversations(client: Client, convs: Sequence[Conversation]) -> None:
+    await asyncio.gather(*(converse(client, c) for c in convs))
+
+
+async def run_templates(client: Client, requests: Sequence[TemplateRequest], concurrency: int) -> None:
+    queue: asyncio.Queue[TemplateRequest] = asyncio.Queue()
+    for req in requests:
+        queue.put_nowait(req)
+
+    async def worker() -> None:
+        while not queue.empty():
+            req = queue.get_nowait()
+            await client.chat(chat_messages(req.system, [], req.question), req.user)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The stack: Redis and workers once, two gateways per policy
+
+
+@dataclass(frozen=True)
+class Options:
+    users: int = 8
+    turns: int = 4
+    pause_s: tuple[float, float] = (1.0, 3.0)
+    docs: int = 4
+    questions: int = 24
+    concurrency: int = 8
+    doc_words: int = DOC_WORDS
+    max_tokens: int = 8
+    seed: int = 1
+    policies: tuple[str, ...] = POLICIES
+    ideal: bool = True
+    workloads: tuple[str, ...] = WORKLOADS
+    fleet: Path = REPO / "bench/fleet-routing.yaml"
+    run_dir: Path = REPO / ".run/bench-routing"
+    out: Path = REPO / "bench/results/routing.json"
+    ready_deadline_s: float = 900.0
+
+    def conversations(self) -> list[Conversation]:
+        return conversations(self.seed, self.users, self.turns, self.doc_words, self.pause_s)
+
+    def templates(self) -> list[TemplateRequest]:
+        return templates(self.seed, self.docs, self.questions, self.doc_words)
+
+    def first_choice_split(self, replica_ids: Sequence[str]) -> dict[str, list[int]]:
+        """Per workload, the requests each replica would get from prefix affinity without its load bound."""
+        return {
+            "conversations": first_choices(prefix_keys(self.conversations(), []), replica_ids),
+            "templates": first_choices(prefix_keys([], self.templates()), replica_ids),
+        }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def fleet_data(path: Path) -> dict[str, Any]:
+    data: Any = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict) or len(data.get("models", [])) != 1:
+        raise SystemExit(f"{path}: the routing benchmark wants a fleet of exactly one model")
+    return data
+
+
+def policy_fleet(base: dict[str, Any], policy: str, replica0_url: str) -> dict[str, Any]:
+    """The gateways' fleet for one run: the same model with another policy, or replica 0 alone."""
+    data: dict[str, Any] = json.loads(json.dumps(base))
+    model = data["models"][0]
+    if policy == IDEAL:
+        for key in ("source", "replicas", "placement"):
+            model.pop(key, None)
+        model["endpoints"] = [replica0_url]
+        model["policy"] = "round_robin"
+    else:
+        model["policy"] = policy
+    return data
+
+
+async def poll(
+    check: Callable[[], Awaitable[bool]], deadline_s: float, what: str, every_s: float = 0.5
+) -> None:
+    """Poll ``check`` until it is true, or raise after ``deadline_s``."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if await check():
+            return
+        await asyncio.sleep(every_s)
+    raise RuntimeError(f"{what}: not within {deadline_s:.0f} s")
+
+
+class Bench:
+    def __init__(self, opts: Options, http: httpx.AsyncClient) -> None:
+        self.opts, self.http = opts, http
+        opts.run_dir.mkdir(parents=True, exist_ok=True)
+        self.base_fleet = fleet_data(opts.fleet)
+        workers_fleet = opts.run_dir / "fleet-workers.yaml"
+        workers_fleet.write_text(yaml.safe_dump(self.base_fleet))
+        self.config = StackConfig(
+            fleet_file=workers_fleet,
+            run_dir=opts.run_dir,
+            redis_port=free_port(),
+            gateway_ports=(free_port(), free_port()),
+            prometheus_port=0,
+            supervisor_metrics_port=free_port(),
+            ready_deadline_s=opts.ready_deadline_s,
+            drain_grace_s=5.0,
+        )
+        self.stack = Stack(self.config)
+        fleet = load_fleet(workers_fleet)
+        self.model = fleet.models[0].name
+        self.replicas: list[ReplicaSpec] = plan_replicas(fleet.models, fleet.defaults, 2)
+
+    # -- lifecycle
+
+    async def start_workers(self) -> None:
+        busy = [r.port for r in self.replicas if not port_free(r.port)]
+        if busy:
+            raise RuntimeError(
+                f"replica ports {busy} are taken: is another stack running? ({self.opts.fleet})"
+            )
+        self.stack.logs.mkdir(parents=True, exist_ok=True)
+        progress(f"starting redis and the workers ({len(self.replicas)} replicas); logs in {self.stack.logs}")
+        await self.stack.launch(self.stack.redis())
+        workers = self.stack.workers()
+        await self.stack.launch(
+            dataclasses.replace(workers, env={**workers.env, "VLLM_SERVER_DEV_MODE": "1"})
+        )
+        for spec in self.replicas:
+            ready = functools.partial(self.replica_ready, spec)
+            await poll(ready, self.opts.ready_deadline_s, f"replica {spec.id}")
+            progress(f"replica {spec.id} ready on {spec.url} (core {spec.device})")
+        await self.warm_up()
+
+    async def replica_ready(self, spec: ReplicaSpec) -> bool:
+        self.stack.check_alive()
+        try:
+            r = await self.http.get(f"{spec.url}/v1/models", timeout=2.0)
+        except httpx.HTTPError:
+            return False
+        return r.status_code == 200 and self.model in r.text
+
+    async def warm_up(self) -> None:
+        """One short request per replica, so that no run pays the first request's one-off costs."""
+        for spec in self.replicas:
+            body = chat_body(self.model, chat_messages("Warm up.", [], "Say hi."), 4, "warm-up")
+            sample = await stream_chat(self.http, spec.url, body)
+            if not sample.ok:
+                raise RuntimeError(f"warm-up request to {spec.id} failed (status {sample.status})")
+        progress("warm-up done")
+
+    async def start_gateways(self, policy: str) -> Stack:
+        path = self.opts.run_dir / f"fleet-{policy}.yaml"
+        path.write_text(yaml.safe_dump(policy_fleet(self.base_fleet, policy, self.replicas[0].url)))
+        gw = Stack(dataclasses.replace(self.config, fleet_file=path))
+        for i, port in enumerate(self.config.gateway_ports, start=1):
+            await gw.launch(gw.gateway(i, port))
+        want = 1 if policy == IDEAL else len(self.replicas)
+        for url in self.gateway_urls:
+            ready = functools.partial(self.gateway_ready, url, want)
+            await poll(ready, 60, f"gateway {url} with {want} replicas")
+        return gw
+
+    async def gateway_ready(self, url: str, want: int) -> bool:
+        try:
+            detail = (await self.http.get(f"{url}/ready", timeout=2.0)).json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        ready: int = detail.get("models", {}).get(self.model, {}).get("ready_replicas", 0)
+        return ready >= want
+
+    @property
+    def gateway_urls(self) -> list[str]:
+        return [f"http://{self.config.host}:{p}" for p in self.config.gateway_ports]
+
+    # -- replica state
+
+    async def metrics(self, spec: ReplicaSpec) -> str:
+        r = await self.http.get(f"{spec.url}/metrics", timeout=5.0)
+        r.raise_for_status()
+        return r.text
+
+    async def counters(self) -> list[Counters]:
+        return [Counters.from_metrics(t) for t in await asyncio.gather(*map(self.metrics, self.replicas))]
+
+    async def idle(self) -> bool:
+        sums = [sample_sums(t) for t in await asyncio.gather(*map(self.metrics, self.replicas))]
+        return all(s.get(RUNNING, 0) + s.get(WAITING, 0) == 0 for s in sums)
+
+    async def reset_caches(self) -> None:
+        await poll(self.idle, 60, "replicas idle")
+        for spec in self.replicas:
+            await poll(functools.partial(self.reset_cache, spec), 30, f"prefix cache reset on {spec.id}")
+
+    async def reset_cache(self, spec: ReplicaSpec) -> bool:
+        r = await self.http.post(f"{spec.url}/reset_prefix_cache", timeout=10.0)
+        if r.status_code == 404:
+            raise RuntimeError(
+                f"{spec.id} has no /reset_prefix_cache: VLLM_SERVER_DEV_MODE=1 did not reach it"
+            )
+        return r.status_code == 200 and bool(r.json().get("success"))
+
+    async def settled(self, before: Sequence[Counters], sent: int) -> list[Counters]:
+        """The counters once the replicas have counted every request sent (their success counters)."""
+        after: list[Counters] = []
+
+        async def counted() -> bool:
+            nonlocal after
+            after = await self.counters()
+            return sum(a.requests - b.requests for a, b in zip(after, before, strict=True)) >= sent
+
+        await poll(counted, 30, f"replicas counting {sent} requests", every_s=0.2)
+        return [a - b for a, b in zip(after, before, strict=True)]
+
+    # -- one run
+
+    async def run(self, policy: str) -> list[Result]:
+        progress(f"policy={policy}: starting two gateways")
+        gw = await self.start_gateways(policy)
+        try:
+            return [await self.run_workload(policy, w) for w in self.opts.workloads]
+        finally:
+            await gw.down()
+
+    async def run_workload(self, policy: str, workload: str) -> Result:
+        o = self.opts
+        await self.reset_caches()
+        before = await self.counters()
+        total = o.users * o.turns if workload == "conversations" else o.docs * o.questions
+        client = Client(
+            self.http,
+            self.gateway_urls,
+            self.model,
+            o.max_tokens,
+            on_sample=reporter(policy, workload, total),
+        )
+        started = time.monotonic()
+        if workload == "conversations":
+            await run_conversations(client, o.conversations())
+        else:
+            await run_templates(client, o.templates(), o.concurrency)
+        wall = time.monotonic() - started
+        ok = [s for s in client.samples if s.ok]
+        deltas = await self.settled(before, len(ok))
+        result = summarise(
+            policy, workload, [s.ttft_s for s in ok], len(client.samples) - len(ok), wall, deltas
+        )
+        cells = zip((name for name, _ in COLUMNS[2:]), row(result)[2:], strict=True)
+        progress(f"policy={policy} workload={workload}: " + ", ".join(f"{h}={c}" for h, c in cells))
+        return result
+
+    async def close(self) -> None:
+        progress("stopping the workers and redis")
+        await self.stack.down()
+
+
+def reporter(policy: str, workload: str, total: int) -> Callable[[int], None]:
+    """A progress line at each quarter of the workload's requests."""
+    marks = {max(1, math.ceil(total * q / 4)) for q in (1, 2, 3, 4)}
+
+    def report(done: int) -> None:
+        if done in marks:
+            progress(f"policy={policy} workload={workload}: {done}/{total} requests")
+
+    return report
+
+
+def replica_ids(fleet_file: Path) -> list[str]:
+    fleet = load_fleet(fleet_file)
+    return [spec.id for spec in plan_replicas(fleet.models, fleet.defaults, 2)]
+
+
+def report(results: Sequence[Result], opts: Options) -> None:
+    print()
+    print(table(results))
+    print()
+    split = opts.first_choice_split(replica_ids(opts.fleet))
+    for workload in opts.workloads:
+        counts = split[workload]
+        print(
+            f"rendezvous first choice alone (prefix affinity with no load bound) would split {workload} "
+            f"{'/'.join(map(str, counts))} requests ({shares_text(shares([float(c) for c in counts]))} %)"
+        )
+    for text, met in targets(results):
+        print(f"target {'MET   ' if met else 'MISSED'} prefix_affinity {text}")
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "setup": {**setup(opts), "first_choice_split": split},
+        "results": [dataclasses.asdict(r) for r in results],
+        "targets": [{"target": t, "met": m} for t, m in targets(results)],
+        "table": table(results).splitlines(),
+    }
+    opts.out.write_text(json.dumps(jsonable(document), indent=2) + "\n")
+    print(f"\nwritten to {opts.out}")
+
+
+def setup(opts: Options) -> dict[str, Any]:
+    return {
+        "replicas": "2 CPU vLLM replicas of smollm2-135m-instruct, one per core (bench/fleet-routing.yaml)",
+        "gateways": "2 gateway replicas; request i goes to gateway i mod 2 directly (no nginx)",
+        "ideal": "the same 2 gateways with replica 0 alone as an external endpoint",
+        "cache_reset": "POST /reset_prefix_cache on both replicas before every workload",
+        "ttft": "client side, request sent to first chunk with content (streaming)",
+        "shares": "per-replica vllm:request_success_total deltas",
+        "hit_rate": f"sum of {HITS} deltas / sum of {QUERIES} deltas (tokens, over both replicas)",
+        "conversations": {"users": opts.users, "turns": opts.turns, "pause_s": list(opts.pause_s)},
+        "templates": {
+            "docs": opts.docs,
+            "questions_per_doc": opts.questions,
+            "concurrency": opts.concurrency,
+        },
+        "doc_words": opts.doc_words,
+        "max_tokens": opts.max_tokens,
+        "seed": opts.seed,
+    }
+
+
+async def bench(opts: Options) -> list[Result]:
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(300.0, connect=5.0), limits=limits) as http:
+        b = Bench(opts, http)
+        results: list[Result] = []
+        try:
+            await b.start_workers()
+            runs = ((IDEAL,) if opts.ideal else ()) + opts.policies
+            for policy in runs:
+                results += await b.run(policy)
+        finally:
+            with contextlib.suppress(Exception):
+                await b.close()
+        return with_ideal(results)
+
+
+def csv(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(x.strip() for x in text.split(",") if x.strip())
+        bad = [x for x in items if x not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {list(choices)}")
+        return items
+
+    return parse
+
+
+def parse_args(argv: list[str] | None) -> Options:
+    d = Options()
+    p = argparse.ArgumentParser(prog="bench.routing", description=__doc__.split("\n")[0] if __doc__ else "")
+    p.add_argument("--users", type=int, default=d.users, help="concurrent conversations")
+    p.add_argument("--turns", type=int, default=d.turns, help="turns per conversation")
+    p.add_argument(
+        "--pause", type=float, nargs=2, default=d.pause_s, metavar=("MIN", "MAX"), help="think time s"
+    )
+    p.add_argument("--docs", type=int, default=d.docs, help="template documents")
+    p.add_argument("--questions", type=int, default=d.questions, help="questions per template document")
+    p.add_argument("--concurrency", type=int, default=d.concurrency, help="template clients in parallel")
+    p.add_argument(
+        "--doc-words", type=int, default=d.doc_words, help="words per document (530 = ~600 tokens)"
+    )
+    p.add_argument("--max-tokens", type=int, default=d.max_tokens, help="output tokens per request")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--policies", type=csv(POLICIES), default=d.policies, help="comma-separated")
+    p.add_argument("--workloads", type=csv(WORKLOADS), default=d.workloads, help="comma-separated")
+    p.add_argument("--no-ideal", action="store_true", help="skip the single-replica run")
+    p.add_argument("--fleet", type=Path, default=d.fleet)
+    p.add_argument("--run-dir", type=Path, default=d.run_dir)
+    p.add_argument("--out", type=Path, default=d.out)
+    a = p.parse_args(argv)
+    return Options(
+        users=a.users,
+        turns=a.turns,
+        pause_s=(a.pause[0], a.pause[1]),
+        docs=a.docs,
+        questions=a.questions,
+        concurrency=a.concurrency,
+        doc_words=a.doc_words,
+        max_tokens=a.max_tokens,
+        seed=a.seed,
+        policies=a.policies,
+        ideal=not a.no_ideal,
+        workloads=a.workloads,
+        fleet=a.fleet,
+        run_dir=a.run_dir,
+        out=a.out,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    runs = ",".join(((IDEAL,) if opts.ideal else ()) + opts.policies)
+    progress(f"routing benchmark: runs={runs} workloads={','.join(opts.workloads)}")
+    results = asyncio.run(bench(opts))
+    report(results, opts)
+    progress("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
