@@ -104,8 +104,7 @@ class Observer:
         kind, value = budget_of(replica)
         self.metrics.budget.labels(model, spec.id, kind).set(value)
         new = replica.restarts - self._restarts.get(spec.id, 0)
-        if new > 0:
-            self.metrics.restarts.labels(model, spec.id).inc(new)
+        self.metrics.restarts.labels(model, spec.id).inc(max(0, new))  # exists at 0 from the first start
         self._restarts[spec.id] = replica.restarts
         self._update_targets(replica)
 

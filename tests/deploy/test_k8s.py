@@ -275,6 +275,8 @@ def test_prometheus_configuration_passes_promtool(tmp_path: Path) -> None:
     for job in config["scrape_configs"]:
         assert job.pop("kubernetes_sd_configs") == [{"role": "pod", "namespaces": {"own_namespace": True}}]
         job["static_configs"] = [{"targets": ["127.0.0.1:9"]}]
+    assert config["rule_files"] == ["/etc/prometheus/llmgw-rules.yml"]  # the ConfigMap's mount
+    config["rule_files"] = [str(K8S / "prometheus" / "llmgw-rules.yml")]
     checked_file = tmp_path / "prometheus.yml"
     checked_file.write_text(yaml.safe_dump(config))
     checked = subprocess.run(

@@ -334,7 +334,8 @@ async def test_one_gateway_killed_new_requests_keep_succeeding(
     register(redis_url, prefix, engine.url)
     victim, survivor = start_gateways(tmp_path, redis_url, prefix, 2)
     try:
-        with nginx(tmp_path / "nginx", [f"127.0.0.1:{victim.port}", f"127.0.0.1:{survivor.port}"]) as n:
+        upstreams = [f"127.0.0.1:{victim.port}", f"127.0.0.1:{survivor.port}"]
+        with nginx(tmp_path / "nginx", upstreams, rate="100000r/s", burst=100000) as n:  # no rate limit here
             start = time.monotonic()
             flowing = asyncio.create_task(load(n.url, until=start + 4.5))
             await asyncio.sleep(1.0)

@@ -17,6 +17,7 @@ from workers.weights import weights_for
 REPO = Path(__file__).resolve().parents[2]
 NGINX_TEMPLATE = REPO / "deploy" / "nginx" / "nginx.conf.template"
 PROMETHEUS_TEMPLATE = REPO / "deploy" / "prometheus" / "prometheus.yml.template"
+ALERT_RULES = REPO / "deploy" / "prometheus" / "rules" / "llmgw.yml"
 
 VLLM_PORT = 8000
 GATEWAY_PORT = 9000
