@@ -39,6 +39,7 @@ import yaml
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from gateway.keys import Keys
 from gateway.replica import ReplicaRecord
+from workers.process import redis_server_argv
 
 MODEL = "bench-model"
 FAIR_MODEL = "bench-fair"  # its own FAKE ENGINE, slow enough that capacity, not CPU, is the bottleneck
@@ -387,19 +388,7 @@ async def main_async(args: argparse.Namespace) -> bool:
         try:
             redis_port, engine_port, fair_port = free_port(), free_port(), free_port()
             procs.spawn(
-                [
-                    "redis-server",
-                    "--port",
-                    str(redis_port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--dir",
-                    str(tmp),
-                ],
+                redis_server_argv("redis-server", redis_port, tmp),
                 "redis",
             )
             procs.spawn(

@@ -28,6 +28,7 @@ import psutil
 
 from bench.loadgen import Result, Target, percentile, run
 from tests.support.procs import REPO, Proc, free_port, http_ok, port_open, spawn, wait_until
+from workers.process import redis_server_argv
 from workers.stack.render import nginx_conf
 
 PROXY_CORE, LOAD_CORE = "0", "1"
@@ -97,22 +98,7 @@ def start_engine(tmp: Path) -> Proc:
 
 def start_redis(tmp: Path) -> Proc:
     port = free_port()
-    argv = pinned(
-        LOAD_CORE,
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp),
-        ],
-    )
+    argv = pinned(LOAD_CORE, redis_server_argv("redis-server", port, tmp))
     proc = spawn(argv, port, tmp / "redis.log")
     wait_until(lambda: port_open(port), 10, "redis")
     return proc

@@ -32,6 +32,33 @@ def tail(path: Path, lines: int = 30) -> str:
         return ""
 
 
+async def spawn_logged(argv: list[str], env: dict[str, str], log_file: Path) -> asyncio.subprocess.Process:
+    """A child in its own process group (so that it can be stopped whole), its output appended to a log."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as out:
+        return await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, env={**os.environ, **env},
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def redis_server_argv(binary: str, port: int, data_dir: Path, host: str = "127.0.0.1") -> list[str]:
+    """A throw-away redis-server: loopback, no persistence (registry and leases rebuild from heartbeats)."""
+    return [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        host,
+        "--dir",
+        str(data_dir),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+
+
 class ReplicaProcess:
     def __init__(self, launch: Launch, log_file: Path) -> None:
         self.launch = launch
@@ -47,16 +74,7 @@ class ReplicaProcess:
         return self.proc is not None and self.proc.returncode is None
 
     async def start(self) -> None:
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_file.open("ab") as out:
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.launch.argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                env={**os.environ, **self.launch.env},
-                start_new_session=True,
-            )
+        self.proc = await spawn_logged(self.launch.argv, self.launch.env, self.log_file)
 
     async def wait_ready(self, url: str, served: str, deadline_s: float, client: httpx.AsyncClient) -> float:
         """Poll /health and /v1/models until the model is listed; returns seconds taken."""

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from workers.process import redis_server_argv
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -86,20 +88,7 @@ def spawn(argv: list[str], port: int, log: Path, env: dict[str, str] | None = No
 def start_redis(tmp: Path, port: int | None = None) -> Proc:
     port = port or free_port()
     tmp.mkdir(parents=True, exist_ok=True)
-    argv = [
-        "redis-server",
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--dir",
-        str(tmp),
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]
-    proc = spawn(argv, port, tmp / "redis.log")
+    proc = spawn(redis_server_argv("redis-server", port, tmp), port, tmp / "redis.log")
     wait_until(lambda: port_open(port), 10, "redis-server")
     return proc
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from workers.process import spawn_logged
+
 Probe = Callable[[], Awaitable[bool]]
 
 
@@ -51,16 +53,7 @@ class Service:
     proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_file.open("ab") as out:
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                env={**os.environ, **self.env},
-                start_new_session=True,
-            )
+        self.proc = await spawn_logged(self.argv, self.env, self.log_file)
 
     @property
     def alive(self) -> bool:

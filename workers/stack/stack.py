@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from workers.fleet import Fleet, load_fleet
+from workers.process import redis_server_argv
 from workers.stack.render import nginx_conf, prometheus_conf
 from workers.stack.services import Service, http_probe, tcp_probe
 
@@ -69,21 +70,7 @@ class Stack:
         c = self.config
         data = c.run_dir / "redis"
         data.mkdir(parents=True, exist_ok=True)
-        argv = [
-            tool("redis-server"),
-            "--port",
-            str(c.redis_port),
-            "--bind",
-            c.host,
-            "--dir",
-            str(data),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--protected-mode",
-            "yes",
-        ]
+        argv = redis_server_argv(tool("redis-server"), c.redis_port, data, c.host)
         return Service("redis", argv, self.logs / "redis.log", tcp_probe(c.host, c.redis_port))
 
     def workers(self) -> Service:
