@@ -98,6 +98,10 @@ bench-routing: install
 bench-admission: install
 	$(BIN)/python -m bench.admission $(BENCH_ARGS)
 
+# The GPU run needs the lent H200 (see bench/gpu/device.sh); here it plans the fleet's budgets.
+bench-gpu: install
+	$(BIN)/python -m bench.gpu.plan_fleet $(BENCH_ARGS)
+
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache $(STAMPS)
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

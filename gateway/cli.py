@@ -61,3 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         backlog=4096,
     )
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

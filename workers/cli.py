@@ -88,3 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     asyncio.run(serve(fleet, args))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -26,3 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{m.name}: aliases {names}; {where}; policy {m.policy}; concurrency {m.concurrency}")
     print(f"{args.fleet}: valid ({len(fleet.models)} models)")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

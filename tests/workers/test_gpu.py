@@ -9,25 +9,26 @@ from workers.gpu import DeviceMemory, ProbeError, parse_compute_apps, parse_gpu_
 
 MIB = 1 << 20
 
-# nvidia-smi --query-gpu=index,memory.used,memory.free,memory.total --format=csv,noheader,nounits
-# on the lent H200 with three vLLM processes (see bench/gpu/results/).
-H200_THREE = "0, 121000, 22216, 143771\n"
-# The same query without the index, on a two-GPU machine.
+# Captured on the lent H200 (bench/gpu/results/nvidia-smi-captured.txt), --format=csv,noheader,nounits.
+# --query-gpu=index,memory.used,memory.free,memory.total: idle (615 MiB the driver keeps is in neither
+# used nor free), then with the benchmark's three vLLM processes ready.
+H200_IDLE = "0, 0, 143156, 143771\n"
+H200_THREE = "0, 115906, 27250, 143771\n"
+# --query-compute-apps=pid,gpu_uuid,used_memory (the third line is synthetic: [N/A] as some drivers print).
+UUID = "GPU-182ebc57-3d24-2902-e58d-fb05d318abdf"
+APPS = f"874, {UUID}, 49818\n1783, {UUID}, 20914\n2624, {UUID}, 49764\n4702, {UUID}, [N/A]\n"
+UUIDS = f"0, {UUID}\n"
+# Synthetic: the same query without the index, on a two-GPU machine.
 TWO_GPUS_NO_INDEX = "1, 81037, 81559\n80000, 1559, 81559\n"
-# nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits
-APPS = (
-    "4121, GPU-6a3f0d52-8d1e-4c1b-b3f0-7e2a9d9f1c11, 40612\n"
-    "4388, GPU-6a3f0d52-8d1e-4c1b-b3f0-7e2a9d9f1c11, 41230\n"
-    "4702, GPU-6a3f0d52-8d1e-4c1b-b3f0-7e2a9d9f1c11, [N/A]\n"
-)
-UUIDS = "0, GPU-6a3f0d52-8d1e-4c1b-b3f0-7e2a9d9f1c11\n"
 
 
 def test_parses_gpu_memory_with_index() -> None:
     [d] = parse_gpu_memory(H200_THREE)
-    assert d == DeviceMemory(0, 121000 * MIB, 22216 * MIB, 143771 * MIB)
-    assert d.covers(22216 * MIB) and not d.covers(22216 * MIB + 1)
-    assert d.describe() == "21.7 GiB free of 140.4 GiB"
+    assert d == DeviceMemory(0, 115906 * MIB, 27250 * MIB, 143771 * MIB)
+    assert d.covers(27250 * MIB) and not d.covers(27250 * MIB + 1)
+    assert d.describe() == "26.6 GiB free of 140.4 GiB"
+    [idle] = parse_gpu_memory(H200_IDLE)
+    assert idle.used_bytes == 0 and idle.total_bytes - idle.free_bytes == 615 * MIB
 
 
 def test_lines_without_index_are_numbered_in_order() -> None:
@@ -38,8 +39,13 @@ def test_lines_without_index_are_numbered_in_order() -> None:
 
 def test_parses_compute_apps_and_uuids() -> None:
     apps = parse_compute_apps(APPS)
-    assert [(a.pid, a.used_bytes) for a in apps] == [(4121, 40612 * MIB), (4388, 41230 * MIB), (4702, 0)]
-    assert parse_uuids(UUIDS) == {"GPU-6a3f0d52-8d1e-4c1b-b3f0-7e2a9d9f1c11": 0}
+    assert [(a.pid, a.used_bytes >> 20) for a in apps] == [
+        (874, 49818),
+        (1783, 20914),
+        (2624, 49764),
+        (4702, 0),
+    ]
+    assert parse_uuids(UUIDS) == {UUID: 0}
     assert parse_compute_apps("No running processes found\n") == []
 
 
@@ -68,4 +74,4 @@ def test_probe_picks_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_process_memory_maps_pids_to_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     answers = {"index,uuid": UUIDS, gpu.APPS_QUERY: APPS}
     monkeypatch.setattr(gpu, "query", lambda fields, what="gpu": answers[fields])
-    assert gpu.process_memory()[4388] == (0, 41230 * MIB)
+    assert gpu.process_memory()[1783] == (0, 20914 * MIB)

