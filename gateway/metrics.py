@@ -103,6 +103,18 @@ class GatewayMetrics:
         self.ready_replicas = Gauge(
             "llmgw_ready_replicas", "Ready, non-ejected replicas per model.", ["model"], registry=r
         )
+        self.tenant_requests = Counter(
+            "llmgw_tenant_requests",
+            "Requests by tenant (API keys on only), model and status.",
+            ["tenant", "model", "status"],
+            registry=r,
+        )
+        self.tenant_tokens = Counter(
+            "llmgw_tenant_tokens",
+            "Prompt and completion tokens by tenant (API keys on only) and model.",
+            ["tenant", "model", "kind"],
+            registry=r,
+        )
         self.stream_errors = Counter(
             "llmgw_stream_errors",
             "Streams ended by an SSE error event after they started.",

@@ -35,6 +35,14 @@ def stream_usage(tail: bytes) -> tuple[int, int]:
     return usage_of(tail[start + 6 : end if end > 0 else None]) if start >= 0 else (0, 0)
 
 
+def by_tenant(ctx: RequestContext, metrics: GatewayMetrics, prompt: int, completion: int) -> None:
+    """Per-tenant counters, only when API keys are on (the anonymous tenant would repeat the totals)."""
+    tenant, model = ctx.caller.tenant, ctx.model_label
+    metrics.tenant_requests.labels(tenant, model, str(ctx.status)).inc()
+    metrics.tenant_tokens.labels(tenant, model, "prompt").inc(prompt)
+    metrics.tenant_tokens.labels(tenant, model, "completion").inc(completion)
+
+
 def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, completion: int = 0) -> None:
     now = time.perf_counter()
     model = ctx.model_label
@@ -46,6 +54,8 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, comple
         metrics.prompt_tokens.labels(model).inc(prompt)
     if completion:
         metrics.completion_tokens.labels(model).inc(completion)
+    if ctx.caller.key_id:
+        by_tenant(ctx, metrics, prompt, completion)
     log.info(
         "request_id=%s model=%s endpoint=%s status=%d replica=%s attempts=%d stream=%s wait_ms=%.1f"
         " ttft_ms=%s duration_ms=%.1f tenant=%s%s",

@@ -144,3 +144,19 @@ async def test_bearer_secret_never_logged(
     await http.post(url, json={**BODY, "model": "closed-model"}, headers=auth(secret))
     assert caplog.records  # the gateway did log these requests
     assert secret not in caplog.text and secret.split("-")[-1] not in caplog.text
+
+
+async def test_metrics_by_tenant_when_keys_are_on(
+    gateways: list[str], http: httpx.AsyncClient, store: KeyStore
+) -> None:
+    secret = await make_key(store)
+    tenant = f"tenant-{secret.split('-')[1]}"
+    for _ in range(2):
+        r = await http.post(f"{gateways[0]}/v1/chat/completions", json=BODY, headers=auth(secret))
+        assert r.status_code == 200
+    text = (await http.get(f"{gateways[0]}/metrics")).text
+    assert f'llmgw_tenant_requests_total{{model="open-model",status="200",tenant="{tenant}"}} 2.0' in text
+    assert (
+        f'llmgw_tenant_tokens_total{{kind="completion",model="open-model",tenant="{tenant}"}} {2.0 * MAX_TOKENS}'
+        in text
+    )
