@@ -66,16 +66,13 @@ def first_token_is_bos(tokenizer: Any) -> bool:
 
 def _load_model(gguf: Path) -> Any:
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, GgufConfig
 
-    kwargs: dict[str, Any] = {"gguf_file": gguf.name, "dtype": torch.float32}
-    try:
-        from transformers import GgufConfig
-    except ImportError:  # transformers < 5 always dequantizes GGUF weights
-        pass
-    else:
-        kwargs["quantization_config"] = GgufConfig(dequantize=True)
-    return AutoModelForCausalLM.from_pretrained(str(gguf.parent), **kwargs)
+    # transformers 5 keeps GGUF weights quantized (and refuses to save them) unless told to dequantize.
+    config = GgufConfig(dequantize=True)
+    return AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, quantization_config=config
+    )
 
 
 def _drop_quantization(model: Any) -> None:
