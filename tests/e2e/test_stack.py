@@ -47,7 +47,8 @@ def test_streaming_chat(base_url: str, model: str) -> None:
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text.strip()
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 12
+    usage = chunks[-1].usage
+    assert usage is not None and 1 <= usage.completion_tokens <= 12  # the model may stop before max_tokens
 
 
 @pytest.mark.parametrize("model", CHAT_MODELS)
