@@ -29,7 +29,7 @@ async def test_chat_async_both_models(base_url: str) -> None:
     async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120) as c:
         for model in ["smollm2-135m-instruct", "gemma-3-270m"]:
             out = await c.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8
+                model=model, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8, temperature=0
             )
             assert out.choices[0].message.content
             assert out.model == model
@@ -41,6 +41,7 @@ def test_streaming_chat(base_url: str, model: str) -> None:
         model=model,
         messages=[{"role": "user", "content": "Count to five."}],
         max_tokens=12,
+        temperature=0,
         stream=True,
         stream_options={"include_usage": True},
     )
@@ -53,7 +54,9 @@ def test_streaming_chat(base_url: str, model: str) -> None:
 
 @pytest.mark.parametrize("model", CHAT_MODELS)
 def test_completions(base_url: str, model: str) -> None:
-    out = client(base_url).completions.create(model=model, prompt="Once upon a time", max_tokens=8)
+    out = client(base_url).completions.create(
+        model=model, prompt="Once upon a time", max_tokens=8, temperature=0
+    )
     assert out.choices[0].text
 
 
