@@ -39,6 +39,7 @@ import yaml
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from gateway.keys import Keys
 from gateway.replica import ReplicaRecord
+from tests.support.procs import spawn
 from workers.process import redis_server_argv
 
 MODEL = "bench-model"
@@ -98,15 +99,7 @@ class Procs:
     running: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def spawn(self, argv: list[str], name: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        with (self.tmp / f"{name}.log").open("ab") as out:
-            p = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=out,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env={**os.environ, **(env or {})},
-            )
+        p = spawn(argv, 0, self.tmp / f"{name}.log", env).popen
         self.running.append(p)
         return p
 

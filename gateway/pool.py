@@ -36,10 +36,6 @@ class Endpoint:
         return max(self.inflight, self.running) + self.waiting
 
     @property
-    def ejected(self) -> bool:
-        return self.failures > 0
-
-    @property
     def available(self) -> bool:
         """Routable and not ejected; an ejected replica returns only through a half-open probe."""
         return self.record.routable and self.failures == 0
