@@ -190,8 +190,12 @@ def _kv_dtype(model: Model, weight_dtype: str) -> str:
 
 
 def _max_num_seqs(model: Model) -> int | None:
+    """What the launcher gives vLLM: ``--max-num-seqs`` from extra_args (they come last and win), else
+    the model's ``concurrency`` (passed as ``--max-num-seqs`` to generating models), else vLLM's default."""
     flag = engine_flag(model.engine.extra_args, "--max-num-seqs")
-    return int(flag) if flag and flag.isdigit() else None
+    if flag and flag.isdigit():
+        return int(flag)
+    return None if model.engine.runner == "pooling" else model.concurrency
 
 
 def estimate_model(model: Model, shape: ModelShape) -> ModelEstimate:

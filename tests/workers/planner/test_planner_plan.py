@@ -17,8 +17,14 @@ Entry = Callable[..., dict[str, Any]]
 MakeFleet = Callable[..., Fleet]
 
 
+# The H200 measurements ran with vLLM's default max_num_seqs (1024); the launcher would pass the model's
+# concurrency (8 by default) instead, so the measured fleet says 1024 itself.
+MEASURED_ENGINE = {"extra_args": ["--max-num-seqs", "1024"]}
+
+
 def _three(entry: Entry, budget: float | None = None, **extra: Any) -> list[dict[str, Any]]:
     b = {"budget": {"gpu_memory_utilization": budget}} if budget is not None else {}
+    extra.setdefault("engine", MEASURED_ENGINE)
     return [entry(k, k, **b, **extra) for k in ("llama", "qwen2", "gemma")]
 
 
@@ -160,7 +166,8 @@ def test_engine_flags_change_kv_dtype_and_sampler_rows(
     args = ["--kv-cache-dtype", "fp8", "--max-num-seqs=256"]
     tuned = plan_fleet(make_fleet(entry("gemma", "gemma", engine={"extra_args": args})), {0: H200}, loader)
     assert tuned.models[0].kv_bytes_per_token * 2 == base.models[0].kv_bytes_per_token
-    assert base.replicas[0].other_bytes - tuned.replicas[0].other_bytes == 768 * 256_000 * 4
+    # concurrency 8 (the default) becomes --max-num-seqs 8; the flag in extra_args wins with 256
+    assert tuned.replicas[0].other_bytes - base.replicas[0].other_bytes == (256 - 8) * 256_000 * 4
 
 
 def test_endpoint_models_are_skipped_and_loader_errors_named(
@@ -193,3 +200,14 @@ def test_explain_shows_the_arithmetic(entry: Entry, make_fleet: MakeFleet, loade
 def test_bad_target_is_rejected(entry: Entry, make_fleet: MakeFleet, loader: Loader) -> None:
     with pytest.raises(ValueError, match="target"):
         plan_fleet(make_fleet(entry("llama", "llama")), {0: H200}, loader, target=1.5)
+
+
+def test_max_num_seqs_is_what_the_launcher_passes(
+    entry: Entry, make_fleet: MakeFleet, loader: Loader
+) -> None:
+    """concurrency becomes --max-num-seqs (a smaller sampler warm-up), unless extra_args say otherwise."""
+    default, flagged = (
+        plan_fleet(make_fleet(entry("m", "llama", concurrency=16, **e)), {0: H200}, loader).replicas[0]
+        for e in ({}, {"engine": MEASURED_ENGINE})
+    )
+    assert default.kv_tokens > flagged.kv_tokens  # 16 logits rows reserved instead of 1024
