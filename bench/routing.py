@@ -7,6 +7,9 @@ the clients send each request to the two gateways in turn (request *i* to gatewa
 without nginx). The single-replica ideal runs through the same two gateways with a fleet that lists
 replica 0 alone as an external endpoint, so it sees the same gateway overhead and every request lands on
 one prefix cache.
+Prefix affinity runs once per load bound ε in ``--epsilons`` (the gateways get ``LLMGW_PREFIX_EPSILON``);
+its row is labelled ``prefix_affinity`` at the gateway's default ε and ``prefix_affinity ε=X`` otherwise,
+so the table shows what the bound costs in cache hits and buys in balance.
 
 Fairness. Every run sends the same requests (same seeds). Before each workload both replicas' prefix
 caches are emptied with vLLM's ``POST /reset_prefix_cache`` (a dev endpoint: the workers run with
@@ -73,6 +76,26 @@ START = time.monotonic()
 TARGET_IDEAL_FRACTION = 0.98
 TARGET_SHARE, TARGET_SHARE_TOLERANCE = 0.5, 0.075
 PREFIX_CHARS: int = GatewaySettings.model_fields["prefix_chars"].default
+DEFAULT_EPSILON: float = GatewaySettings.model_fields["prefix_epsilon"].default
+AFFINITY = "prefix_affinity"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One row group of the table: a policy, and for prefix affinity the ε its gateways run with."""
+
+    policy: str
+    epsilon: float | None = None
+
+    @property
+    def label(self) -> str:
+        if self.epsilon is None or self.epsilon == DEFAULT_EPSILON:
+            return self.policy
+        return f"{self.policy} ε={self.epsilon:g}"
+
+    @property
+    def gateway_env(self) -> dict[str, str]:
+        return {} if self.epsilon is None else {"LLMGW_PREFIX_EPSILON": repr(self.epsilon)}
 
 
 def progress(message: str) -> None:
@@ -197,7 +220,7 @@ def find(results: Sequence[Result], policy: str, workload: str) -> Result | None
     return next((r for r in results if r.policy == policy and r.workload == workload), None)
 
 
-def targets(results: Sequence[Result], policy: str = "prefix_affinity") -> list[tuple[str, bool]]:
+def targets(results: Sequence[Result], policy: str = AFFINITY) -> list[tuple[str, bool]]:
     """The issue's three targets for ``policy``, per workload: (description, met)."""
     out: list[tuple[str, bool]] = []
     for workload in WORKLOADS:
@@ -236,7 +259,7 @@ def shares_text(values: Sequence[float]) -> str:
 
 
 COLUMNS = (
-    ("policy", 16),
+    ("policy", 22),
     ("workload", 13),
     ("hit rate", 8),
     ("vs ideal", 8),
@@ -415,22 +438,34 @@ async def run_templates(client: Client, requests: Sequence[TemplateRequest], con
 
 @dataclass(frozen=True)
 class Options:
-    users: int = 8
-    turns: int = 4
+    users: int = 24
+    turns: int = 6
     pause_s: tuple[float, float] = (1.0, 3.0)
     docs: int = 4
-    questions: int = 24
+    questions: int = 48
     concurrency: int = 8
     doc_words: int = DOC_WORDS
     max_tokens: int = 8
     seed: int = 1
     policies: tuple[str, ...] = POLICIES
+    epsilons: tuple[float, ...] = (DEFAULT_EPSILON, 1.0)
     ideal: bool = True
     workloads: tuple[str, ...] = WORKLOADS
     fleet: Path = REPO / "bench/fleet-routing.yaml"
     run_dir: Path = REPO / ".run/bench-routing"
     out: Path = REPO / "bench/results/routing.json"
     ready_deadline_s: float = 900.0
+
+    @property
+    def runs(self) -> list[Run]:
+        """The single-replica ideal (if asked), each policy, and prefix affinity once per ε."""
+        runs = [Run(IDEAL)] if self.ideal else []
+        for policy in self.policies:
+            if policy == AFFINITY:
+                runs += [Run(policy, eps) for eps in self.epsilons]
+            else:
+                runs.append(Run(policy))
+        return runs
 
     def conversations(self) -> list[Conversation]:
         return conversations(self.seed, self.users, self.turns, self.doc_words, self.pause_s)
@@ -554,13 +589,13 @@ class Bench:
                 raise RuntimeError(f"warm-up request to {spec.id} failed (status {sample.status})")
         progress("warm-up done")
 
-    async def start_gateways(self, policy: str) -> Stack:
-        path = self.opts.run_dir / f"fleet-{policy}.yaml"
-        path.write_text(yaml.safe_dump(policy_fleet(self.base_fleet, policy, self.replicas[0].url)))
-        gw = Stack(dataclasses.replace(self.config, fleet_file=path))
+    async def start_gateways(self, run: Run) -> Stack:
+        path = self.opts.run_dir / f"fleet-{run.policy}.yaml"
+        path.write_text(yaml.safe_dump(policy_fleet(self.base_fleet, run.policy, self.replicas[0].url)))
+        gw = Stack(dataclasses.replace(self.config, fleet_file=path, gateway_env=run.gateway_env))
         for i, port in enumerate(self.config.gateway_ports, start=1):
             await gw.launch(gw.gateway(i, port))
-        want = 1 if policy == IDEAL else len(self.replicas)
+        want = 1 if run.policy == IDEAL else len(self.replicas)
         for url in self.gateway_urls:
             ready = functools.partial(self.gateway_ready, url, want)
             await poll(ready, 60, f"gateway {url} with {want} replicas")
@@ -619,11 +654,11 @@ class Bench:
 
     # -- one run
 
-    async def run(self, policy: str) -> list[Result]:
-        progress(f"policy={policy}: starting two gateways")
-        gw = await self.start_gateways(policy)
+    async def run(self, run: Run) -> list[Result]:
+        progress(f"policy={run.label}: starting two gateways")
+        gw = await self.start_gateways(run)
         try:
-            return [await self.run_workload(policy, w) for w in self.opts.workloads]
+            return [await self.run_workload(run.label, w) for w in self.opts.workloads]
         finally:
             await gw.down()
 
@@ -686,13 +721,17 @@ def report(results: Sequence[Result], opts: Options) -> None:
             f"rendezvous first choice alone (prefix affinity with no load bound) would split {workload} "
             f"{'/'.join(map(str, counts))} requests ({shares_text(shares([float(c) for c in counts]))} %)"
         )
-    for text, met in targets(results):
-        print(f"target {'MET   ' if met else 'MISSED'} prefix_affinity {text}")
+    labels = [run.label for run in opts.runs if run.policy == AFFINITY]
+    for label in labels:
+        for text, met in targets(results, label):
+            print(f"target {'MET   ' if met else 'MISSED'} {label} {text}")
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "setup": {**setup(opts), "first_choice_split": split},
         "results": [dataclasses.asdict(r) for r in results],
-        "targets": [{"target": t, "met": m} for t, m in targets(results)],
+        "targets": [
+            {"policy": label, "target": t, "met": m} for label in labels for t, m in targets(results, label)
+        ],
         "table": table(results).splitlines(),
     }
     opts.out.write_text(json.dumps(jsonable(document), indent=2) + "\n")
@@ -717,6 +756,7 @@ def setup(opts: Options) -> dict[str, Any]:
         "doc_words": opts.doc_words,
         "max_tokens": opts.max_tokens,
         "seed": opts.seed,
+        "prefix_affinity_epsilons": list(opts.epsilons),
     }
 
 
@@ -727,9 +767,8 @@ async def bench(opts: Options) -> list[Result]:
         results: list[Result] = []
         try:
             await b.start_workers()
-            runs = ((IDEAL,) if opts.ideal else ()) + opts.policies
-            for policy in runs:
-                results += await b.run(policy)
+            for run in opts.runs:
+                results += await b.run(run)
         finally:
             with contextlib.suppress(Exception):
                 await b.close()
@@ -745,6 +784,16 @@ def csv(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
         return items
 
     return parse
+
+
+def floats(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from exc
+    if not values or any(not v >= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"want one or more numbers >= 0, got {text!r}")
+    return values
 
 
 def parse_args(argv: list[str] | None) -> Options:
@@ -765,6 +814,12 @@ def parse_args(argv: list[str] | None) -> Options:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--policies", type=csv(POLICIES), default=d.policies, help="comma-separated")
     p.add_argument("--workloads", type=csv(WORKLOADS), default=d.workloads, help="comma-separated")
+    p.add_argument(
+        "--epsilons",
+        type=floats,
+        default=d.epsilons,
+        help=f"prefix affinity's load bounds to run, comma-separated (gateway default {DEFAULT_EPSILON:g})",
+    )
     p.add_argument("--no-ideal", action="store_true", help="skip the single-replica run")
     p.add_argument("--fleet", type=Path, default=d.fleet)
     p.add_argument("--run-dir", type=Path, default=d.run_dir)
@@ -781,6 +836,7 @@ def parse_args(argv: list[str] | None) -> Options:
         max_tokens=a.max_tokens,
         seed=a.seed,
         policies=a.policies,
+        epsilons=a.epsilons,
         ideal=not a.no_ideal,
         workloads=a.workloads,
         fleet=a.fleet,
@@ -791,7 +847,7 @@ def parse_args(argv: list[str] | None) -> Options:
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    runs = ",".join(((IDEAL,) if opts.ideal else ()) + opts.policies)
+    runs = ",".join(run.label for run in opts.runs)
     progress(f"routing benchmark: runs={runs} workloads={','.join(opts.workloads)}")
     results = asyncio.run(bench(opts))
     report(results, opts)

@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 
 from bench.routing import (
+    DEFAULT_EPSILON,
     IDEAL,
     Counters,
+    Options,
     Result,
     content_of,
     first_choices,
+    floats,
     jsonable,
     percentile,
     policy_fleet,
@@ -250,3 +253,33 @@ def test_conversation_turns_count_once_each_in_the_split() -> None:
     keys = prefix_keys(conversations(1, 3, 4), [])
     assert len(keys) == 12 and len(set(keys)) == 3
     assert sum(first_choices(keys, ["a", "b"])) == 12
+
+
+def test_prefix_affinity_runs_once_per_epsilon_and_is_labelled_by_it() -> None:
+    opts = Options(policies=("round_robin", "prefix_affinity"), epsilons=(DEFAULT_EPSILON, 1.0))
+    assert [r.label for r in opts.runs] == [IDEAL, "round_robin", "prefix_affinity", "prefix_affinity ε=1"]
+    assert [r.gateway_env for r in opts.runs][:2] == [{}, {}]
+    assert opts.runs[3].gateway_env == {"LLMGW_PREFIX_EPSILON": "1.0"}
+    assert [r.label for r in Options(ideal=False, policies=("session",)).runs] == ["session"]
+
+
+def test_epsilon_list_parsing() -> None:
+    assert floats("0.25, 1,inf") == (0.25, 1.0, math.inf)
+    for bad in ("", "x", "-1", "nan"):
+        with pytest.raises(Exception, match="numbers"):
+            floats(bad)
+
+
+def test_targets_are_checked_per_prefix_affinity_label() -> None:
+    def result(policy: str, workload: str, hit: float, share: float, p90: float) -> Result:
+        return Result(policy, workload, 10, 0, 1.0, hit, 1.0, p90, 1.0, [share, 1 - share], [], 0, 0, [])
+
+    results = with_ideal(
+        [
+            result(IDEAL, "conversations", 0.5, 1.0, 900.0),
+            result("round_robin", "conversations", 0.3, 0.5, 800.0),
+            result("prefix_affinity ε=1", "conversations", 0.495, 0.55, 700.0),
+        ]
+    )
+    assert [met for _, met in targets(results, "prefix_affinity ε=1")] == [True, True, True]
+    assert targets(results) == []
