@@ -3,7 +3,8 @@
 Every interval each replica's ``/health`` is checked (a failing one is ejected); an ejected
 replica whose back-off has run out gets a half-open probe that brings it back.  Each
 replica's ``/metrics`` gives ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``: what every
-gateway together sent there, which the load of an endpoint takes into account (see ``Endpoint.load``).
+gateway together sent there. Recorded with them is this gateway's own in-flight count at that moment, so
+that the load of an endpoint can tell the other gateways' requests from its own (see ``Endpoint.load``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Monitor:
         if r.status_code == 200:
             ep.waiting = gauge_sum(WAITING, r.content)
             ep.running = gauge_sum(RUNNING, r.content)
+            ep.inflight_at_scrape = ep.inflight
 
     def export(self) -> None:
         for ep in self.table.endpoints():

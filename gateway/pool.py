@@ -18,6 +18,7 @@ class Endpoint:
     inflight: int = 0
     waiting: int = 0
     running: int = 0
+    inflight_at_scrape: int = 0
     ejected_until: float = 0.0
     failures: int = 0
 
@@ -30,10 +31,20 @@ class Endpoint:
         return self.record.url
 
     @property
+    def others(self) -> int:
+        """What the other gateways have there, as of the last scrape: vLLM's running + waiting less what
+        was this gateway's own at that moment (never below zero)."""
+        return max(0, self.running + self.waiting - self.inflight_at_scrape)
+
+    @property
     def load(self) -> int:
-        """Live load: what runs there (this gateway's own count, fresh, or what vLLM last reported running
-        for all gateways together, whichever is larger) plus what vLLM reports waiting."""
-        return max(self.inflight, self.running) + self.waiting
+        """Live load: in flight there from every gateway plus what vLLM reports waiting.
+
+        In flight is this gateway's own count, always fresh, plus the others' as of the last scrape. Only
+        the others' part is as old as the scrape: a gateway that took the scraped total for its own as
+        well kept sending to the replica that looked idle a second ago, and every gateway with it.
+        """
+        return self.inflight + self.others + self.waiting
 
     @property
     def available(self) -> bool:
