@@ -38,14 +38,19 @@ from gateway.routes import add_routes
 from gateway.routing import PolicyOptions, build_policy
 from gateway.settings import GatewaySettings
 from gateway.state import Gateway
-from workers.fleet import load_fleet
+from workers.fleet import Model, load_fleet
 
 log = logging.getLogger("llmgw.app")
 
 
+def policy_options(model: Model, settings: GatewaySettings) -> PolicyOptions:
+    """The model's own ε from the fleet file, else the gateway's ``LLMGW_PREFIX_EPSILON``."""
+    eps = settings.prefix_epsilon if model.epsilon is None else model.epsilon
+    return PolicyOptions(epsilon=eps)
+
+
 def build_gateway(settings: GatewaySettings) -> Gateway:
     fleet = load_fleet(settings.fleet_file)
-    options = PolicyOptions(epsilon=settings.prefix_epsilon)
     metrics = GatewayMetrics()
     keys = Keys(settings.redis_prefix)
     return Gateway(
@@ -53,7 +58,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         fleet=fleet,
         names=fleet.names(),
         table=ReplicaTable(m.name for m in fleet.models),
-        policies={m.name: build_policy(m.policy, options) for m in fleet.models},
+        policies={m.name: build_policy(m.policy, policy_options(m, settings)) for m in fleet.models},
         admission=build_admission(settings, keys, metrics),
         auth=build_auth(settings, keys, metrics),
         client=httpx.AsyncClient(timeout=settings.connect_timeout_s),

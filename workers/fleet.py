@@ -78,6 +78,7 @@ class Model(Strict):
     placement: Placement = Field(default_factory=Placement)
     concurrency: Annotated[int, Field(ge=1, le=4096)] = 8
     policy: PolicyName = "prefix_affinity"
+    epsilon: Annotated[float, Field(ge=0)] | None = None  # prefix affinity's load bound; None: the gateway's
     max_queue: Annotated[int, Field(ge=0)] = 256
     max_queue_wait_s: Annotated[float, Field(gt=0)] = 30.0
 

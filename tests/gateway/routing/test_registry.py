@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import get_args
 
 import pytest
+from pydantic import ValidationError
 
+from gateway.app import policy_options
 from gateway.pool import Endpoint
 from gateway.replica import ReplicaRecord
 from gateway.routing.base import Policy, PolicyOptions, RouteRequest
 from gateway.routing.registry import POLICIES, build_policy
-from workers.fleet import PolicyName
+from gateway.settings import GatewaySettings
+from workers.fleet import Fleet, PolicyName
 
 NAMES = get_args(PolicyName)
 
@@ -52,3 +57,19 @@ def test_every_policy_picks_a_candidate_through_the_one_interface(name: str) -> 
         policy.on_start(chosen, request)
         policy.on_finish(chosen, request, True)
         assert policy.pick(cands[:1], request) is cands[0]
+
+
+def test_a_models_own_epsilon_wins_over_the_gateways(tmp_path: Path) -> None:
+    models = [
+        {"name": "a", "endpoints": ["http://x"], "epsilon": 1.5},
+        {"name": "b", "endpoints": ["http://y"]},
+    ]
+    fleet = Fleet.model_validate({"models": models})
+    (tmp_path / "fleet.yaml").write_text(json.dumps({"models": models}))  # settings check that it exists
+    settings = GatewaySettings(fleet_file=tmp_path / "fleet.yaml", prefix_epsilon=0.5)
+    assert [policy_options(m, settings).epsilon for m in fleet.models] == [1.5, 0.5]
+
+
+def test_a_negative_epsilon_is_refused_by_the_fleet_file() -> None:
+    with pytest.raises(ValidationError, match="epsilon"):
+        Fleet.model_validate({"models": [{"name": "a", "endpoints": ["http://x"], "epsilon": -0.1}]})
