@@ -28,6 +28,7 @@ from gateway.errors import (
 from gateway.fastpath import FastPath
 from gateway.health import Ejection
 from gateway.http1 import Pool
+from gateway.inflight import InflightShare
 from gateway.keys import Keys
 from gateway.metrics import GatewayMetrics
 from gateway.monitor import Monitor
@@ -53,20 +54,24 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     fleet = load_fleet(settings.fleet_file)
     metrics = GatewayMetrics()
     keys = Keys(settings.redis_prefix)
+    table = ReplicaTable(m.name for m in fleet.models)
+    redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    share = InflightShare(redis, keys, settings.gateway_id, table, settings.load_share_max_age_s)
     return Gateway(
         settings=settings,
         fleet=fleet,
         names=fleet.names(),
-        table=ReplicaTable(m.name for m in fleet.models),
+        table=table,
         policies={m.name: build_policy(m.policy, policy_options(m, settings)) for m in fleet.models},
         admission=build_admission(settings, keys, metrics),
         auth=build_auth(settings, keys, metrics),
         client=httpx.AsyncClient(timeout=settings.connect_timeout_s),
         upstream=Pool(settings.max_connections, settings.connect_timeout_s),
-        redis=aioredis.Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0),
+        redis=redis,
         keys=keys,
         metrics=metrics,
         ejection=Ejection(settings.eject_base_s, settings.eject_max_s),
+        inflight=share,
     )
 
 
@@ -77,6 +82,7 @@ def start_background(gw: Gateway, discovery: Discovery) -> Background:
     bg.start(s.registry_poll_s, discovery.tick)
     bg.start(s.health_interval_s, monitor.health_tick)
     bg.start(s.load_scrape_interval_s, monitor.load_tick)
+    bg.start(s.load_share_interval_s, gw.inflight.tick)
     return bg
 
 
@@ -90,6 +96,7 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
         yield
     finally:
         await bg.close()
+        await gw.inflight.leave()
         await gw.admission.stop()
         await gw.auth.aclose()
         gw.upstream.close()

@@ -29,6 +29,11 @@ class Keys:
     def gateway_pattern(self) -> str:
         return f"{self.prefix}:gateway:*"
 
+    # in-flight requests per replica, one field per gateway (gateway/inflight.py)
+    @property
+    def inflight(self) -> str:
+        return f"{self.prefix}:inflight"
+
     # admission (leases, queue, wake-up lists)
     def leases(self, model: str) -> str:
         return f"{self.prefix}:adm:{{{model}}}:leases"

@@ -19,6 +19,7 @@ class Endpoint:
     waiting: int = 0
     running: int = 0
     inflight_at_scrape: int = 0
+    shared_others: int | None = None
     ejected_until: float = 0.0
     failures: int = 0
 
@@ -32,17 +33,20 @@ class Endpoint:
 
     @property
     def others(self) -> int:
-        """What the other gateways have there, as of the last scrape: vLLM's running + waiting less what
-        was this gateway's own at that moment (never below zero)."""
+        """What the other gateways have in flight there: their own counts shared through Redis (at most
+        one share interval old), or without that share, vLLM's running + waiting as of the last scrape
+        less what was this gateway's own at that moment (never below zero)."""
+        if self.shared_others is not None:
+            return self.shared_others
         return max(0, self.running + self.waiting - self.inflight_at_scrape)
 
     @property
     def load(self) -> int:
         """Live load: in flight there from every gateway plus what vLLM reports waiting.
 
-        In flight is this gateway's own count, always fresh, plus the others' as of the last scrape. Only
-        the others' part is as old as the scrape: a gateway that took the scraped total for its own as
-        well kept sending to the replica that looked idle a second ago, and every gateway with it.
+        In flight is this gateway's own count, always fresh, plus the other gateways' (:attr:`others`).
+        Only the others' part is old: a gateway that took a second-old scraped total for its own as well
+        kept sending to the replica that looked idle a second ago, and every gateway with it.
         """
         return self.inflight + self.others + self.waiting
 

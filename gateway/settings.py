@@ -36,6 +36,8 @@ class GatewaySettings(BaseSettings):
     registry_poll_s: Seconds = 1.0
     health_interval_s: Seconds = 2.0
     load_scrape_interval_s: Seconds = 1.0
+    load_share_interval_s: Seconds = 0.1
+    load_share_max_age_s: Seconds = 2.0
     eject_base_s: Seconds = 1.0
     eject_max_s: Seconds = 30.0
     prefix_epsilon: Annotated[float, Field(ge=0)] = 0.25

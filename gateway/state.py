@@ -11,6 +11,7 @@ from gateway.admission.base import Admission
 from gateway.auth.base import Authenticator
 from gateway.health import Ejection
 from gateway.http1 import Pool
+from gateway.inflight import InflightShare
 from gateway.keys import Keys
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
@@ -34,4 +35,5 @@ class Gateway:
     keys: Keys
     metrics: GatewayMetrics
     ejection: Ejection
+    inflight: InflightShare
     redis_ok: bool = False
