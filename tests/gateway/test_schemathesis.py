@@ -16,7 +16,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
-from tests.support.procs import Proc, free_port, http_ok, spawn, start_fake_engine, wait_until
+from tests.support.procs import Proc, free_port, spawn, start_fake_engine, wait_until
 
 MODELS = ["fake-chat", "fc", "fake-embed"]
 
@@ -35,11 +35,20 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     env = {"LLMGW_REDIS_URL": redis_url, "LLMGW_REDIS_PREFIX": f"st{port}"}
     proc = spawn(argv, port, tmp / "gateway.log", env)
     try:
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/ready"), 20, "gateway")
+        wait_until(lambda: every_model_ready(f"http://127.0.0.1:{port}"), 20, "both models ready")
         yield proc
     finally:
         proc.stop()
         engine.stop()
+
+
+def every_model_ready(url: str) -> bool:
+    """/ready answers 200 once any model has a replica; positive cases need both models' replicas."""
+    try:
+        models = httpx.get(f"{url}/ready", timeout=1.0).json().get("models", {})
+    except (httpx.HTTPError, ValueError):
+        return False
+    return all(models.get(m, {}).get("ready_replicas", 0) >= 1 for m in ("fake-chat", "fake-embed"))
 
 
 def openapi(url: str) -> dict[str, Any]:
