@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from workers.fleet import Fleet, Model
+from workers.launch import engine_args
 from workers.planner import memory as mem
 from workers.planner.model_shape import ModelShape, Quantization, shape_from_config
 
@@ -190,12 +191,9 @@ def _kv_dtype(model: Model, weight_dtype: str) -> str:
 
 
 def _max_num_seqs(model: Model) -> int | None:
-    """What the launcher gives vLLM: ``--max-num-seqs`` from extra_args (they come last and win), else
-    the model's ``concurrency`` (passed as ``--max-num-seqs`` to generating models), else vLLM's default."""
-    flag = engine_flag(model.engine.extra_args, "--max-num-seqs")
-    if flag and flag.isdigit():
-        return int(flag)
-    return None if model.engine.runner == "pooling" else model.concurrency
+    """What the launcher passes (its engine arguments, then extra_args, which win); None: vLLM's default."""
+    flag = engine_flag([*engine_args(model), *model.engine.extra_args], "--max-num-seqs")
+    return int(flag) if flag and flag.isdigit() else None
 
 
 def estimate_model(model: Model, shape: ModelShape) -> ModelEstimate:
