@@ -75,8 +75,8 @@ test-e2e: install
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
 
 lint: $(STAMPS)/venv
-	$(BIN)/ruff check gateway workers tests
-	$(BIN)/ruff format --check gateway workers tests
+	$(BIN)/ruff check contract gateway workers tests bench
+	$(BIN)/ruff format --check contract gateway workers tests bench
 	$(BIN)/mypy
 	$(BIN)/llmgw-render all --check
 
@@ -85,8 +85,8 @@ render: $(STAMPS)/venv
 	$(BIN)/llmgw-render all --fleet $(FLEET)
 
 format: $(STAMPS)/venv
-	$(BIN)/ruff format gateway workers tests
-	$(BIN)/ruff check --fix gateway workers tests
+	$(BIN)/ruff format contract gateway workers tests bench
+	$(BIN)/ruff check --fix contract gateway workers tests bench
 
 # Benchmarks print ratios against a baseline measured in the same run (direct to the engine, nginx alone).
 bench: install

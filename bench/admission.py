@@ -36,9 +36,9 @@ import orjson
 import redis.asyncio as aioredis
 import yaml
 
+from contract.redis_keys import RedisKeys
+from contract.registry import ReplicaRecord
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
-from gateway.keys import Keys
-from gateway.replica import ReplicaRecord
 from tests.support.procs import spawn
 from workers.process import redis_server_argv
 
@@ -258,7 +258,7 @@ async def offer(stack: Stack, urls: list[str], total: int, concurrency: int) -> 
 
 async def tenant_keys(redis_url: str) -> dict[str, str]:
     redis = aioredis.Redis.from_url(redis_url)
-    store = KeyStore(redis, Keys(PREFIX))
+    store = KeyStore(redis, RedisKeys(PREFIX))
     out = {}
     for tenant in ("heavy", "light"):
         key_id, secret = new_secret()
@@ -357,7 +357,7 @@ async def wait_port(port: int, deadline_s: float = 10) -> None:
 async def register(redis_url: str, model: str, engine_url: str, capacity: int) -> None:
     rec = ReplicaRecord(id=f"{model}-0", model=model, url=engine_url, concurrency=capacity)
     redis = aioredis.Redis.from_url(redis_url)
-    await redis.set(Keys(PREFIX).replica(model, rec.id), rec.model_dump_json(), ex=3600)
+    await redis.set(RedisKeys(PREFIX).replica(model, rec.id), rec.model_dump_json(), ex=3600)
     await redis.aclose()
 
 

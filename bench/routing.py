@@ -56,14 +56,15 @@ from bench.routing_workloads import (
     conversations,
     templates,
 )
-from gateway.routing.prefix import chat_prefix_key
+from contract.fleet import load_fleet
+from gateway.prefix_key import chat_prefix_key
+from gateway.routing.registry import POLICIES as REGISTERED_POLICIES
 from gateway.routing.rendezvous import key_digest, score
 from gateway.settings import GatewaySettings
-from workers.fleet import load_fleet
 from workers.launch import ReplicaSpec, plan_replicas
 from workers.stack.stack import REPO, Stack, StackConfig
 
-POLICIES = ("round_robin", "least_inflight", "power_of_two", "session", "prefix_affinity")
+POLICIES = tuple(REGISTERED_POLICIES)  # the one registry, in its order
 IDEAL = "single_replica"
 WORKLOADS = ("conversations", "templates")
 HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"

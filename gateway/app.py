@@ -14,9 +14,13 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
+from contract.backoff import Backoff
+from contract.fleet import Model
+from contract.redis_keys import RedisKeys
 from gateway.admission import build_admission
 from gateway.auth.redis_auth import build_auth
 from gateway.discovery import Discovery
+from gateway.ejection import Ejection
 from gateway.errors import (
     GatewayError,
     InternalError,
@@ -26,20 +30,17 @@ from gateway.errors import (
     error_response,
 )
 from gateway.fastpath import FastPath
-from gateway.health import Ejection
-from gateway.http1 import Pool
+from gateway.http1 import ConnectionPool
 from gateway.inflight import InflightShare
-from gateway.keys import Keys
 from gateway.metrics import GatewayMetrics
 from gateway.monitor import Monitor
 from gateway.periodic import Background
 from gateway.pool import ReplicaTable
 from gateway.proxy import Proxy
 from gateway.routes import add_routes
-from gateway.routing import PolicyOptions, build_policy
+from gateway.routing import PolicyOptions, build_policy, load_routable_fleet
 from gateway.settings import GatewaySettings
 from gateway.state import Gateway
-from workers.fleet import Model, load_fleet
 
 log = logging.getLogger("llmgw.app")
 
@@ -51,9 +52,9 @@ def policy_options(model: Model, settings: GatewaySettings) -> PolicyOptions:
 
 
 def build_gateway(settings: GatewaySettings) -> Gateway:
-    fleet = load_fleet(settings.fleet_file)
+    fleet = load_routable_fleet(settings.fleet_file)
     metrics = GatewayMetrics()
-    keys = Keys(settings.redis_prefix)
+    keys = RedisKeys(settings.redis_prefix)
     table = ReplicaTable(m.name for m in fleet.models)
     redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     share = InflightShare(redis, keys, settings.gateway_id, table, settings.load_share_max_age_s)
@@ -66,11 +67,11 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         admission=build_admission(settings, keys, metrics),
         auth=build_auth(settings, keys, metrics),
         client=httpx.AsyncClient(timeout=settings.connect_timeout_s),
-        upstream=Pool(settings.max_connections, settings.connect_timeout_s),
+        upstream=ConnectionPool(settings.max_connections, settings.connect_timeout_s),
         redis=redis,
         keys=keys,
         metrics=metrics,
-        ejection=Ejection(settings.eject_base_s, settings.eject_max_s),
+        ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s)),
         inflight=share,
     )
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import uvicorn
 from pydantic import ValidationError
 
+from contract.fleet import FleetError
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from workers.fleet import FleetError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from contract.fleet import Model
 from gateway.errors import GatewayError
 from gateway.pool import Endpoint
 from gateway.routing.base import RouteRequest
-from workers.fleet import Model
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,7 +17,6 @@ class Caller:
     tenant: str = "anonymous"
     key_id: str = ""
     priority: int = 0
-    max_priority: int = 0
     allowed_models: frozenset[str] | None = None
     max_wait_s: float | None = None
 
@@ -34,7 +32,6 @@ class RequestContext:
     headers: dict[str, str]
     started: float
     caller: Caller = field(default_factory=Caller)
-    payload: dict[str, Any] = field(default_factory=dict)
     model_name: str = ""
     stream: bool = False
     cost: int = 0

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
 
 import redis.asyncio as aioredis
-from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from gateway.keys import Keys
+from contract.fleet import Fleet
+from contract.redis_keys import RedisKeys
+from contract.registry import ReplicaRecord, read_registry
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
-from gateway.replica import ReplicaRecord
-from workers.fleet import Fleet
 
 log = logging.getLogger("llmgw.discovery")
 
@@ -31,30 +29,16 @@ def external_records(fleet: Fleet) -> dict[str, list[ReplicaRecord]]:
     }
 
 
-def parse_records(raw: Iterable[bytes | str | None]) -> list[ReplicaRecord]:
-    out = []
-    for item in raw:
-        if item is None:
-            continue
-        try:
-            out.append(ReplicaRecord.model_validate_json(item))
-        except ValidationError:
-            log.warning("registry entry ignored: not a replica record")
-    return out
-
-
-async def read_registry(redis: aioredis.Redis, keys: Keys) -> list[ReplicaRecord]:
-    names = [k async for k in redis.scan_iter(match=keys.replica_pattern(), count=500)]
-    if not names:
-        return []
-    return parse_records(await redis.mget(names))
-
-
 class Discovery:
     """One task: every poll interval, the registry's records replace each managed model's pool."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys, fleet: Fleet, table: ReplicaTable, metrics: GatewayMetrics
+        self,
+        redis: aioredis.Redis,
+        keys: RedisKeys,
+        fleet: Fleet,
+        table: ReplicaTable,
+        metrics: GatewayMetrics,
     ) -> None:
         self.redis, self.keys, self.fleet, self.table, self.metrics = redis, keys, fleet, table, metrics
         self.redis_ok = False

@@ -235,7 +235,7 @@ class Origin:
         return Response(conn)
 
 
-class Pool:
+class ConnectionPool:
     """One Origin per upstream; owned by the gateway's lifespan."""
 
     def __init__(self, max_idle_per_origin: int = 256, connect_s: float = 2.0) -> None:

@@ -18,7 +18,7 @@ from collections import Counter
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway.keys import Keys
+from contract.redis_keys import RedisKeys
 from gateway.pool import ReplicaTable
 
 log = logging.getLogger("llmgw.inflight")
@@ -62,7 +62,7 @@ def add_counts(blobs: list[bytes]) -> Counter[str]:
 
 class InflightShare:
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys, gateway_id: str, table: ReplicaTable, max_age_s: float
+        self, redis: aioredis.Redis, keys: RedisKeys, gateway_id: str, table: ReplicaTable, max_age_s: float
     ) -> None:
         self.redis, self.key, self.gateway_id, self.table = redis, keys.inflight, gateway_id, table
         self.max_age_ms = max(1, int(max_age_s * 1000))

@@ -11,23 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 
 import httpx
 
-from gateway.health import Ejection
+from contract.vllm_metrics import running_and_waiting
+from gateway.ejection import Ejection
 from gateway.metrics import GatewayMetrics
 from gateway.pool import Endpoint, ReplicaTable
 
 log = logging.getLogger("llmgw.monitor")
-WAITING = re.compile(rb"^vllm:num_requests_waiting(?:\{[^}]*\})? ([0-9.eE+-]+)", re.MULTILINE)
-RUNNING = re.compile(rb"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)", re.MULTILINE)
-
-
-def gauge_sum(pattern: re.Pattern[bytes], text: bytes) -> int:
-    """Sum of one vLLM gauge over the series a replica exports."""
-    return int(sum(float(v) for v in pattern.findall(text)))
 
 
 class Monitor:
@@ -67,8 +60,7 @@ class Monitor:
         except (httpx.HTTPError, OSError):
             return
         if r.status_code == 200:
-            ep.waiting = gauge_sum(WAITING, r.content)
-            ep.running = gauge_sum(RUNNING, r.content)
+            ep.running, ep.waiting = running_and_waiting(r.content)
             ep.inflight_at_scrape = ep.inflight
 
     def export(self) -> None:

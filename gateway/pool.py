@@ -1,4 +1,4 @@
-"""The live view of each model's replicas: one Endpoint per replica, one Pool per model.
+"""The live view of each model's replicas: one Endpoint per replica, one ModelPool per model.
 
 The :class:`ReplicaTable` is the single owner of this state; the registry watcher replaces
 records, the monitor updates scraped load and health, and the request path counts in-flight.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gateway.replica import ReplicaRecord
+from contract.registry import ReplicaRecord
 
 
 @dataclass(eq=False, slots=True)
@@ -57,7 +57,7 @@ class Endpoint:
 
 
 @dataclass(slots=True)
-class Pool:
+class ModelPool:
     model: str
     endpoints: list[Endpoint] = field(default_factory=list)
 
@@ -77,12 +77,12 @@ class ReplicaTable:
     """Every model's pool, keyed by the model's canonical name."""
 
     def __init__(self, models: Iterable[str]) -> None:
-        self._pools = {m: Pool(m) for m in models}
+        self._pools = {m: ModelPool(m) for m in models}
 
-    def pool(self, model: str) -> Pool:
+    def pool(self, model: str) -> ModelPool:
         return self._pools[model]
 
-    def pools(self) -> Sequence[Pool]:
+    def pools(self) -> Sequence[ModelPool]:
         return list(self._pools.values())
 
     def endpoints(self) -> list[Endpoint]:

@@ -24,7 +24,7 @@ from gateway.errors import (
     error_response,
     sse_error_event,
 )
-from gateway.pool import Endpoint, Pool
+from gateway.pool import Endpoint, ModelPool
 from gateway.state import Gateway
 from gateway.steps.finish import finish, stream_usage, usage_of
 from gateway.steps.parse import parse
@@ -124,7 +124,7 @@ class Proxy:
         wait = m.max_queue_wait_s if caller.max_wait_s is None else min(m.max_queue_wait_s, caller.max_wait_s)
         return Ticket(ctx.request_id, m.name, caller.tenant, caller.priority, ctx.cost, wait, m.max_queue)
 
-    async def _admit(self, ctx: RequestContext, pool: Pool, receive: Receive) -> Lease:
+    async def _admit(self, ctx: RequestContext, pool: ModelPool, receive: Receive) -> Lease:
         """Step 4, admit: wait for a slot, leaving the queue at once if the client disconnects."""
         ticket = self._ticket(ctx)
         acquire = asyncio.ensure_future(self.gw.admission.acquire(ticket, max(1, pool.capacity)))
@@ -141,7 +141,7 @@ class Proxy:
         self.gw.metrics.queue_wait.labels(ticket.model).observe(ctx.wait_s)
         return lease
 
-    async def _forward(self, ctx: RequestContext, pool: Pool) -> Upstream:
+    async def _forward(self, ctx: RequestContext, pool: ModelPool) -> Upstream:
         """Step 5 and 6, pick and forward; on a failure before the first byte, another replica is
         tried (bounded attempts within a total deadline). The first attempt skips the retry machinery."""
         tried: list[Endpoint] = []
@@ -152,7 +152,7 @@ class Proxy:
                 raise failed.error from None
         return await self._retry(ctx, pool, tried)
 
-    async def _retry(self, ctx: RequestContext, pool: Pool, tried: list[Endpoint]) -> Upstream:
+    async def _retry(self, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> Upstream:
         s = self.gw.settings
         left_s = max(0.0, s.retry_deadline_s - (time.perf_counter() - ctx.started))
         retrying = AsyncRetrying(
@@ -168,7 +168,7 @@ class Proxy:
             raise failed.error from None
         raise NoReadyReplica("no replica could serve the request")  # pragma: no cover - reraise above
 
-    async def _attempt(self, ctx: RequestContext, pool: Pool, tried: list[Endpoint]) -> Upstream:
+    async def _attempt(self, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> Upstream:
         gw = self.gw
         candidates = pool.candidates(exclude=tried)
         if not candidates:

@@ -7,17 +7,17 @@ from dataclasses import dataclass
 import httpx
 import redis.asyncio as aioredis
 
+from contract.fleet import Fleet, Model
+from contract.redis_keys import RedisKeys
 from gateway.admission.base import Admission
 from gateway.auth.base import Authenticator
-from gateway.health import Ejection
-from gateway.http1 import Pool
+from gateway.ejection import Ejection
+from gateway.http1 import ConnectionPool
 from gateway.inflight import InflightShare
-from gateway.keys import Keys
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
 from gateway.routing.base import Policy
 from gateway.settings import GatewaySettings
-from workers.fleet import Fleet, Model
 
 
 @dataclass(slots=True)
@@ -30,10 +30,9 @@ class Gateway:
     admission: Admission
     auth: Authenticator
     client: httpx.AsyncClient
-    upstream: Pool
+    upstream: ConnectionPool
     redis: aioredis.Redis
-    keys: Keys
+    keys: RedisKeys
     metrics: GatewayMetrics
     ejection: Ejection
     inflight: InflightShare
-    redis_ok: bool = False

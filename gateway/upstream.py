@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass
 
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
-from gateway.http1 import Pool, Response, UpstreamClosed
+from gateway.http1 import ConnectionPool, Response, UpstreamClosed
 
 FAILURES = (OSError, UpstreamClosed, TimeoutError)
 
@@ -47,7 +47,12 @@ def classify(exc: BaseException, url: str) -> Retryable:
 
 
 async def open_stream(
-    pool: Pool, url: str, path: bytes, body: bytes, headers: list[tuple[bytes, bytes]], first_byte_s: float
+    pool: ConnectionPool,
+    url: str,
+    path: bytes,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]],
+    first_byte_s: float,
 ) -> Upstream:
     """Send the request and wait for the status and the first chunk, within the first-byte timeout."""
     origin, prefix = pool.origin(url)

@@ -13,11 +13,12 @@ from pathlib import Path
 import httpx
 import redis.asyncio as aioredis
 
-from gateway.keys import Keys
-from workers.fleet import Fleet, FleetError, load_fleet
+from contract.fleet import Fleet, FleetError, load_fleet
+from contract.redis_keys import RedisKeys
+from contract.registry import RegistryTiming, RegistryWriter
+from contract.replica_metrics import SupervisorMetrics, serve_metrics
 from workers.launch import build_launch, plan_replicas
-from workers.observe import Observer, SupervisorMetrics, serve_metrics
-from workers.registrar import Registrar
+from workers.observe import Observer
 from workers.supervisor import Replica, Supervisor, SupervisorOptions
 from workers.weights import weights_for
 
@@ -52,13 +53,14 @@ def build_replicas(fleet: Fleet, args: argparse.Namespace) -> list[Replica]:
 
 async def serve(fleet: Fleet, args: argparse.Namespace) -> None:
     redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
-    options = SupervisorOptions(ready_deadline_s=args.ready_deadline, drain_grace_s=args.drain_grace)
+    timing = RegistryTiming(drain_grace_s=args.drain_grace)
+    options = SupervisorOptions(ready_deadline_s=args.ready_deadline, timing=timing)
     metrics = SupervisorMetrics()
     server = await serve_metrics(metrics, "127.0.0.1", args.metrics_port)
-    registrar = Registrar(redis, Keys(args.redis_prefix), options.heartbeat_ttl_s)
+    registry = RegistryWriter(redis, RedisKeys(args.redis_prefix), timing)
     async with httpx.AsyncClient() as client:
         sup = Supervisor(
-            build_replicas(fleet, args), registrar, client, options, Observer(metrics, args.sd_file)
+            build_replicas(fleet, args), registry, client, options, Observer(metrics, args.sd_file)
         )
         loop = asyncio.get_running_loop()
         drained = asyncio.Event()

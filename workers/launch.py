@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workers.fleet import Defaults, Model
+from contract.fleet import Defaults, Model
 
 BUDGET_FLAG = "--gpu-memory-utilization"
 

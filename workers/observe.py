@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from pathlib import Path
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-
-from gateway.replica import ReplicaState
+from contract.registry import ReplicaState
+from contract.replica_metrics import SupervisorMetrics
 from workers.launch import ReplicaSpec
-
-STATES = [s.value for s in ReplicaState]
 
 
 class ReplicaView(Protocol):
@@ -21,60 +17,6 @@ class ReplicaView(Protocol):
     state: ReplicaState
     restarts: int
     startup_s: float
-
-
-class SupervisorMetrics:
-    def __init__(self) -> None:
-        r = self.registry = CollectorRegistry()
-        self.restarts = Counter(
-            "llmgw_supervisor_restarts", "Replica restarts after a crash.", ["model", "replica"], registry=r
-        )
-        self.state = Gauge(
-            "llmgw_supervisor_replica_state",
-            "1 for the replica's current state.",
-            ["model", "replica", "state"],
-            registry=r,
-        )
-        self.startup = Gauge(
-            "llmgw_supervisor_startup_seconds",
-            "Seconds the replica took to become ready.",
-            ["model", "replica"],
-            registry=r,
-        )
-        self.budget = Gauge(
-            "llmgw_supervisor_replica_budget",
-            "Memory budget: GPU fraction or KV-cache GiB.",
-            ["model", "replica", "kind"],
-            registry=r,
-        )
-
-    def set_state(self, model: str, replica: str, state: ReplicaState) -> None:
-        for s in STATES:
-            self.state.labels(model, replica, s).set(1 if s == state.value else 0)
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
-
-
-async def serve_metrics(metrics: SupervisorMetrics, host: str, port: int) -> asyncio.Server:
-    """A minimal HTTP endpoint on the event loop (no thread) answering every GET with the metrics."""
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            body = metrics.render()
-            head = (
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            )
-            writer.write(head.encode() + body)
-            await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    return await asyncio.start_server(handle, host, port)
 
 
 def write_targets(path: Path, targets: list[tuple[str, str, str]]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from contract.vllm_probe import listed
 from workers.launch import Launch
 
 log = logging.getLogger("llmgw.workers")
@@ -106,27 +107,3 @@ class ReplicaProcess:
             await self.proc.wait()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers of the group (engine core)
-
-
-async def listed(client: httpx.AsyncClient, url: str, served: str) -> bool:
-    try:
-        health = await client.get(f"{url}/health", timeout=2.0)
-        if health.status_code != 200:
-            return False
-        models = await client.get(f"{url}/v1/models", timeout=2.0)
-    except (httpx.HTTPError, OSError):
-        return False
-    return models.status_code == 200 and any(m.get("id") == served for m in models.json().get("data", []))
-
-
-async def running_requests(client: httpx.AsyncClient, url: str) -> int:
-    """vllm:num_requests_running + waiting, or 0 when the replica does not answer."""
-    try:
-        r = await client.get(f"{url}/metrics", timeout=2.0)
-    except (httpx.HTTPError, OSError):
-        return 0
-    total = 0.0
-    for line in r.text.splitlines():
-        if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting")):
-            total += float(line.rsplit(" ", 1)[-1])
-    return int(total)

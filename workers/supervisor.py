@@ -17,12 +17,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-from gateway.replica import ReplicaRecord, ReplicaState
+from contract.backoff import Backoff
+from contract.drain import wait_until_idle
+from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, new_instance_id
 from workers.gpu import DeviceMemory, MemoryProbe, gib, nvidia_smi_probe
 from workers.launch import Launch, ReplicaSpec, with_budget
 from workers.oom import (
@@ -35,22 +37,21 @@ from workers.oom import (
     next_budget,
 )
 from workers.planner import DEFAULT_RESERVE_BYTES
-from workers.process import ReplicaProcess, StartFailed, running_requests
-from workers.registrar import Registrar
+from workers.process import ReplicaProcess, StartFailed
 
 log = logging.getLogger("llmgw.workers")
 
 
 @dataclass(frozen=True, slots=True)
 class RestartBackoff:
-    """Delay before the n-th consecutive restart: base × 2^(n-1), capped; reset after a healthy run."""
+    """Delay before the n-th consecutive restart (:class:`Backoff`); reset after a healthy run."""
 
     base_s: float = 1.0
     max_s: float = 30.0
     healthy_after_s: float = 60.0
 
     def delay(self, consecutive: int) -> float:
-        return min(self.max_s, self.base_s * 2.0 ** max(0, consecutive - 1))
+        return Backoff(self.base_s, self.max_s).delay(consecutive)
 
     def consecutive_after(self, consecutive: int, ran_s: float) -> int:
         return 1 if ran_s >= self.healthy_after_s else consecutive + 1
@@ -59,8 +60,7 @@ class RestartBackoff:
 @dataclass(frozen=True, slots=True)
 class SupervisorOptions:
     ready_deadline_s: float = 600.0
-    drain_grace_s: float = 30.0
-    heartbeat_ttl_s: float = 10.0
+    timing: RegistryTiming = field(default_factory=RegistryTiming)
     backoff: RestartBackoff = RestartBackoff()
     max_start_attempts: int = 3
     """Attempts for failures other than a GPU out-of-memory (those are bounded by the budget floor)."""
@@ -94,6 +94,7 @@ class Replica:
         self.floor = spec.model.budget.min_gpu_memory_utilization if floor is None else floor
         self.budgets_tried: list[float] = []
         self.failure: StartReport | None = None
+        self.instance = new_instance_id()
 
     @property
     def on_gpu(self) -> bool:
@@ -118,6 +119,7 @@ class Replica:
             concurrency=s.model.concurrency,
             device=f"{s.device_kind}:{s.device}",
             budget=s.budget_label,
+            instance=self.instance,
         )
 
 
@@ -125,13 +127,13 @@ class Supervisor:
     def __init__(
         self,
         replicas: list[Replica],
-        registrar: Registrar,
+        registry: RegistryWriter,
         client: httpx.AsyncClient,
         options: SupervisorOptions,
         on_change: Callable[[Replica], None] = lambda r: None,
         memory_probe: MemoryProbe = nvidia_smi_probe,
     ) -> None:
-        self.replicas, self.registrar, self.client, self.options = replicas, registrar, client, options
+        self.replicas, self.registry, self.client, self.options = replicas, registry, client, options
         self.on_change = on_change
         self.probe = memory_probe
         self.stopping = asyncio.Event()
@@ -142,9 +144,9 @@ class Supervisor:
         r.state = state
         self.on_change(r)
         if state is ReplicaState.STARTING:
-            await self.registrar.remove(r.record())
+            await self.registry.remove(r.record())
         else:
-            await self.registrar.publish(r.record())
+            await self.registry.publish(r.record())
 
     async def start(self, r: Replica) -> None:
         """Start a replica and wait until /health answers and /v1/models lists it."""
@@ -158,6 +160,7 @@ class Supervisor:
         )
         if r.on_gpu:
             r.budgets_tried.append(r.budget)
+        r.instance = new_instance_id()
         await r.process.start()
         r.startup_s = await r.process.wait_ready(
             r.spec.url, r.spec.model.name, self.options.ready_deadline_s, self.client
@@ -319,11 +322,11 @@ class Supervisor:
                 await self.start_with_retries(r)
 
     async def heartbeat(self) -> None:
-        interval = self.options.heartbeat_ttl_s / 3
+        interval = self.options.timing.heartbeat_s
         while not self.stopping.is_set():
             for r in self.replicas:
                 if r.state is not ReplicaState.STARTING and r.process.alive:
-                    await self.registrar.publish(r.record())
+                    await self.registry.publish(r.record())
             await asyncio.sleep(interval)
 
     async def start_group(self, group: Sequence[Replica]) -> None:
@@ -350,17 +353,11 @@ class Supervisor:
         live = [r for r in self.replicas if r.process.alive]
         for r in live:
             await self.set_state(r, ReplicaState.DRAINING)
-        log.info("draining %d replicas (grace %.0f s)", len(live), self.options.drain_grace_s)
-        deadline = time.monotonic() + self.options.drain_grace_s
-        await asyncio.sleep(min(2.0, self.options.drain_grace_s))  # gateways see the draining state
-        while time.monotonic() < deadline:
-            busy = [r.spec.id for r in live if await running_requests(self.client, r.spec.url)]
-            if not busy:
-                break
-            await asyncio.sleep(0.5)
+        log.info("draining %d replicas (grace %.0f s)", len(live), self.options.timing.drain_grace_s)
+        await wait_until_idle(self.client, [r.spec.url for r in live], self.options.timing)
         await asyncio.gather(*(r.process.stop() for r in self.replicas))
         for r in self.replicas:
-            await self.registrar.remove(r.record())
+            await self.registry.remove(r.record())
         log.info("all replicas stopped")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workers.fleet import Model
+from contract.fleet import Model
 from workers.models import default_models_dir, prepared_path
 
 

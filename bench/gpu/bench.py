@@ -31,7 +31,7 @@ import httpx
 
 from bench.gpu import memory
 from bench.gpu.loadgen import Load, RunResult, client_for, closed_loop
-from workers.fleet import load_fleet
+from contract.fleet import load_fleet
 from workers.gpu import ProbeError, parse_gpu_memory
 from workers.launch import plan_replicas
 

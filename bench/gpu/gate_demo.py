@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import redis.asyncio as aioredis
 
-from gateway.keys import Keys
-from workers.fleet import load_fleet
+from contract.fleet import load_fleet
+from contract.redis_keys import RedisKeys
+from contract.registry import RegistryTiming, RegistryWriter
 from workers.gpu import nvidia_smi_probe
 from workers.launch import build_launch, plan_replicas
-from workers.registrar import Registrar
 from workers.supervisor import Replica, Supervisor, SupervisorOptions
 from workers.weights import weights_for
 
@@ -32,7 +32,11 @@ async def main_async(a: argparse.Namespace) -> int:
     redis = aioredis.Redis.from_url(a.redis_url)
     async with httpx.AsyncClient() as client:
         sup = Supervisor(
-            reps, Registrar(redis, Keys("gatedemo"), 10), client, options, memory_probe=nvidia_smi_probe
+            reps,
+            RegistryWriter(redis, RedisKeys("gatedemo"), RegistryTiming()),
+            client,
+            options,
+            memory_probe=nvidia_smi_probe,
         )
         started = [await sup.start_with_retries(r) for r in reps]
         for r in reps:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from contract.redis_keys import RedisKeys
 from gateway.admission.base import Admission, AdmissionUnavailable, Lease, Ticket
 from gateway.admission.fallback import FallbackAdmission
 from gateway.admission.local import LocalAdmission
 from gateway.admission.open import OpenAdmission
 from gateway.admission.presence import Presence
 from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
-from gateway.keys import Keys
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 
@@ -17,7 +17,7 @@ __all__ = ["Admission", "AdmissionUnavailable", "Lease", "Ticket", "build_admiss
 PRESENCE_TTL_INTERVALS = 3
 
 
-def build_admission(settings: GatewaySettings, keys: Keys, metrics: GatewayMetrics) -> Admission:
+def build_admission(settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMetrics) -> Admission:
     """The shared Redis queue with local fallback, or no admission at all when switched off."""
     if not settings.admission:
         return OpenAdmission()

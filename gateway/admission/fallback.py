@@ -44,9 +44,6 @@ class FallbackAdmission:
     def degraded(self) -> bool:
         return self._degraded
 
-    def queue_depth(self, model: str) -> int:
-        return self.local.queue_depth(model) + (0 if self._degraded else self.shared.queue_depth(model))
-
     async def start(self) -> None:
         await self.shared.start()
         await self.probe()

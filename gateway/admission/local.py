@@ -57,10 +57,6 @@ class LocalAdmission:
     def degraded(self) -> bool:
         return False
 
-    def queue_depth(self, model: str) -> int:
-        q = self._queues.get(model)
-        return len(q.waiters) if q else 0
-
     def _limit(self, capacity: int) -> int:
         return max(1, int(capacity * self.share))
 

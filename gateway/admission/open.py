@@ -20,9 +20,6 @@ class OpenAdmission:
     async def stop(self) -> None:
         return None
 
-    def queue_depth(self, model: str) -> int:
-        return 0
-
     @property
     def degraded(self) -> bool:
         return False

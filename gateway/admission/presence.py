@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from gateway.keys import Keys
+from contract.redis_keys import RedisKeys
 
 
 class Presence:
-    def __init__(self, redis: aioredis.Redis, keys: Keys, gateway_id: str, ttl_s: float) -> None:
+    def __init__(self, redis: aioredis.Redis, keys: RedisKeys, gateway_id: str, ttl_s: float) -> None:
         self.redis, self.keys, self.gateway_id, self.ttl_s = redis, keys, gateway_id, ttl_s
         self.replicas = 1
 

@@ -26,11 +26,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from contract.redis_keys import RedisKeys
 from gateway.admission.base import AdmissionUnavailable, Ticket
 from gateway.admission.order import clamp_priority
-from gateway.admission.resp import LeanScript, PipelinedRedis
+from gateway.admission.redis_wire import LeanScript, PipelinedRedis
 from gateway.errors import QueueFull, QueueTimeout
-from gateway.keys import Keys
 from gateway.metrics import GatewayMetrics
 from gateway.periodic import Background
 
@@ -87,7 +87,7 @@ def blocking_client(url: str, connect_timeout_s: float, max_connections: int) ->
 class QueueScripts:
     """The scripts bound to one client; each method names the keys of one model."""
 
-    def __init__(self, redis: PipelinedRedis, keys: Keys, ttl_ms: int) -> None:
+    def __init__(self, redis: PipelinedRedis, keys: RedisKeys, ttl_ms: int) -> None:
         self.keys, self.ttl_ms = keys, ttl_ms
         self._acquire = LeanScript(redis, script_source("acquire"))
         self._leave = LeanScript(redis, script_source("leave"))
@@ -162,7 +162,7 @@ class RedisAdmission:
         self,
         redis: aioredis.Redis,
         blocking: aioredis.Redis,
-        keys: Keys,
+        keys: RedisKeys,
         gateway_id: str,
         lease_ttl_s: float,
         metrics: GatewayMetrics | None = None,
@@ -175,7 +175,6 @@ class RedisAdmission:
         self.scripts = QueueScripts(self.lean, keys, int(lease_ttl_s * 1000))
         self._held: dict[str, set[str]] = {}
         self._capacity: dict[str, int] = {}
-        self._depth: dict[str, int] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
         self._bg: Background | None = None
 
@@ -186,9 +185,6 @@ class RedisAdmission:
     @property
     def renew_interval_s(self) -> float:
         return self.lease_ttl_s / 3
-
-    def queue_depth(self, model: str) -> int:
-        return self._depth.get(model, 0)
 
     def held(self, model: str) -> frozenset[str]:
         return frozenset(self._held.get(model, ()))
@@ -326,7 +322,6 @@ class RedisAdmission:
         return task
 
     def _set_depth(self, model: str, depth: int) -> None:
-        self._depth[model] = depth
         if self.metrics is not None:
             self.metrics.queue_depth.labels(model).set(depth)
 

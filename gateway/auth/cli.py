@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from contract.redis_keys import RedisKeys
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
-from gateway.keys import Keys
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 
@@ -94,7 +94,7 @@ HEADER = (
 
 async def run(args: argparse.Namespace) -> int:
     redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=5, socket_connect_timeout=5)
-    store = KeyStore(redis, Keys(args.prefix))
+    store = KeyStore(redis, RedisKeys(args.prefix))
     try:
         return await dispatch(args, store)
     finally:

@@ -1,8 +1,8 @@
 """API keys in Redis, stored by the sha256 of their secret (the secret itself is never stored).
 
 A secret reads ``llmgw-<key id>-<random>``: the key id is public (it names the key in listings, logs and
-rate-limit counters); only the random part makes it secret. Records live at ``Keys.api_key(hash)`` as
-JSON; ``Keys.api_key_index()`` maps each key id to its hash, for listing and revoking.
+rate-limit counters); only the random part makes it secret. Records live at ``RedisKeys.api_key(hash)`` as
+JSON; ``RedisKeys.api_key_index()`` maps each key id to its hash, for listing and revoking.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-from gateway.keys import Keys
+from contract.redis_keys import RedisKeys
 
 SECRET_PREFIX = "llmgw-"
 
@@ -72,7 +72,7 @@ class ApiKey:
 
 
 class KeyStore:
-    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
+    def __init__(self, redis: aioredis.Redis, keys: RedisKeys) -> None:
         self.redis, self.keys = redis, keys
 
     async def create(self, key: ApiKey, secret: str) -> None:

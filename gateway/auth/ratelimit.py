@@ -16,7 +16,7 @@ from enum import IntEnum
 
 import redis.asyncio as aioredis
 
-from gateway.keys import Keys
+from contract.redis_keys import RedisKeys
 
 WINDOW_S = 60
 
@@ -74,7 +74,7 @@ def seconds_left(now_s: float, window_s: int = WINDOW_S) -> float:
 
 
 class RateLimiter:
-    def __init__(self, redis: aioredis.Redis, keys: Keys, window_s: int = WINDOW_S) -> None:
+    def __init__(self, redis: aioredis.Redis, keys: RedisKeys, window_s: int = WINDOW_S) -> None:
         self.keys, self.window_s = keys, window_s
         self._charge = redis.register_script(CHARGE_LUA)
 

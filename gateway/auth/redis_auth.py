@@ -17,13 +17,13 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from contract.redis_keys import RedisKeys
 from gateway.admission.redis_queue import fast_client
 from gateway.auth.base import Authenticator, OpenAuth
 from gateway.auth.keys import ApiKey, KeyStore, hash_secret
 from gateway.auth.ratelimit import Decision, RateLimiter, Verdict
 from gateway.context import Caller
 from gateway.errors import InvalidRequest, RateLimited, Unauthorized
-from gateway.keys import Keys
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 
@@ -78,7 +78,6 @@ def caller_for(key: ApiKey, headers: Mapping[str, str]) -> KeyCaller:
         tenant=key.tenant,
         key_id=key.key_id,
         priority=requested_priority(headers, key),
-        max_priority=key.max_priority,
         allowed_models=frozenset(key.models) if key.models is not None else None,
         max_wait_s=requested_wait(headers, key),
         rpm=key.rpm,
@@ -173,7 +172,7 @@ def auth_client(settings: GatewaySettings) -> aioredis.Redis:
     return fast_client(settings.redis_url, settings.admission_redis_timeout_s)
 
 
-def build_auth(settings: GatewaySettings, keys: Keys, metrics: GatewayMetrics) -> Authenticator:
+def build_auth(settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMetrics) -> Authenticator:
     if not settings.auth:
         return OpenAuth()
     redis = auth_client(settings)

@@ -39,8 +39,3 @@ class Policy:
 
     def on_finish(self, endpoint: Endpoint, request: RouteRequest, ok: bool) -> None:
         """Called when that request ends (optional hook)."""
-
-
-def least_loaded(candidates: Sequence[Endpoint]) -> Endpoint:
-    """The endpoint with the lowest live load; ties go to the first."""
-    return min(candidates, key=lambda e: e.load)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from contract.fleet import Fleet, FleetError, load_fleet
 from gateway.routing.base import Policy, PolicyOptions
 from gateway.routing.least_inflight import LeastInflight
 from gateway.routing.power_of_two import PowerOfTwo
@@ -23,3 +26,17 @@ def build_policy(name: str, options: PolicyOptions) -> Policy:
     if policy is None:
         raise ValueError(f"unknown routing policy {name!r}; known: {sorted(POLICIES)}")
     return policy(options)
+
+
+def check_policies(fleet: Fleet, origin: str = "<fleet>") -> Fleet:
+    """The fleet, once every model's policy is a registered one; else FleetError naming the field."""
+    unknown = [f"  models.{i}.policy: unknown routing policy {m.policy!r}; known: {sorted(POLICIES)}"
+               for i, m in enumerate(fleet.models) if m.policy not in POLICIES]  # fmt: skip
+    if unknown:
+        raise FleetError(f"{origin}: invalid fleet file:\n" + "\n".join(unknown))
+    return fleet
+
+
+def load_routable_fleet(path: Path) -> Fleet:
+    """:func:`load_fleet` plus the routing check: what the gateway and ``llmgw-fleet`` accept."""
+    return check_policies(load_fleet(path), str(path))

@@ -8,8 +8,8 @@ import orjson
 
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest
+from gateway.prefix_key import chat_prefix_key, prompt_prefix_key
 from gateway.routing.base import RouteRequest
-from gateway.routing.prefix import chat_prefix_key, prompt_prefix_key
 
 MAX_TOKENS_CAP = 1 << 20
 
@@ -65,7 +65,6 @@ def route_request(ctx: RequestContext, payload: dict[str, Any], prefix_chars: in
 def parse(ctx: RequestContext, prefix_chars: int) -> None:
     """The body's size was capped as it was read (see proxy.read_body)."""
     payload = load_json(ctx.body)
-    ctx.payload = payload
     ctx.model_name = model_field(payload)
     ctx.stream = stream_field(payload)
     ctx.route = route_request(ctx, payload, prefix_chars)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from contract.fleet import Model
 from gateway.context import RequestContext
 from gateway.errors import Forbidden, InvalidRequest, ModelNotFound
-from workers.fleet import Model
 
 ENDPOINT_KINDS = {"chat/completions": "chat", "completions": "chat", "embeddings": "embedding"}
 

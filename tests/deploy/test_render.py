@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.replica import ReplicaRecord
+from contract.fleet import Fleet, load_fleet, parse_fleet
+from contract.registry import ReplicaRecord
 from workers.deploy import cli
 from workers.deploy.common import REPO, container_launch, slug
 from workers.deploy.compose import render_compose
 from workers.deploy.k8s import render_k8s
-from workers.fleet import Fleet, load_fleet, parse_fleet
 from workers.launch import engine_args
 
 FLEET_FILE = REPO / "fleet.yaml"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from contract.redis_keys import RedisKeys
+from contract.registry import ReplicaRecord
 from gateway.inflight import InflightShare, add_counts, own_counts
-from gateway.keys import Keys
 from gateway.pool import Endpoint, ReplicaTable
-from gateway.replica import ReplicaRecord
 from tests.support.procs import free_port, start_redis
 
 Make = Callable[..., InflightShare]
@@ -33,7 +33,7 @@ def endpoint(share: InflightShare, rid: str) -> Endpoint:
 
 @pytest.fixture
 async def make(redis_url: str) -> AsyncIterator[Make]:
-    keys = Keys(f"t{uuid.uuid4().hex[:10]}")
+    keys = RedisKeys(f"t{uuid.uuid4().hex[:10]}")
     clients: list[aioredis.Redis] = []
 
     def build(gateway_id: str, max_age_s: float = 2.0, url: str = redis_url) -> InflightShare:

@@ -6,25 +6,12 @@ from pathlib import Path
 
 import httpx
 
-from gateway.health import Ejection
+from contract.registry import ReplicaRecord
+from gateway.ejection import Ejection
 from gateway.metrics import GatewayMetrics
-from gateway.monitor import RUNNING, WAITING, Monitor, gauge_sum
+from gateway.monitor import Monitor
 from gateway.pool import Endpoint, ReplicaTable
-from gateway.replica import ReplicaRecord
 from tests.support.procs import running, start_fake_engine
-
-PAGE = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{engine="0",model_name="m"} 3.0
-# TYPE vllm:num_requests_waiting gauge
-vllm:num_requests_waiting{engine="0",model_name="m"} 2.0
-vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 7.0
-"""
-
-
-def test_gauges_are_parsed_and_by_reason_series_ignored() -> None:
-    assert gauge_sum(RUNNING, PAGE) == 3
-    assert gauge_sum(WAITING, PAGE) == 2
 
 
 def test_load_counts_other_gateways_through_vllm_as_of_the_scrape() -> None:

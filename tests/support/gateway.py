@@ -12,9 +12,9 @@ import httpx
 import redis.asyncio as aioredis
 import uvicorn
 
+from contract.redis_keys import RedisKeys
+from contract.registry import ReplicaRecord, ReplicaState
 from gateway.app import create_app
-from gateway.keys import Keys
-from gateway.replica import ReplicaRecord, ReplicaState
 from gateway.settings import GatewaySettings
 from tests.support.procs import free_port
 
@@ -38,7 +38,7 @@ async def register(
     """Publish a replica record the way the supervisor does."""
     rec = ReplicaRecord(id=rid, model=model, url=url, state=state, concurrency=concurrency)
     r = aioredis.Redis.from_url(redis_url)
-    await r.set(Keys(prefix).replica(model, rid), rec.model_dump_json(), px=int(ttl_s * 1000))
+    await r.set(RedisKeys(prefix).replica(model, rid), rec.model_dump_json(), px=int(ttl_s * 1000))
     await r.aclose()
     return rec
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from contract.fleet import load_fleet, parse_fleet
 from tests.support.procs import REPO
-from workers.fleet import load_fleet, parse_fleet
 from workers.launch import build_launch, plan_replicas
 
 

@@ -18,10 +18,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from bench.fake_gpu_engine import fail_text
-from gateway.keys import Keys
-from gateway.replica import ReplicaState
+from contract.fleet import parse_fleet
+from contract.redis_keys import RedisKeys
+from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from tests.support.procs import free_port
-from workers.fleet import parse_fleet
 from workers.gpu import DeviceMemory
 from workers.launch import Launch, ReplicaSpec, with_budget
 from workers.oom import (
@@ -33,14 +33,12 @@ from workers.oom import (
     needed_bytes,
     next_budget,
 )
-from workers.registrar import Registrar
 from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions, start_groups
 
 GIB = 1 << 30
 OPTIONS = SupervisorOptions(
     ready_deadline_s=20,
-    drain_grace_s=5,
-    heartbeat_ttl_s=3,
+    timing=RegistryTiming(ttl_s=3, drain_grace_s=5),
     backoff=RestartBackoff(base_s=0.2, max_s=1.0),
     max_start_attempts=2,
     gpu_reserve_bytes=2 * GIB,
@@ -177,26 +175,26 @@ async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 
 
 @pytest.fixture
-def keys() -> Keys:
-    return Keys(f"oom{uuid.uuid4().hex[:6]}")
+def keys() -> RedisKeys:
+    return RedisKeys(f"oom{uuid.uuid4().hex[:6]}")
 
 
 def supervisor(
     reps: list[Replica],
     redis: aioredis.Redis,
-    keys: Keys,
+    keys: RedisKeys,
     client: httpx.AsyncClient,
     probe: FakeDevice,
     options: SupervisorOptions = OPTIONS,
     on_change: Callable[[Replica], None] = lambda r: None,
 ) -> Supervisor:
     probe.replicas = reps
-    registrar = Registrar(redis, keys, options.heartbeat_ttl_s)
+    registrar = RegistryWriter(redis, keys, options.timing)
     return Supervisor(reps, registrar, client, options, on_change, memory_probe=probe)
 
 
 async def test_backoff_040_035_030_succeeds(
-    tmp_path: Path, redis: aioredis.Redis, keys: Keys, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
     rep = gpu_replica(tmp_path, 0.40, limit=0.30, floor=0.25)
     async with httpx.AsyncClient() as client:
@@ -213,7 +211,7 @@ async def test_backoff_040_035_030_succeeds(
 
 
 async def test_below_floor_stops_with_a_report(
-    tmp_path: Path, redis: aioredis.Redis, keys: Keys, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
     rep = gpu_replica(tmp_path, 0.40, limit=0.20, floor=0.30)
     async with httpx.AsyncClient() as client:
@@ -231,7 +229,7 @@ async def test_below_floor_stops_with_a_report(
 
 
 async def test_non_oom_failures_are_not_backed_off(
-    tmp_path: Path, redis: aioredis.Redis, keys: Keys, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
     rep = gpu_replica(tmp_path, 0.40, limit=0.0, error="other")
     async with httpx.AsyncClient() as client:
@@ -243,7 +241,7 @@ async def test_non_oom_failures_are_not_backed_off(
 
 
 async def test_kv_cache_too_small_is_not_backed_off(
-    tmp_path: Path, redis: aioredis.Redis, keys: Keys, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
     rep = gpu_replica(tmp_path, 0.40, limit=0.0, error="kv")
     async with httpx.AsyncClient() as client:
@@ -256,7 +254,7 @@ async def test_kv_cache_too_small_is_not_backed_off(
 
 
 async def test_sequential_start_waits_for_free_memory(
-    tmp_path: Path, redis: aioredis.Redis, keys: Keys, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, "llmgw.workers")
     a = gpu_replica(tmp_path, 0.50, limit=1.0, index=0)
@@ -292,7 +290,9 @@ async def test_sequential_start_waits_for_free_memory(
     assert "replica=fake-1 gpu:0 has 48.0 GiB free of 100.0 GiB; budget 0.400 needs 42.0 GiB" in caplog.text
 
 
-async def test_gate_deadline_stops_with_a_report(tmp_path: Path, redis: aioredis.Redis, keys: Keys) -> None:
+async def test_gate_deadline_stops_with_a_report(
+    tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys
+) -> None:
     rep = gpu_replica(tmp_path, 0.50, limit=1.0)
     opts = dataclasses.replace(OPTIONS, free_memory_deadline_s=0.3)
     async with httpx.AsyncClient() as client:
@@ -307,7 +307,7 @@ async def test_gate_deadline_stops_with_a_report(tmp_path: Path, redis: aioredis
     assert "20.0 GiB free of 100.0 GiB" in msg and "at most 0.18" in msg and "Change:" in msg
 
 
-async def test_cpu_replicas_skip_the_gate(tmp_path: Path, redis: aioredis.Redis, keys: Keys) -> None:
+async def test_cpu_replicas_skip_the_gate(tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys) -> None:
     rep = gpu_replica(tmp_path, 0.50, limit=1.0)
     rep.spec = ReplicaSpec(rep.spec.model, 0, rep.spec.port, 0)  # a CPU replica
     device = FakeDevice(tenant_gib=100)

@@ -14,12 +14,11 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.keys import Keys
-from gateway.replica import ReplicaRecord, ReplicaState
+from contract.fleet import parse_fleet
+from contract.redis_keys import RedisKeys
+from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState
 from tests.support.procs import free_port
-from workers.fleet import parse_fleet
 from workers.launch import Launch, ReplicaSpec
-from workers.registrar import Registrar
 from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions
 
 
@@ -41,8 +40,7 @@ def fake_replica(tmp: Path, name: str = "fake", *extra: str, argv: list[str] | N
 
 OPTIONS = SupervisorOptions(
     ready_deadline_s=20,
-    drain_grace_s=10,
-    heartbeat_ttl_s=3,
+    timing=RegistryTiming(ttl_s=3, drain_grace_s=10),
     backoff=RestartBackoff(base_s=0.2, max_s=1.0),
     max_start_attempts=2,
 )
@@ -55,7 +53,7 @@ async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
     await r.aclose()
 
 
-async def record(redis: aioredis.Redis, keys: Keys, rep: Replica) -> ReplicaRecord | None:
+async def record(redis: aioredis.Redis, keys: RedisKeys, rep: Replica) -> ReplicaRecord | None:
     raw = await redis.get(keys.replica(rep.spec.model.name, rep.spec.id))
     return ReplicaRecord.model_validate_json(raw) if raw else None
 
@@ -74,8 +72,8 @@ async def until(predicate: object, deadline_s: float = 20.0) -> None:
 
 
 @pytest.fixture
-def keys() -> Keys:
-    return Keys(f"sup{uuid.uuid4().hex[:6]}")
+def keys() -> RedisKeys:
+    return RedisKeys(f"sup{uuid.uuid4().hex[:6]}")
 
 
 def test_restart_backoff_grows_and_resets() -> None:
@@ -85,10 +83,12 @@ def test_restart_backoff_grows_and_resets() -> None:
     assert b.consecutive_after(3, ran_s=120) == 1
 
 
-async def test_registers_ready_replica_with_ttl(tmp_path: Path, redis: aioredis.Redis, keys: Keys) -> None:
+async def test_registers_ready_replica_with_ttl(
+    tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys
+) -> None:
     rep = fake_replica(tmp_path)
     async with httpx.AsyncClient() as client:
-        sup = Supervisor([rep], Registrar(redis, keys, OPTIONS.heartbeat_ttl_s), client, OPTIONS)
+        sup = Supervisor([rep], RegistryWriter(redis, keys, OPTIONS.timing), client, OPTIONS)
         task = asyncio.create_task(sup.run())
         await until(lambda: rep.state is ReplicaState.READY)
         rec = await record(redis, keys, rep)
@@ -101,11 +101,11 @@ async def test_registers_ready_replica_with_ttl(tmp_path: Path, redis: aioredis.
 
 
 async def test_kill_9_is_restarted_with_backoff(
-    tmp_path: Path, redis: aioredis.Redis, keys: Keys, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
     rep = fake_replica(tmp_path)
     async with httpx.AsyncClient() as client:
-        sup = Supervisor([rep], Registrar(redis, keys, OPTIONS.heartbeat_ttl_s), client, OPTIONS)
+        sup = Supervisor([rep], RegistryWriter(redis, keys, OPTIONS.timing), client, OPTIONS)
         task = asyncio.create_task(sup.run())
         await until(lambda: rep.state is ReplicaState.READY)
         first_pid = rep.process.pid
@@ -120,10 +120,12 @@ async def test_kill_9_is_restarted_with_backoff(
         await task
 
 
-async def test_drain_lets_inflight_requests_finish(tmp_path: Path, redis: aioredis.Redis, keys: Keys) -> None:
+async def test_drain_lets_inflight_requests_finish(
+    tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys
+) -> None:
     rep = fake_replica(tmp_path, "fake", "--latency-ms", "2500")
     async with httpx.AsyncClient(timeout=30) as client:
-        sup = Supervisor([rep], Registrar(redis, keys, OPTIONS.heartbeat_ttl_s), client, OPTIONS)
+        sup = Supervisor([rep], RegistryWriter(redis, keys, OPTIONS.timing), client, OPTIONS)
         task = asyncio.create_task(sup.run())
         await until(lambda: rep.state is ReplicaState.READY)
         body = {"model": "fake", "messages": [{"role": "user", "content": "x"}]}
@@ -141,13 +143,13 @@ async def test_drain_lets_inflight_requests_finish(tmp_path: Path, redis: aiored
 
 
 async def test_start_failure_is_retried_then_reported(
-    tmp_path: Path, redis: aioredis.Redis, keys: Keys, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
     rep = fake_replica(
         tmp_path, argv=[sys.executable, "-c", "print('CUDA out of memory'); raise SystemExit(3)"]
     )
     async with httpx.AsyncClient() as client:
-        sup = Supervisor([rep], Registrar(redis, keys, OPTIONS.heartbeat_ttl_s), client, OPTIONS)
+        sup = Supervisor([rep], RegistryWriter(redis, keys, OPTIONS.timing), client, OPTIONS)
         assert not await sup.start_with_retries(rep)
     assert caplog.text.count("start 1 failed") == 1 and caplog.text.count("start 2 failed") == 1
     assert "exited with code 3" in caplog.text and "CUDA out of memory" in caplog.text

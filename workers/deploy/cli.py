@@ -12,10 +12,10 @@ import os
 import sys
 from pathlib import Path
 
+from contract.fleet import FleetError, load_fleet
 from workers.deploy.common import REPO
 from workers.deploy.compose import render_compose
 from workers.deploy.k8s import MODELS_DIR, render_k8s
-from workers.fleet import FleetError, load_fleet
 
 TARGETS = ("k8s", "compose", "all")
 

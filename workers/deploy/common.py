@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from workers.fleet import Model
+from contract.fleet import Model
+from contract.registry import RegistryTiming
 from workers.launch import ReplicaSpec, build_launch
 from workers.weights import weights_for
 
@@ -28,24 +29,8 @@ HF_HOME = "/models/hf"
 # device reservation (compose) already decides which GPUs the container sees, as indices from 0.
 HOST_ONLY_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND"})
 
-# Runs inside the vLLM container as its preStop hook (the vLLM image has python3, not our code): wait a
-# moment so that every gateway sees the replica as draining, then until vLLM has nothing running or
-# waiting, within the grace period. Same reading of /metrics as workers.process.running_requests.
-DRAIN_SCRIPT = """\
-import sys, time, urllib.request
-grace, url, settle = float(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-end = time.monotonic() + grace
-time.sleep(min(settle, grace))
-def busy():
-    try:
-        text = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
-    except Exception:
-        return 0.0
-    names = ("vllm:num_requests_running", "vllm:num_requests_waiting")
-    return sum(float(ln.rsplit(" ", 1)[-1]) for ln in text.splitlines() if ln.startswith(names))
-while time.monotonic() < end and busy() > 0:
-    time.sleep(0.5)
-"""
+# Deployments let in-flight generations run longer than the embedded stack (30 s): streams of minutes.
+DEPLOY_TIMING = RegistryTiming(drain_grace_s=120.0)
 
 HEALTH_SCRIPT = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)"
 

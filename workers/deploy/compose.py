@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.fleet import Fleet
+from contract.registry import RegistryTiming
 from workers.deploy.common import (
+    DEPLOY_TIMING,
     GATEWAY_PORT,
     HEALTH_SCRIPT,
     NGINX_TEMPLATE,
@@ -29,7 +32,6 @@ from workers.deploy.common import (
     to_yaml,
 )
 from workers.deploy.nginx import CONTAINER_TLS_DIR, HTTP_PORT, HTTPS_PORT, START_NGINX, container_nginx_conf
-from workers.fleet import Fleet
 from workers.launch import ReplicaSpec, plan_replicas
 from workers.stack.render import prometheus_conf
 
@@ -51,8 +53,7 @@ class ComposeOptions:
     models_dir: str = "${LLMGW_MODELS_DIR:-./.cache/models}"
     gateways: int = 2
     startup_s: int = 1200
-    drain_grace_s: int = 120
-    drain_settle_s: int = 5
+    drain: RegistryTiming = DEPLOY_TIMING
     shared_gpu_fraction: float = 0.9  # split among replicas on one GPU whose model gives no budget
     shm_per_gpu_gib: int = 2
 
@@ -127,7 +128,7 @@ def worker(spec: ReplicaSpec, after: str | None, o: ComposeOptions) -> Obj:
         "healthcheck": healthcheck(
             python_check(f"http://127.0.0.1:{VLLM_PORT}/health"), start_s=o.startup_s, retries=3
         ),
-        "stop_grace_period": f"{o.drain_grace_s}s",
+        "stop_grace_period": f"{o.drain.drain_grace_s:g}s",
         "restart": "unless-stopped",
     }
     if after is not None:
@@ -153,10 +154,10 @@ def project_service(o: ComposeOptions) -> Obj:
 
 
 def register(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
-    args = ["python", "-m", "workers.deploy.register", "--redis-url", "redis://redis:6379/0"]
+    args = ["python", "-m", "contract.sidecar", "--redis-url", "redis://redis:6379/0"]
     for s in specs:
         args += ["--record", literal(record(s))]
-    args += ["--drain-grace", str(o.drain_grace_s), "--drain-settle", str(o.drain_settle_s)]
+    args += ["--drain-grace", f"{o.drain.drain_grace_s:g}", "--drain-settle", f"{o.drain.drain_settle_s:g}"]
     args += ["--metrics-port", str(REGISTER_METRICS_PORT)]
     return {
         **project_service(o),
@@ -164,7 +165,7 @@ def register(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
         "depends_on": {"redis": HEALTHY},
         "healthcheck": healthcheck(python_check(f"http://127.0.0.1:{REGISTER_METRICS_PORT}/metrics")),
         "read_only": True,
-        "stop_grace_period": f"{o.drain_settle_s + o.drain_grace_s + 10}s",
+        "stop_grace_period": f"{o.drain.drain_settle_s + o.drain.drain_grace_s + 10:g}s",
         "restart": "unless-stopped",
     }
 

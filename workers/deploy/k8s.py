@@ -13,9 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from contract.drain import drain_argv
+from contract.fleet import Fleet, Model
+from contract.registry import RegistryTiming
 from workers.deploy.common import (
     ALERT_RULES,
-    DRAIN_SCRIPT,
+    DEPLOY_TIMING,
     NGINX_TEMPLATE,
     REGISTER_METRICS_PORT,
     VLLM_PORT,
@@ -27,7 +30,6 @@ from workers.deploy.common import (
     to_yaml_docs,
 )
 from workers.deploy.nginx import container_nginx_conf
-from workers.fleet import Fleet, Model
 
 Obj = dict[str, Any]
 MODELS_DIR = "models"
@@ -44,8 +46,7 @@ class K8sOptions:
     redis_url: str = "redis://redis:6379/0"
     models_claim: str = "llmgw-models"
     startup_s: int = 1200  # weights from the shared volume, CUDA graphs, KV-cache profiling
-    drain_grace_s: int = 120  # in-flight generations may finish within this
-    drain_settle_s: int = 5  # gateways poll the registry every second
+    drain: RegistryTiming = DEPLOY_TIMING  # in-flight generations may finish within drain.drain_grace_s
     shutdown_s: int = 30  # vLLM's own exit after SIGTERM
     scale_factor: int = 4  # maxReplicaCount = replicas × this (at most 64)
     cpu_per_gpu: int = 4
@@ -58,7 +59,7 @@ class K8sOptions:
 
     @property
     def termination_grace_s(self) -> int:
-        return self.drain_settle_s + self.drain_grace_s + self.shutdown_s
+        return math.ceil(self.drain.drain_settle_s + self.drain.drain_grace_s) + self.shutdown_s
 
 
 def workload_name(model: Model) -> str:
@@ -99,7 +100,7 @@ def vllm_container(model: Model, o: K8sOptions) -> Obj:
     launch = container_launch(model, model.budget.gpu_memory_utilization)
     gpus = model.engine.tensor_parallel_size
     memory = f"{o.memory_per_gpu_gib * gpus}Gi"
-    drain = ["python3", "-c", DRAIN_SCRIPT, str(o.drain_grace_s), f"http://127.0.0.1:{VLLM_PORT}"]
+    drain = drain_argv("python3", f"http://127.0.0.1:{VLLM_PORT}", o.drain)
     return {
         "name": "vllm",
         "image": o.vllm_image,
@@ -116,7 +117,7 @@ def vllm_container(model: Model, o: K8sOptions) -> Obj:
         "startupProbe": http_probe("/health", "http", 10, math.ceil(o.startup_s / 10)),
         "readinessProbe": http_probe("/health", "http", 10, 3),
         "livenessProbe": http_probe("/health", "http", 15, 4, timeout_s=10),
-        "lifecycle": {"preStop": {"exec": {"command": [*drain, str(o.drain_settle_s)]}}},
+        "lifecycle": {"preStop": {"exec": {"command": drain}}},
         # The vLLM image runs as root (caches under /root/.cache, GPU device files): no runAsNonRoot here,
         # but no privilege escalation and no capabilities. tests/deploy/test_k8s.py lists this exception.
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
@@ -143,11 +144,11 @@ def record_json(model: Model) -> str:
 
 def register_container(model: Model, o: K8sOptions) -> Obj:
     args = [
-        "-m", "workers.deploy.register",
+        "-m", "contract.sidecar",
         "--record", record_json(model),
         "--redis-url", o.redis_url,
-        "--drain-grace", str(o.drain_grace_s),
-        "--drain-settle", str(o.drain_settle_s),
+        "--drain-grace", f"{o.drain.drain_grace_s:g}",
+        "--drain-settle", f"{o.drain.drain_settle_s:g}",
         "--metrics-port", str(REGISTER_METRICS_PORT),
     ]  # fmt: skip
     field = {"POD_NAME": "metadata.name", "POD_IP": "status.podIP"}

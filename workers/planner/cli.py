@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from workers.fleet import FleetError, load_fleet
+from contract.fleet import FleetError, load_fleet
 from workers.planner import memory as mem
 from workers.planner.model_shape import make_config_loader
 from workers.planner.plan import DEFAULT_TARGET, plan_fleet

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from workers.fleet import Fleet, Model
+from contract.fleet import Fleet, Model
 from workers.launch import engine_args
 from workers.planner import memory as mem
 from workers.planner.model_shape import ModelShape, Quantization, shape_from_config

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from workers.fleet import FleetError
+from contract.fleet import FleetError
 from workers.stack.stack import REPO, Stack, StackConfig
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"

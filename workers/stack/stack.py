@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from workers.fleet import Fleet, load_fleet
+from contract.fleet import Fleet, load_fleet
 from workers.process import redis_server_argv
 from workers.stack.render import nginx_conf, prometheus_conf
 from workers.stack.services import Service, http_probe, tcp_probe

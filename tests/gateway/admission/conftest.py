@@ -8,16 +8,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import redis.asyncio as aioredis
 
+from contract.redis_keys import RedisKeys
 from gateway.admission.redis_queue import QueueScripts, RedisAdmission, blocking_client, fast_client
-from gateway.admission.resp import PipelinedRedis
-from gateway.keys import Keys
+from gateway.admission.redis_wire import PipelinedRedis
 
 MakeAdmission = Callable[..., Awaitable[RedisAdmission]]
 
 
 @pytest.fixture
-def keys() -> Keys:
-    return Keys(f"t{uuid.uuid4().hex[:10]}")
+def keys() -> RedisKeys:
+    return RedisKeys(f"t{uuid.uuid4().hex[:10]}")
 
 
 @pytest.fixture
@@ -28,12 +28,12 @@ async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 
 
 @pytest.fixture
-def scripts(redis: aioredis.Redis, keys: Keys) -> QueueScripts:
+def scripts(redis: aioredis.Redis, keys: RedisKeys) -> QueueScripts:
     return QueueScripts(PipelinedRedis.like(redis, 2.0), keys, ttl_ms=30_000)
 
 
 @pytest.fixture
-async def make_admission(redis_url: str, keys: Keys) -> AsyncIterator[MakeAdmission]:
+async def make_admission(redis_url: str, keys: RedisKeys) -> AsyncIterator[MakeAdmission]:
     """Builds RedisAdmission instances (one per 'gateway'); started ones renew their leases."""
     made: list[RedisAdmission] = []
 

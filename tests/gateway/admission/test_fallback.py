@@ -9,14 +9,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
+from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.fallback import FallbackAdmission
 from gateway.admission.local import LocalAdmission
 from gateway.admission.presence import Presence
 from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
 from gateway.errors import QueueTimeout
-from gateway.keys import Keys
 from gateway.metrics import GatewayMetrics
 from tests.support.procs import Proc, start_redis
 
@@ -36,7 +37,7 @@ def private_redis(tmp_path: Path) -> Iterator[Proc]:
 
 
 @pytest.fixture
-async def make(private_redis: Proc, keys: Keys) -> AsyncIterator[Make]:
+async def make(private_redis: Proc, keys: RedisKeys) -> AsyncIterator[Make]:
     url = f"redis://127.0.0.1:{private_redis.port}/0"
     made: list[FallbackAdmission] = []
 
@@ -73,7 +74,7 @@ def degraded_gauge(adm: FallbackAdmission) -> float:
 
 
 async def test_local_admission_while_redis_is_down_then_shared_again(
-    make: Make, private_redis: Proc, tmp_path: Path, keys: Keys
+    make: Make, private_redis: Proc, tmp_path: Path, keys: RedisKeys
 ) -> None:
     adm = await make("g1")
     lease, _ = await adm.acquire(ticket("before"), 2)
@@ -102,7 +103,8 @@ async def test_waiter_blocked_in_redis_falls_back_when_its_connection_dies(
     adm = await make("g1")
     lease, _ = await adm.acquire(ticket("holder"), 1)
     waiter = asyncio.create_task(adm.acquire(ticket("waiter", wait=30), 1))
-    await until(lambda: adm.shared.queue_depth(MODEL) == 1)
+    queued = redis.Redis(port=private_redis.port)
+    await until(lambda: queued.zcard(adm.shared.keys.queue(MODEL)) == 1)
     private_redis.kill()
     local, waited = await asyncio.wait_for(waiter, 5)  # no hang: the dead read falls back at once
     assert adm.degraded and waited < 5
@@ -122,7 +124,7 @@ async def test_local_share_follows_the_gateways_seen(make: Make, private_redis: 
         await lease.release()
 
 
-async def test_start_without_redis_is_degraded_and_serves(keys: Keys) -> None:
+async def test_start_without_redis_is_degraded_and_serves(keys: RedisKeys) -> None:
     url = "redis://127.0.0.1:1/0"
     redis = fast_client(url, 0.2)
     shared = RedisAdmission(redis, blocking_client(url, 0.2, 4), keys, "g", 5.0, io_timeout_s=0.2)

@@ -18,9 +18,9 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
-from gateway.keys import Keys
 from tests.support.gateway import fleet_yaml, register, serve_gateway, wait_ready
 from tests.support.procs import Proc, free_port, spawn, start_fake_engine, start_redis
 
@@ -89,7 +89,7 @@ def assert_429(r: httpx.Response, code: str) -> dict[str, Any]:
 async def queue_len(redis_url: str, prefix: str) -> int:
     r = aioredis.Redis.from_url(redis_url)
     try:
-        return int(await r.zcard(Keys(prefix).queue(MODEL)))
+        return int(await r.zcard(RedisKeys(prefix).queue(MODEL)))
     finally:
         await r.aclose()
 
@@ -145,7 +145,7 @@ async def test_queue_full_and_wait_exceeded_are_429s(
 async def _leases(redis_url: str, prefix: str, n: int) -> bool:
     r = aioredis.Redis.from_url(redis_url)
     try:
-        return bool(await r.zcard(Keys(prefix).leases(MODEL)) == n)
+        return bool(await r.zcard(RedisKeys(prefix).leases(MODEL)) == n)
     finally:
         await r.aclose()
 
@@ -197,7 +197,7 @@ async def test_leases_of_a_killed_gateway_come_back_within_the_ttl(
     await register(redis_url, prefix, MODEL, slow_engine.url, "r0", concurrency=2)
     proc = spawn_gateway(tmp_path, redis_url, prefix, ttl)
     survivor = RedisAdmission(
-        fast_client(redis_url, 1.0), blocking_client(redis_url, 1.0, 8), Keys(prefix), "survivor", ttl
+        fast_client(redis_url, 1.0), blocking_client(redis_url, 1.0, 8), RedisKeys(prefix), "survivor", ttl
     )
     await survivor.start()
     try:

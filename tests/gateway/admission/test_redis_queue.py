@@ -12,12 +12,12 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.order import FairQueue
 from gateway.admission.redis_queue import Acquired, Left, QueueScripts, RedisAdmission
-from gateway.admission.resp import PipelinedRedis
+from gateway.admission.redis_wire import PipelinedRedis
 from gateway.errors import QueueFull, QueueTimeout
-from gateway.keys import Keys
 from tests.gateway.admission.conftest import MakeAdmission
 
 MODEL = "m"
@@ -45,7 +45,7 @@ async def until(check: object, deadline_s: float = 5.0) -> None:
     raise AssertionError("condition not met in time")
 
 
-async def granted_ticket(redis: aioredis.Redis, keys: Keys, candidates: list[str]) -> str:
+async def granted_ticket(redis: aioredis.Redis, keys: RedisKeys, candidates: list[str]) -> str:
     """The one candidate whose wake list holds a grant."""
     woken = [c for c in candidates if await redis.llen(keys.wake(MODEL, c))]
     assert len(woken) == 1, woken
@@ -54,7 +54,7 @@ async def granted_ticket(redis: aioredis.Redis, keys: Keys, candidates: list[str
 
 
 async def test_grants_up_to_capacity_then_queues(
-    scripts: QueueScripts, redis: aioredis.Redis, keys: Keys
+    scripts: QueueScripts, redis: aioredis.Redis, keys: RedisKeys
 ) -> None:
     outcomes = [await scripts.acquire(ticket(), f"id{i}", 3) for i in range(5)]
     assert [o[0] for o in outcomes] == [Acquired.GRANTED] * 3 + [Acquired.QUEUED] * 2
@@ -70,7 +70,7 @@ async def test_acquire_is_idempotent_per_ticket(scripts: QueueScripts) -> None:
 
 
 async def test_release_hands_the_slot_to_the_head(
-    scripts: QueueScripts, redis: aioredis.Redis, keys: Keys
+    scripts: QueueScripts, redis: aioredis.Redis, keys: RedisKeys
 ) -> None:
     await scripts.acquire(ticket(), "holder", 1)
     await scripts.acquire(ticket(), "w1", 1)
@@ -83,7 +83,7 @@ async def test_release_hands_the_slot_to_the_head(
 
 
 async def test_grant_order_priority_fairness_arrival(
-    scripts: QueueScripts, redis: aioredis.Redis, keys: Keys
+    scripts: QueueScripts, redis: aioredis.Redis, keys: RedisKeys
 ) -> None:
     await scripts.acquire(ticket(), "holder", 1)
     plan = [
@@ -114,7 +114,7 @@ async def test_grant_order_priority_fairness_arrival(
 async def test_redis_grant_order_matches_the_reference(
     redis: aioredis.Redis, reqs: list[tuple[str, int, int]]
 ) -> None:
-    keys = Keys(f"h{uuid.uuid4().hex[:12]}")
+    keys = RedisKeys(f"h{uuid.uuid4().hex[:12]}")
     scripts = QueueScripts(PipelinedRedis.like(redis, 2.0), keys, 30_000)
     ref = FairQueue()
     await scripts.acquire(ticket(), "holder", 1)
@@ -130,7 +130,7 @@ async def test_redis_grant_order_matches_the_reference(
 
 
 async def test_ten_to_one_flood_gets_even_service(
-    scripts: QueueScripts, redis: aioredis.Redis, keys: Keys
+    scripts: QueueScripts, redis: aioredis.Redis, keys: RedisKeys
 ) -> None:
     await scripts.acquire(ticket(), "holder", 1)
     ids = [f"A{i}" for i in range(50)] + [f"B{i}" for i in range(5)]
@@ -163,7 +163,7 @@ async def _depth(adm: RedisAdmission, n: int) -> bool:
 
 
 async def test_wait_exceeded_is_refused_with_how_long(
-    make_admission: MakeAdmission, redis: aioredis.Redis, keys: Keys
+    make_admission: MakeAdmission, redis: aioredis.Redis, keys: RedisKeys
 ) -> None:
     adm = await make_admission()
     lease, _ = await adm.acquire(ticket(), 1)
@@ -191,7 +191,7 @@ async def test_waiter_is_woken_by_the_release(make_admission: MakeAdmission) -> 
 
 
 async def test_cancelled_waiter_leaves_the_queue_at_once(
-    make_admission: MakeAdmission, redis: aioredis.Redis, keys: Keys
+    make_admission: MakeAdmission, redis: aioredis.Redis, keys: RedisKeys
 ) -> None:
     adm = await make_admission()
     lease, _ = await adm.acquire(ticket(), 1)
@@ -213,7 +213,7 @@ async def test_cancelled_waiter_leaves_the_queue_at_once(
 
 
 async def test_slot_granted_to_a_leaving_waiter_is_passed_on(
-    scripts: QueueScripts, redis: aioredis.Redis, keys: Keys
+    scripts: QueueScripts, redis: aioredis.Redis, keys: RedisKeys
 ) -> None:
     await scripts.acquire(ticket(), "holder", 1)
     await scripts.acquire(ticket(), "w1", 1)
@@ -232,7 +232,7 @@ async def test_timed_out_waiter_keeps_a_slot_granted_at_the_last_moment(scripts:
 
 
 async def test_cancel_before_acquire_leaves_a_tombstone(
-    scripts: QueueScripts, redis: aioredis.Redis, keys: Keys
+    scripts: QueueScripts, redis: aioredis.Redis, keys: RedisKeys
 ) -> None:
     assert await scripts.leave(MODEL, "late", False, 1) is Left.UNKNOWN
     assert (await scripts.acquire(ticket(), "late", 1))[0] is Acquired.GONE
@@ -240,7 +240,7 @@ async def test_cancel_before_acquire_leaves_a_tombstone(
 
 
 async def test_waiter_past_its_deadline_is_skipped(
-    scripts: QueueScripts, redis: aioredis.Redis, keys: Keys
+    scripts: QueueScripts, redis: aioredis.Redis, keys: RedisKeys
 ) -> None:
     await scripts.acquire(ticket(), "holder", 1)
     await scripts.acquire(ticket(wait=0.001), "dead", 1)  # its gateway died: nobody will ever leave
@@ -251,7 +251,7 @@ async def test_waiter_past_its_deadline_is_skipped(
     assert await redis.zscore(keys.leases(MODEL), "dead") is None
 
 
-async def _member(redis: aioredis.Redis, keys: Keys, tid: str) -> str:
+async def _member(redis: aioredis.Redis, keys: RedisKeys, tid: str) -> str:
     raw = await redis.hget(keys.waiter_meta(MODEL), tid)
     assert raw is not None
     return raw.decode().split(" ", 1)[1]
@@ -269,7 +269,7 @@ async def test_unrenewed_leases_expire_and_go_to_waiters(make_admission: MakeAdm
 
 
 async def test_running_leases_are_renewed_past_their_ttl(
-    make_admission: MakeAdmission, redis: aioredis.Redis, keys: Keys
+    make_admission: MakeAdmission, redis: aioredis.Redis, keys: RedisKeys
 ) -> None:
     adm = await make_admission(ttl_s=0.6)
     lease, _ = await adm.acquire(ticket(), 1)

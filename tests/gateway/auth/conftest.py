@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from contract.redis_keys import RedisKeys
 from gateway.auth.keys import KeyStore
-from gateway.keys import Keys
 
 
 @pytest.fixture
@@ -18,8 +18,8 @@ def prefix() -> str:
 
 
 @pytest.fixture
-def keys(prefix: str) -> Keys:
-    return Keys(prefix)
+def keys(prefix: str) -> RedisKeys:
+    return RedisKeys(prefix)
 
 
 @pytest.fixture
@@ -30,5 +30,5 @@ async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 
 
 @pytest.fixture
-def store(redis: aioredis.Redis, keys: Keys) -> KeyStore:
+def store(redis: aioredis.Redis, keys: RedisKeys) -> KeyStore:
     return KeyStore(redis, keys)

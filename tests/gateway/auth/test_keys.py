@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
+from contract.redis_keys import RedisKeys
 from gateway.auth.cli import main
 from gateway.auth.keys import ApiKey, KeyStore, hash_secret, new_secret
 from gateway.auth.redis_auth import bearer, caller_for
 from gateway.errors import InvalidRequest, Unauthorized
-from gateway.keys import Keys
 
 
 async def everything_stored(redis: aioredis.Redis, prefix: str) -> bytes:
@@ -130,5 +130,5 @@ def test_key_validation() -> None:
     assert ApiKey.from_json(key.to_json()) == key
 
 
-async def test_unused_prefix_is_empty(store: KeyStore, keys: Keys) -> None:
+async def test_unused_prefix_is_empty(store: KeyStore, keys: RedisKeys) -> None:
     assert await store.list() == []

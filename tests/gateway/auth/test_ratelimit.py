@@ -8,8 +8,8 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
+from contract.redis_keys import RedisKeys
 from gateway.auth.ratelimit import RateLimiter, Verdict, seconds_left, window_of
-from gateway.keys import Keys
 
 
 async def clear_of_window_edge(redis: aioredis.Redis, window_s: int = 60, margin_s: float = 5.0) -> None:
@@ -27,7 +27,7 @@ def test_window_arithmetic() -> None:
     assert seconds_left(120.0) == 60 and seconds_left(179.5) == pytest.approx(0.5)
 
 
-async def test_rpm_is_exact_under_concurrency(redis: aioredis.Redis, keys: Keys) -> None:
+async def test_rpm_is_exact_under_concurrency(redis: aioredis.Redis, keys: RedisKeys) -> None:
     limiter = RateLimiter(redis, keys)
     await clear_of_window_edge(redis)
     decisions = await asyncio.gather(*(limiter.charge("k1", 10, 0, 5) for _ in range(40)))
@@ -37,7 +37,7 @@ async def test_rpm_is_exact_under_concurrency(redis: aioredis.Redis, keys: Keys)
     assert all(0 < d.retry_after_s <= 60 for d in refused)
 
 
-async def test_tpm_is_exact_and_charges_both_or_neither(redis: aioredis.Redis, keys: Keys) -> None:
+async def test_tpm_is_exact_and_charges_both_or_neither(redis: aioredis.Redis, keys: RedisKeys) -> None:
     limiter = RateLimiter(redis, keys)
     await clear_of_window_edge(redis)
     decisions = await asyncio.gather(*(limiter.charge("k2", 100, 250, 60) for _ in range(10)))
@@ -49,17 +49,17 @@ async def test_tpm_is_exact_and_charges_both_or_neither(redis: aioredis.Redis, k
     assert int(await redis.get(keys.rate("k2", "rpm", window)) or 0) == 5  # refused ones not counted
 
 
-async def test_request_larger_than_the_tpm_limit(redis: aioredis.Redis, keys: Keys) -> None:
+async def test_request_larger_than_the_tpm_limit(redis: aioredis.Redis, keys: RedisKeys) -> None:
     limiter = RateLimiter(redis, keys)
     assert (await limiter.charge("k3", 0, 100, 101)).verdict is Verdict.TOO_LARGE
 
 
-async def test_unlimited_key_touches_nothing(redis: aioredis.Redis, keys: Keys) -> None:
+async def test_unlimited_key_touches_nothing(redis: aioredis.Redis, keys: RedisKeys) -> None:
     assert (await RateLimiter(redis, keys).charge("k4", 0, 0, 10**9)).allowed
     assert [k async for k in redis.scan_iter(match=f"{keys.prefix}:*")] == []
 
 
-async def test_a_new_window_starts_afresh(redis: aioredis.Redis, keys: Keys) -> None:
+async def test_a_new_window_starts_afresh(redis: aioredis.Redis, keys: RedisKeys) -> None:
     limiter = RateLimiter(redis, keys, window_s=1)
     await clear_of_window_edge(redis, window_s=1, margin_s=0.3)
     assert (await limiter.charge("k5", 1, 0, 1)).allowed

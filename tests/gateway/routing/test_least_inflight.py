@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
+from contract.registry import ReplicaRecord
 from gateway.pool import Endpoint
-from gateway.replica import ReplicaRecord
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.least_inflight import LeastInflight
 

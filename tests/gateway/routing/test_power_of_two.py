@@ -7,8 +7,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contract.registry import ReplicaRecord
 from gateway.pool import Endpoint
-from gateway.replica import ReplicaRecord
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.power_of_two import PowerOfTwo
 

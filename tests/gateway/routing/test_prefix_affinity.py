@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contract.registry import ReplicaRecord
 from gateway.pool import Endpoint
-from gateway.replica import ReplicaRecord
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.prefix_affinity import PrefixAffinity
 from gateway.routing.rendezvous import key_digest, rank, score

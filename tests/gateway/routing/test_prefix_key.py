@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.routing.prefix import chat_prefix_key, prompt_prefix_key
+from gateway.prefix_key import chat_prefix_key, prompt_prefix_key
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 

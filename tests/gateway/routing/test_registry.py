@@ -4,29 +4,37 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import get_args
 
 import pytest
 from pydantic import ValidationError
 
+from contract.fleet import Fleet, FleetError, parse_fleet
+from contract.registry import ReplicaRecord
 from gateway.app import policy_options
 from gateway.pool import Endpoint
-from gateway.replica import ReplicaRecord
 from gateway.routing.base import Policy, PolicyOptions, RouteRequest
-from gateway.routing.registry import POLICIES, build_policy
+from gateway.routing.registry import POLICIES, build_policy, check_policies
 from gateway.settings import GatewaySettings
-from workers.fleet import Fleet, PolicyName
 
-NAMES = get_args(PolicyName)
+NAMES = sorted(POLICIES)
 
 
 def ep(rid: str, inflight: int = 0) -> Endpoint:
     return Endpoint(ReplicaRecord(id=rid, model="m", url="http://x"), inflight=inflight)
 
 
-def test_every_fleet_policy_name_is_registered() -> None:
-    assert NAMES
-    assert set(NAMES) <= set(POLICIES)
+def test_a_fleet_naming_an_unregistered_policy_is_refused_with_the_known_ones() -> None:
+    fleet = parse_fleet("models: [{name: a, endpoints: ['http://x'], policy: fastest}]")
+    with pytest.raises(FleetError, match=r"models\.0\.policy: unknown routing policy 'fastest'") as info:
+        check_policies(fleet)
+    for name in POLICIES:
+        assert name in str(info.value)
+
+
+def test_every_registered_policy_is_accepted_by_the_fleet_check() -> None:
+    for name in NAMES:
+        fleet = parse_fleet(f"models: [{{name: a, endpoints: ['http://x'], policy: {name}}}]")
+        assert check_policies(fleet).models[0].policy == name
 
 
 def test_registered_names_match_their_class() -> None:

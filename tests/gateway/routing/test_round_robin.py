@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from contract.registry import ReplicaRecord
 from gateway.pool import Endpoint
-from gateway.replica import ReplicaRecord
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.round_robin import RoundRobin
 

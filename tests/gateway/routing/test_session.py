@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from contract.registry import ReplicaRecord
 from gateway.pool import Endpoint
-from gateway.replica import ReplicaRecord
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.rendezvous import rank
 from gateway.routing.session import SessionAffinity

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from workers.fleet import Fleet, Model
+from contract.fleet import Fleet, Model
 from workers.planner import memory as mem
 from workers.planner.plan import place_replicas, plan_fleet
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from workers.fleet import Model
+from contract.fleet import Model
 from workers.planner.model_shape import (
     ConfigNotFound,
     ShapeError,

@@ -13,7 +13,6 @@ import asyncio
 import collections
 import hashlib
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -132,13 +131,6 @@ class PipelinedRedis:
         self.timeout_s = timeout_s
         self._proto: _Protocol | None = None
         self._connecting: asyncio.Lock | None = None
-
-    @classmethod
-    def from_url(cls, url: str, timeout_s: float) -> PipelinedRedis:
-        parsed = urlsplit(url)
-        password = unquote(parsed.password) if parsed.password else None
-        db = int(parsed.path.strip("/") or 0)
-        return cls(parsed.hostname or "127.0.0.1", parsed.port or 6379, db, password, timeout_s)
 
     @classmethod
     def like(cls, client: aioredis.Redis, timeout_s: float) -> PipelinedRedis:

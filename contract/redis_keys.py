@@ -1,4 +1,9 @@
-"""Every Redis key the project uses, in one place (gateway and supervisor alike)."""
+"""Every Redis key the project uses, in one place (gateway, supervisor and sidecar alike).
+
+Per-model admission keys carry the model as a hash tag (``{model}``), so one model's keys live in one
+Redis Cluster slot. The supervisor reads a model's demand from the same names the gateways write:
+:meth:`RedisKeys.queue` (waiting requests) and :meth:`RedisKeys.leases` (running ones).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Keys:
+class RedisKeys:
     """Key names under one prefix, so several stacks can share one Redis."""
 
     prefix: str = "llmgw"
@@ -17,10 +22,6 @@ class Keys:
 
     def replica_pattern(self) -> str:
         return f"{self.prefix}:replica:*"
-
-    @property
-    def registry_events(self) -> str:
-        return f"{self.prefix}:registry:events"
 
     # gateway presence (for local admission limits when Redis is lost)
     def gateway(self, gateway_id: str) -> str:

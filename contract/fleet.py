@@ -14,7 +14,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
-PolicyName = Literal["round_robin", "least_inflight", "power_of_two", "session", "prefix_affinity"]
+PolicyName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+"""A routing policy's name; the gateway checks it against its one registry (``gateway.routing``)."""
 
 
 class Strict(BaseModel):

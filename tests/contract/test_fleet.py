@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from contract.fleet import FleetError, load_fleet, parse_fleet
 from tests.support.procs import REPO
-from workers.fleet import FleetError, load_fleet, parse_fleet
 
 
 def test_default_fleet_is_valid() -> None:
@@ -33,8 +33,8 @@ def test_default_fleet_is_valid() -> None:
             "models.0.replicas: Input should be greater",
         ),
         (
-            "models:\n - name: a\n   source: {package: x}\n   policy: random\n",
-            "models.0.policy: Input should be",
+            "models:\n - name: a\n   source: {package: x}\n   policy: Round Robin\n",
+            "models.0.policy: String should match pattern",
         ),
         (
             "models:\n - name: a\n   source: {package: x}\n   budget: {gpu_memory_utilization: 1.5}\n",

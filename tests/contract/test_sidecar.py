@@ -1,4 +1,4 @@
-"""The Kubernetes / compose registration (`python -m workers.deploy.register`) and the vLLM container's
+"""The Kubernetes / compose registration (`python -m contract.sidecar`) and the vLLM container's
 preStop drain script, for real: against the FAKE ENGINE (vLLM's /health, /v1/models and /metrics) and a
 real Redis."""
 
@@ -18,9 +18,10 @@ import httpx
 import pytest
 import redis
 
-from gateway.keys import Keys
+from contract.drain import drain_argv
+from contract.redis_keys import RedisKeys
+from contract.registry import RegistryTiming
 from tests.support.procs import Proc, free_port, http_ok, spawn, start_fake_engine, wait_until
-from workers.deploy.common import DRAIN_SCRIPT
 
 MODEL = "fake-chat"
 
@@ -36,8 +37,8 @@ def start_register(tmp: Path, redis_url: str, prefix: str, engine: Proc, grace_s
     record = {"id": f"{MODEL}-pod-1", "model": MODEL, "url": engine.url, "concurrency": 4, "device": "gpu:0"}
     port = free_port()
     argv = [
-        sys.executable, "-m", "workers.deploy.register", "--record", json.dumps(record),
-        "--redis-url", redis_url, "--redis-prefix", prefix, "--ttl", "2", "--interval", "0.2",
+        sys.executable, "-m", "contract.sidecar", "--record", json.dumps(record),
+        "--redis-url", redis_url, "--redis-prefix", prefix, "--ttl", "1.2",
         "--drain-grace", str(grace_s), "--drain-settle", "0.3", "--metrics-port", str(port),
     ]  # fmt: skip
     return spawn(argv, port, tmp / "register.log")
@@ -71,7 +72,7 @@ async def test_publishes_ready_with_ttl_then_drains_on_sigterm(
     tmp_path: Path, redis_url: str, engine: Proc
 ) -> None:
     prefix = f"reg{uuid.uuid4().hex[:8]}"
-    key = Keys(prefix).replica(MODEL, f"{MODEL}-pod-1")
+    key = RedisKeys(prefix).replica(MODEL, f"{MODEL}-pod-1")
     client = redis.Redis.from_url(redis_url)
     proc = start_register(tmp_path, redis_url, prefix, engine)
     try:
@@ -105,7 +106,7 @@ async def test_publishes_ready_with_ttl_then_drains_on_sigterm(
 def test_withdraws_a_replica_that_stops_answering(tmp_path: Path, redis_url: str) -> None:
     engine = start_fake_engine(tmp_path, "--model", MODEL)
     prefix = f"reg{uuid.uuid4().hex[:8]}"
-    key = Keys(prefix).replica(MODEL, f"{MODEL}-pod-1")
+    key = RedisKeys(prefix).replica(MODEL, f"{MODEL}-pod-1")
     client = redis.Redis.from_url(redis_url)
     proc = start_register(tmp_path, redis_url, prefix, engine)
     try:
@@ -123,7 +124,7 @@ def test_withdraws_a_replica_that_stops_answering(tmp_path: Path, redis_url: str
 def drain(url: str, grace_s: float, settle_s: float = 0.2) -> float:
     """Run the preStop script as the kubelet would; returns the seconds it took."""
     started = time.monotonic()
-    argv = [sys.executable, "-c", DRAIN_SCRIPT, str(grace_s), url, str(settle_s)]
+    argv = drain_argv(sys.executable, url, RegistryTiming(drain_settle_s=settle_s, drain_grace_s=grace_s))
     subprocess.run(argv, check=True, timeout=30)
     return time.monotonic() - started
 

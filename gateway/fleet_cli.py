@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from workers.fleet import FleetError, load_fleet
+from contract.fleet import FleetError
+from gateway.routing import load_routable_fleet
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("fleet", type=Path, help="fleet YAML file")
     args = p.parse_args(argv)
     try:
-        fleet = load_fleet(args.fleet)
+        fleet = load_routable_fleet(args.fleet)
     except FleetError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -1,5 +1,6 @@
-"""``llmgw-register``: publish vLLM servers that something else runs (a Kubernetes pod, a compose service)
-into the Redis replica registry, the way the supervisor does for the processes it runs itself.
+"""``llmgw-register``, the registration sidecar: publish vLLM servers that something else runs (a
+Kubernetes pod, a compose service) into the Redis replica registry, the way the supervisor does for the
+processes it runs itself.
 
 Each replica is given as its ReplicaRecord in JSON (``--record``). Every heartbeat the process asks the
 server's ``/health`` and ``/v1/models``; a server that lists its model is published READY with a TTL, one
@@ -18,17 +19,17 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 import redis.asyncio as aioredis
 from pydantic import ValidationError
 
-from gateway.keys import Keys
-from gateway.replica import ReplicaRecord, ReplicaState
-from workers.observe import SupervisorMetrics, serve_metrics
-from workers.process import listed, running_requests
-from workers.registrar import Registrar
+from contract.drain import wait_until_idle
+from contract.redis_keys import RedisKeys
+from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, new_instance_id
+from contract.replica_metrics import SupervisorMetrics, serve_metrics
+from contract.vllm_probe import listed
 
 log = logging.getLogger("llmgw.register")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -36,11 +37,8 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    ttl_s: float = 10.0
-    interval_s: float = 2.0
+    timing: RegistryTiming = field(default_factory=RegistryTiming)
     fail_after: int = 3
-    drain_grace_s: float = 30.0
-    drain_settle_s: float = 2.0
 
 
 class Watched:
@@ -52,9 +50,10 @@ class Watched:
         self.since = time.monotonic()
         self.startup_s = 0.0
         self.failures = 0
+        self.instance = new_instance_id()
 
     def record(self) -> ReplicaRecord:
-        return self.base.model_copy(update={"state": self.state})
+        return self.base.model_copy(update={"state": self.state, "instance": self.instance})
 
     def observe(self, ok: bool, fail_after: int) -> bool:
         """Fold one probe result into the state; True when the state changed."""
@@ -68,19 +67,22 @@ class Watched:
             self.failures += 1
             if self.failures >= fail_after:
                 self.state, self.since = ReplicaState.STARTING, time.monotonic()
+                self.instance = new_instance_id()  # whatever answers next is a new start
         return self.state is not before
 
 
-class Register:
+class Sidecar:
+    """Heartbeats the watched replicas into the registry; drains and withdraws them on SIGTERM."""
+
     def __init__(
         self,
         watched: list[Watched],
-        registrar: Registrar,
+        registry: RegistryWriter,
         client: httpx.AsyncClient,
         metrics: SupervisorMetrics,
         options: Options,
     ) -> None:
-        self.watched, self.registrar, self.client = watched, registrar, client
+        self.watched, self.registry, self.client = watched, registry, client
         self.metrics, self.options = metrics, options
         self.draining = asyncio.Event()
 
@@ -95,14 +97,14 @@ class Register:
                 log.info("replica=%s url=%s %s", w.base.id, w.base.url, w.state.value)
                 self.show(w)
                 if w.state is ReplicaState.STARTING:
-                    await self.registrar.remove(w.record())
+                    await self.registry.remove(w.record())
         if w.state is not ReplicaState.STARTING:
-            await self.registrar.publish(w.record())
+            await self.registry.publish(w.record())
 
     async def heartbeat(self) -> None:
         while True:
             await asyncio.gather(*(self.tick(w) for w in self.watched))
-            await asyncio.sleep(self.options.interval_s)
+            await asyncio.sleep(self.options.timing.heartbeat_s)
 
     async def drain(self) -> None:
         """Publish DRAINING, then wait until vLLM is idle, within the grace period."""
@@ -111,20 +113,13 @@ class Register:
         for w in live:
             w.state = ReplicaState.DRAINING
             self.show(w)
-            await self.registrar.publish(w.record())
-        o = self.options
-        log.info("draining %d replicas (grace %.0f s)", len(live), o.drain_grace_s)
-        deadline = time.monotonic() + o.drain_grace_s
-        await asyncio.sleep(min(o.drain_settle_s, o.drain_grace_s))  # every gateway sees DRAINING
-        while time.monotonic() < deadline:
-            counts = await asyncio.gather(*(running_requests(self.client, w.base.url) for w in live))
-            if not any(counts):
-                break
-            await asyncio.sleep(0.5)
+            await self.registry.publish(w.record())
+        log.info("draining %d replicas (grace %.0f s)", len(live), self.options.timing.drain_grace_s)
+        await wait_until_idle(self.client, [w.base.url for w in live], self.options.timing)
 
     async def withdraw(self) -> None:
         for w in self.watched:
-            await self.registrar.remove(w.record())
+            await self.registry.remove(w.record())
         log.info("replicas withdrawn")
 
 
@@ -148,18 +143,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--redis-url", default=os.environ.get("LLMGW_REDIS_URL", "redis://127.0.0.1:6379/0"))
     p.add_argument("--redis-prefix", default=os.environ.get("LLMGW_REDIS_PREFIX", "llmgw"))
-    p.add_argument("--ttl", type=float, default=10.0, help="seconds a record lives without a heartbeat")
-    p.add_argument("--interval", type=float, default=None, help="seconds between heartbeats (ttl / 3)")
-    p.add_argument("--drain-grace", type=float, default=30.0, help="seconds in-flight work may take")
-    p.add_argument("--drain-settle", type=float, default=2.0, help="seconds before in-flight work is read")
+    d = RegistryTiming()
+    p.add_argument("--ttl", type=float, default=d.ttl_s, help="seconds a record lives without a heartbeat")
+    p.add_argument(
+        "--drain-grace", type=float, default=d.drain_grace_s, help="seconds in-flight work may take"
+    )
+    p.add_argument(
+        "--drain-settle", type=float, default=d.drain_settle_s, help="seconds before in-flight work is read"
+    )
     p.add_argument("--metrics-host", default="0.0.0.0")
     p.add_argument("--metrics-port", type=int, default=9400, help="0: no metrics endpoint")
     return p.parse_args(argv)
 
 
 def options_from(args: argparse.Namespace) -> Options:
-    interval = args.interval if args.interval is not None else args.ttl / 3
-    return Options(args.ttl, interval, 3, args.drain_grace, args.drain_settle)
+    return Options(RegistryTiming(args.ttl, args.drain_settle, args.drain_grace))
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -167,13 +165,13 @@ async def serve(args: argparse.Namespace) -> None:
     options = options_from(args)
     metrics = SupervisorMetrics()
     server = await serve_metrics(metrics, args.metrics_host, args.metrics_port) if args.metrics_port else None
-    registrar = Registrar(redis, Keys(args.redis_prefix), options.ttl_s)
+    registry = RegistryWriter(redis, RedisKeys(args.redis_prefix), options.timing)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with httpx.AsyncClient() as client:
-        reg = Register([Watched(r) for r in args.record], registrar, client, metrics, options)
+        reg = Sidecar([Watched(r) for r in args.record], registry, client, metrics, options)
         for w in reg.watched:
             reg.show(w)
         beat = asyncio.create_task(reg.heartbeat())

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from contract.backoff import Backoff
 from gateway.pool import Endpoint
 
 
 @dataclass(frozen=True, slots=True)
 class Ejection:
-    base_s: float = 1.0
-    max_s: float = 30.0
-
-    def backoff(self, failures: int) -> float:
-        return min(self.max_s, self.base_s * 2.0 ** max(0, failures - 1))
+    backoff: Backoff = field(default_factory=Backoff)
 
     def fail(self, ep: Endpoint, now: float) -> bool:
         """Record a failure (connection error, timeout, 5xx). True when this newly ejects the replica."""
         newly = ep.failures == 0
         ep.failures += 1
-        ep.ejected_until = now + self.backoff(ep.failures)
+        ep.ejected_until = now + self.backoff.delay(ep.failures)
         return newly
 
     def succeed(self, ep: Endpoint) -> None:

@@ -1,0 +1,60 @@
+"""The one drain: once a replica is published DRAINING, wait until every gateway has seen it, then until
+vLLM has nothing running or waiting, within the grace period (:class:`RegistryTiming` sets all three).
+
+The supervisor and the registration sidecar call :func:`wait_until_idle`; a vLLM container's preStop hook
+runs :data:`DRAIN_SCRIPT` (the vLLM image has python3 but not this code) with the same numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+
+import httpx
+
+from contract.registry import RegistryTiming
+from contract.vllm_metrics import RUNNING, WAITING
+from contract.vllm_probe import requests_in_engine
+
+log = logging.getLogger("llmgw.drain")
+
+
+async def wait_until_idle(client: httpx.AsyncClient, urls: Sequence[str], timing: RegistryTiming) -> bool:
+    """True when every server went idle within the grace period, False when the grace ran out."""
+    deadline = time.monotonic() + timing.drain_grace_s
+    await asyncio.sleep(min(timing.drain_settle_s, timing.drain_grace_s))
+    while True:
+        counts = await asyncio.gather(*(requests_in_engine(client, u) for u in urls))
+        if not any(counts):
+            return True
+        if time.monotonic() >= deadline:
+            log.warning("drain grace of %.0f s ran out with %d requests in flight", timing.drain_grace_s,
+                        sum(counts))  # fmt: skip
+            return False
+        await asyncio.sleep(timing.drain_poll_s)
+
+
+# argv: grace_s, url, settle_s, poll_s (drain_argv renders them from a RegistryTiming).
+DRAIN_SCRIPT = f"""\
+import sys, time, urllib.request
+grace, url, settle, poll = float(sys.argv[1]), sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+end = time.monotonic() + grace
+time.sleep(min(settle, grace))
+def busy():
+    try:
+        text = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
+    except Exception:
+        return 0.0
+    names = ("{RUNNING}", "{WAITING}")
+    return sum(float(ln.rsplit(" ", 1)[-1]) for ln in text.splitlines() if ln.startswith(names))
+while time.monotonic() < end and busy() > 0:
+    time.sleep(poll)
+"""
+
+
+def drain_argv(python: str, url: str, timing: RegistryTiming) -> list[str]:
+    """The preStop command that runs :data:`DRAIN_SCRIPT` against ``url`` with ``timing``'s numbers."""
+    grace, settle, poll = timing.drain_grace_s, timing.drain_settle_s, timing.drain_poll_s
+    return [python, "-c", DRAIN_SCRIPT, f"{grace:g}", url, f"{settle:g}", f"{poll:g}"]

@@ -1,0 +1,138 @@
+"""The replica registry: the one contract between whoever runs a vLLM server and every gateway.
+
+A replica is a JSON :class:`ReplicaRecord` at ``RedisKeys.replica(model, id)`` with a heartbeat TTL
+(:class:`RegistryTiming`), so a dead publisher's replicas vanish by themselves. The supervisor and the
+registration sidecar write it through :func:`publish` and :func:`remove`; gateways read it with
+:func:`read_registry`. Nothing else touches those keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from redis.exceptions import RedisError
+
+from contract.redis_keys import RedisKeys
+
+log = logging.getLogger("llmgw.registry")
+
+
+class ReplicaState(StrEnum):
+    """Where a replica is in its life. Only READY takes new requests."""
+
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    REPLACING = "replacing"
+    """Still serving while its replacement starts; routable until the replacement is ready."""
+    ASLEEP = "asleep"
+    WAKING = "waking"
+    FAILED = "failed"
+
+
+ROUTABLE = frozenset({ReplicaState.READY, ReplicaState.REPLACING})
+
+
+def new_instance_id() -> str:
+    """A fresh id for one start of one replica: a restarted replica is told apart from the one before."""
+    return os.urandom(6).hex()
+
+
+class ReplicaRecord(BaseModel):
+    """One vLLM server of one model, as stored in the Redis registry (JSON, with a TTL)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    model: str
+    url: str
+    state: ReplicaState = ReplicaState.READY
+    concurrency: int = 8
+    served_name: str | None = None
+    device: str = ""
+    budget: str = ""
+    instance: str = Field(default="", description="changes on every start of the replica")
+
+    @property
+    def routable(self) -> bool:
+        return self.state in ROUTABLE
+
+    @property
+    def upstream_model(self) -> str:
+        """The model name the replica itself answers to."""
+        return self.served_name or self.model
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryTiming:
+    """The registry's clock rules, written once: how long a record lives, how often it is refreshed,
+    how long a draining replica waits before it reads its in-flight work (every gateway polls the
+    registry every second, so two seconds let all of them see DRAINING), and the drain's grace."""
+
+    ttl_s: float = 10.0
+    drain_settle_s: float = 2.0
+    drain_grace_s: float = 30.0
+    drain_poll_s: float = 0.5
+
+    @property
+    def heartbeat_s(self) -> float:
+        """Three heartbeats per TTL: one lost write never drops a replica."""
+        return self.ttl_s / 3
+
+
+async def publish(redis: aioredis.Redis, keys: RedisKeys, record: ReplicaRecord, ttl_s: float) -> bool:
+    """Write (or refresh) a record; False when Redis is unreachable (the next heartbeat retries)."""
+    try:
+        await redis.set(keys.replica(record.model, record.id), record.model_dump_json(), px=int(ttl_s * 1000))
+    except (RedisError, OSError) as exc:
+        log.warning("replica=%s registry write failed: %s", record.id, exc)
+        return False
+    return True
+
+
+async def remove(redis: aioredis.Redis, keys: RedisKeys, record: ReplicaRecord) -> None:
+    """Withdraw a record; a Redis failure is logged (the TTL removes it anyway)."""
+    try:
+        await redis.delete(keys.replica(record.model, record.id))
+    except (RedisError, OSError) as exc:
+        log.warning("replica=%s registry delete failed: %s", record.id, exc)
+
+
+def parse_records(raw: Iterable[bytes | str | None]) -> list[ReplicaRecord]:
+    """Records from raw registry values; what is not a record is skipped with a warning."""
+    out = []
+    for item in raw:
+        if item is None:
+            continue
+        try:
+            out.append(ReplicaRecord.model_validate_json(item))
+        except ValidationError:
+            log.warning("registry entry ignored: not a replica record")
+    return out
+
+
+async def read_registry(redis: aioredis.Redis, keys: RedisKeys) -> list[ReplicaRecord]:
+    """Every record in the registry; raises RedisError/OSError when Redis is unreachable."""
+    names = [k async for k in redis.scan_iter(match=keys.replica_pattern(), count=500)]
+    if not names:
+        return []
+    return parse_records(await redis.mget(names))
+
+
+class RegistryWriter:
+    """:func:`publish` and :func:`remove` bound to one Redis, key prefix and timing."""
+
+    def __init__(self, redis: aioredis.Redis, keys: RedisKeys, timing: RegistryTiming) -> None:
+        self.redis, self.keys, self.timing = redis, keys, timing
+
+    async def publish(self, record: ReplicaRecord) -> bool:
+        return await publish(self.redis, self.keys, record, self.timing.ttl_s)
+
+    async def remove(self, record: ReplicaRecord) -> None:
+        await remove(self.redis, self.keys, record)

@@ -1,0 +1,25 @@
+"""The one reader of vLLM's Prometheus text: sums of gauges over the series a replica exports."""
+
+from __future__ import annotations
+
+import re
+
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+_SAMPLE = re.compile(rb"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})? ([0-9.eE+-]+|NaN|[+-]Inf)", re.MULTILINE)
+
+
+def gauge_sums(text: bytes | str) -> dict[str, float]:
+    """Each metric name mapped to the sum of its samples (labels summed over; comments skipped)."""
+    raw = text.encode() if isinstance(text, str) else text
+    sums: dict[str, float] = {}
+    for name, value in _SAMPLE.findall(raw):
+        key = name.decode()
+        sums[key] = sums.get(key, 0.0) + float(value)
+    return sums
+
+
+def running_and_waiting(text: bytes | str) -> tuple[int, int]:
+    """vLLM's requests in its batches and in its own queue, over every engine of the server."""
+    sums = gauge_sums(text)
+    return int(sums.get(RUNNING, 0.0)), int(sums.get(WAITING, 0.0))
