@@ -22,6 +22,13 @@ class UpstreamClosed(ConnectionError):
     """The upstream closed the connection before the response was complete."""
 
 
+@dataclass(slots=True)
+class Sent:
+    """Whether a request's bytes were handed to a connection: from then on the upstream may be running it."""
+
+    written: bool = False
+
+
 @dataclass(eq=False)
 class _Conn(asyncio.Protocol):
     pool: Origin
@@ -35,6 +42,7 @@ class _Conn(asyncio.Protocol):
     closed: bool = False
     error: Exception | None = None
     got_bytes: bool = False
+    spoiled: bool = False
 
     def __post_init__(self) -> None:
         self.parser = httptools.HttpResponseParser(self)
@@ -47,11 +55,17 @@ class _Conn(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        """Feed the parser; bytes past a complete response spoil the connection (closed, never reused)."""
         self.got_bytes = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(UpstreamClosed(f"bad response from upstream: {exc}"))
+        if self.complete:
+            self.spoiled = True
+        else:
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                self._fail(UpstreamClosed(f"bad response from upstream: {exc}"))
+        if self.spoiled and self.transport is not None:
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -60,21 +74,32 @@ class _Conn(asyncio.Protocol):
         self.pool.forget(self)
 
     # httptools callbacks
-    def on_status(self, status: bytes) -> None:
-        self.status = self.parser.get_status_code()
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second response to one request: the upstream is out of step
+            self.spoiled = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.spoiled:
+            return
         self.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
+        if self.spoiled:
+            return
+        # here, not in on_status: llhttp calls on_status only for a status line with a reason phrase
+        self.status = self.parser.get_status_code()
         self.head_done = True
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self.spoiled:
+            return
         self.chunks.append(body)
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self.spoiled:
+            return
         self.complete = True
         self._wake()
 
@@ -183,7 +208,7 @@ class Origin:
         return None
 
     def give_back(self, conn: _Conn) -> None:
-        if conn.closed or conn.error is not None or len(self.idle) >= self.max_idle:
+        if conn.closed or conn.spoiled or conn.error is not None or len(self.idle) >= self.max_idle:
             if conn.transport is not None:
                 conn.transport.close()
             return
@@ -208,24 +233,29 @@ class Origin:
         lines.append(b"\r\n")
         return b"".join(lines)
 
-    async def post(self, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> Response:
+    async def post(
+        self, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, sent: Sent | None = None
+    ) -> Response:
         """Send a POST and wait for the response head. A reused connection that the upstream had
-        closed (no byte of an answer came back) is retried once on a fresh one."""
+        closed (no byte of an answer came back) is retried once on a fresh one. ``sent`` is marked
+        as soon as the request's bytes are written."""
+        sent = sent if sent is not None else Sent()
         conn = self._take()
         if conn is not None:
             try:
-                return await self._send(conn, path, headers, body)
+                return await self._send(conn, path, headers, body, sent)
             except UpstreamClosed:
                 if conn.got_bytes:
                     raise
-        return await self._send(await self._connect(), path, headers, body)
+        return await self._send(await self._connect(), path, headers, body, sent)
 
     async def _send(
-        self, conn: _Conn, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+        self, conn: _Conn, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, sent: Sent
     ) -> Response:
         conn.reset()
         assert conn.transport is not None
         conn.transport.write(self._head(path, headers, body) + body)
+        sent.written = True
         try:
             while not conn.head_done:
                 await conn.wait()
