@@ -42,6 +42,7 @@ class RequestContext:
     status: int = 0
     first_byte_at: float | None = None
     wait_s: float = 0.0
+    deadline: float = 0.0
     error: str = ""
     upstream_error: GatewayError | None = None
 

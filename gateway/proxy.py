@@ -1,5 +1,6 @@
-"""The request path: the named steps in order, with retry before the first byte and a planned
-end for a stream that breaks after it started."""
+"""The request path: the named steps in order, with retry only while no replica may be running the
+request, a total deadline for a non-streamed request, and a planned end for a stream that breaks
+after it started."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from collections.abc import AsyncIterator
 
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
 from gateway.admission.base import Lease, Ticket
 from gateway.context import RequestContext
@@ -29,7 +29,16 @@ from gateway.state import Gateway
 from gateway.steps.finish import finish, stream_usage, usage_of
 from gateway.steps.parse import parse
 from gateway.steps.resolve import resolve
-from gateway.upstream import FAILURES, Retryable, Upstream, classify, next_chunk, open_stream, read_rest
+from gateway.upstream import (
+    FAILURES,
+    Retryable,
+    Unanswered,
+    Upstream,
+    classify,
+    next_chunk,
+    open_stream,
+    read_rest,
+)
 
 log = logging.getLogger("llmgw.proxy")
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -142,31 +151,22 @@ class Proxy:
         return lease
 
     async def _forward(self, ctx: RequestContext, pool: ModelPool) -> Upstream:
-        """Step 5 and 6, pick and forward; on a failure before the first byte, another replica is
-        tried (bounded attempts within a total deadline). The first attempt skips the retry machinery."""
-        tried: list[Endpoint] = []
-        try:
-            return await self._attempt(ctx, pool, tried)
-        except Retryable as failed:
-            if self.gw.settings.retry_attempts == 1:
-                raise failed.error from None
-        return await self._retry(ctx, pool, tried)
-
-    async def _retry(self, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> Upstream:
+        """Step 5 and 6, pick and forward; on a retryable failure another replica is tried, up to
+        ``retry_attempts`` in all, while the retry deadline (checked before every attempt) lasts.
+        A non-streamed request's total deadline starts here."""
         s = self.gw.settings
-        left_s = max(0.0, s.retry_deadline_s - (time.perf_counter() - ctx.started))
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(s.retry_attempts - 1) | stop_after_delay(left_s),
-            retry=retry_if_exception_type(Retryable),
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    return await self._attempt(ctx, pool, tried)
-        except Retryable as failed:
-            raise failed.error from None
-        raise NoReadyReplica("no replica could serve the request")  # pragma: no cover - reraise above
+        began = time.perf_counter()
+        ctx.deadline = began + s.request_timeout_s
+        tried: list[Endpoint] = []
+        for attempt in range(s.retry_attempts):
+            if attempt and time.perf_counter() - began >= s.retry_deadline_s:
+                break
+            try:
+                return await self._attempt(ctx, pool, tried)
+            except Retryable:
+                continue
+        assert ctx.upstream_error is not None
+        raise ctx.upstream_error
 
     async def _attempt(self, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> Upstream:
         gw = self.gw
@@ -185,19 +185,25 @@ class Proxy:
         policy.on_start(ep, ctx.route)
         try:
             up = await open_stream(
-                gw.upstream,
-                ep.url,
-                self._path(ctx),
-                ctx.body,
-                self._headers(ctx),
-                gw.settings.first_byte_timeout_s,
+                gw.upstream, ep.url, self._path(ctx), ctx.body, self._headers(ctx), self._wait_s(ctx)
             )
         except Retryable as failed:
             ctx.upstream_error = failed.error
             self._done(ep, ctx, ok=False)
             raise
+        except Unanswered as unanswered:
+            ctx.upstream_error = unanswered.error
+            self._done(ep, ctx, ok=False, blame=False)
+            raise unanswered.error from None
         ctx.first_byte_at = time.perf_counter()
         return up
+
+    def _wait_s(self, ctx: RequestContext) -> float:
+        """How long to wait for the answer's first byte: a stream's first-byte timeout; for a
+        non-streamed answer (its head comes only once generation ends) what is left of the deadline."""
+        if ctx.stream:
+            return self.gw.settings.first_byte_timeout_s
+        return max(0.0, ctx.deadline - time.perf_counter())
 
     @staticmethod
     def _path(ctx: RequestContext) -> bytes:
@@ -208,10 +214,11 @@ class Proxy:
         """Only what the replica needs: hop-by-hop headers and the client's credentials stay here."""
         return [(b"content-type", b"application/json"), (b"x-request-id", ctx.request_id.encode())]
 
-    def _done(self, ep: Endpoint, ctx: RequestContext, ok: bool) -> None:
+    def _done(self, ep: Endpoint, ctx: RequestContext, ok: bool, blame: bool = True) -> None:
+        """The attempt on ``ep`` ended; a failure the replica is to blame for counts toward ejection."""
         ep.inflight -= 1
         self.gw.policies[ep.record.model].on_finish(ep, ctx.route, ok)
-        if ok:
+        if ok or not blame:
             return
         if self.gw.ejection.fail(ep, time.monotonic()):
             self.gw.metrics.ejections.labels(ep.record.model, ep.id).inc()
@@ -228,14 +235,15 @@ class Proxy:
 
     async def _whole(self, ctx: RequestContext, up: Upstream, lease: Lease) -> Response:
         assert ctx.replica is not None
-        ok = True
+        ok, blame = True, True
+        wait_s = self._wait_s(ctx) if not ctx.stream else self.gw.settings.chunk_timeout_s
         try:
-            body = await read_rest(up, self.gw.settings.chunk_timeout_s, ctx.replica.url)
-        except Retryable as failed:
-            ok = False
+            body = await read_rest(up, wait_s, ctx.replica.url)
+        except (Retryable, Unanswered) as failed:
+            ok, blame = False, isinstance(failed, Retryable)
             raise failed.error from None
         finally:
-            self._done(ctx.replica, ctx, ok)
+            self._done(ctx.replica, ctx, ok, blame)
             await lease.release()
         finish(ctx, self.gw.metrics, *usage_of(body))
         media = up.content_type

@@ -29,6 +29,7 @@ class GatewaySettings(BaseSettings):
     connect_timeout_s: Seconds = 2.0
     first_byte_timeout_s: Seconds = 120.0
     chunk_timeout_s: Seconds = 60.0
+    request_timeout_s: Seconds = 600.0
     retry_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     retry_deadline_s: Seconds = 15.0
     max_connections: Annotated[int, Field(ge=1)] = 1024
