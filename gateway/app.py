@@ -133,7 +133,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
 def create_app(settings: GatewaySettings, **fastapi_kwargs: Any) -> FastAPI:
     gw = build_gateway(settings)
-    discovery = Discovery(gw.redis, gw.keys, gw.fleet, gw.table, gw.metrics)
+    discovery = Discovery(gw.redis, gw.keys, gw.fleet, gw.table, gw.metrics, gw.upstream)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

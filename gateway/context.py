@@ -32,6 +32,7 @@ class RequestContext:
     headers: dict[str, str]
     started: float
     caller: Caller = field(default_factory=Caller)
+    upstream_id: str = ""
     model_name: str = ""
     stream: bool = False
     cost: int = 0

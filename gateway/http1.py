@@ -12,6 +12,7 @@ import asyncio
 import collections
 import socket
 import ssl
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -192,6 +193,7 @@ class Origin:
     ) -> None:
         self.host, self.port, self.max_idle, self.tls, self.connect_s = host, port, max_idle, tls, connect_s
         self.idle: list[_Conn] = []
+        self.retired = False
         self.host_header = f"{host}:{port}".encode()
 
     async def _connect(self) -> _Conn:
@@ -208,7 +210,8 @@ class Origin:
         return None
 
     def give_back(self, conn: _Conn) -> None:
-        if conn.closed or conn.spoiled or conn.error is not None or len(self.idle) >= self.max_idle:
+        full = len(self.idle) >= self.max_idle
+        if self.retired or conn.closed or conn.spoiled or conn.error is not None or full:
             if conn.transport is not None:
                 conn.transport.close()
             return
@@ -217,6 +220,14 @@ class Origin:
     def forget(self, conn: _Conn) -> None:
         if conn in self.idle:
             self.idle.remove(conn)
+
+    def close(self) -> None:
+        """Close the idle connections; those still in use are closed when given back."""
+        self.retired = True
+        for conn in self.idle:
+            if conn.transport is not None:
+                conn.transport.close()
+        self.idle.clear()
 
     def _head(self, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> bytes:
         lines = [
@@ -286,9 +297,14 @@ class ConnectionPool:
         origin = Origin(parsed.hostname or "127.0.0.1", port, self.max_idle, tls, self.connect_s)
         return origin, parsed.path.rstrip("/").encode()
 
+    def retain(self, urls: Iterable[str]) -> list[str]:
+        """Drop the origins of every URL not in ``urls`` (replicas that left); returns the dropped URLs."""
+        keep = set(urls)
+        gone = [url for url in self.origins if url not in keep]
+        for url in gone:
+            self.origins.pop(url)[0].close()
+        return gone
+
     def close(self) -> None:
         for o, _ in self.origins.values():
-            for conn in o.idle:
-                if conn.transport is not None:
-                    conn.transport.close()
-            o.idle.clear()
+            o.close()

@@ -8,7 +8,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope
@@ -61,6 +62,17 @@ def request_id(headers: dict[str, str]) -> str:
     return os.urandom(16).hex()
 
 
+def upstream_id(request_id: str, headers: dict[str, str]) -> str:
+    """The id vLLM gets for the request: unique per gateway request, since vLLM uses it as its internal
+    request id (two in flight with the same id collide). A client's id is kept readable (its first 64
+    characters, anything but letters, digits and ``._:-`` as ``_``) with a random suffix; an id the
+    gateway made is unique already."""
+    if headers.get("x-request-id") != request_id:
+        return request_id
+    safe = "".join(c if c.isalnum() or c in "._:-" else "_" for c in request_id[:64])
+    return f"{safe}-{os.urandom(6).hex()}"
+
+
 async def read_body(receive: Receive, limit: int) -> bytes:
     """The request body, refused as soon as it passes the limit (never buffered past it)."""
     parts, size = [], 0
@@ -93,6 +105,7 @@ class Proxy:
         """The whole request path for one request; always returns a response, never raises."""
         headers = wanted_headers(scope)
         ctx = RequestContext(request_id(headers), endpoint, b"", headers, time.perf_counter())
+        ctx.upstream_id = upstream_id(ctx.request_id, headers)
         try:
             ctx.body = await read_body(receive, self.gw.settings.max_body_bytes)
             return await self._serve(ctx, receive)
@@ -119,12 +132,33 @@ class Proxy:
         if not pool.candidates():
             raise NoReadyReplica(f"no ready replica of model '{model.name}'; retry later", retry_after=2.0)
         lease = await self._admit(ctx, pool, receive)
+        return await self._until_disconnect(self._run(ctx, pool, lease), receive)
+
+    async def _run(self, ctx: RequestContext, pool: ModelPool, lease: Lease) -> Response:
+        """Steps 5 to 7 for an admitted request: the lease is released whatever happens."""
         try:
             up = await self._forward(ctx, pool)
         except BaseException:
             await lease.release()
             raise
         return await self._respond(ctx, up, lease)
+
+    @staticmethod
+    async def _until_disconnect(work: Coroutine[Any, Any, Response], receive: Receive) -> Response:
+        """Run ``work`` while watching the client: if it leaves first (a non-streamed answer comes
+        only once generation ends), ``work`` is cancelled, which closes the upstream connection (vLLM
+        aborts the request) and releases the lease. A started stream is watched by its response."""
+        task = asyncio.ensure_future(work)
+        watch = asyncio.ensure_future(disconnected(receive))
+        try:
+            await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise ClientClosedRequest("the client disconnected before the answer was ready")
+        return task.result()
 
     @staticmethod
     def _ticket(ctx: RequestContext) -> Ticket:
@@ -195,6 +229,9 @@ class Proxy:
             ctx.upstream_error = unanswered.error
             self._done(ep, ctx, ok=False, blame=False)
             raise unanswered.error from None
+        except BaseException:  # cancelled: the client left
+            self._done(ep, ctx, ok=False, blame=False)
+            raise
         ctx.first_byte_at = time.perf_counter()
         return up
 
@@ -212,7 +249,7 @@ class Proxy:
     @staticmethod
     def _headers(ctx: RequestContext) -> list[tuple[bytes, bytes]]:
         """Only what the replica needs: hop-by-hop headers and the client's credentials stay here."""
-        return [(b"content-type", b"application/json"), (b"x-request-id", ctx.request_id.encode())]
+        return [(b"content-type", b"application/json"), (b"x-request-id", ctx.upstream_id.encode())]
 
     def _done(self, ep: Endpoint, ctx: RequestContext, ok: bool, blame: bool = True) -> None:
         """The attempt on ``ep`` ended; a failure the replica is to blame for counts toward ejection."""
@@ -242,6 +279,9 @@ class Proxy:
         except (Retryable, Unanswered) as failed:
             ok, blame = False, isinstance(failed, Retryable)
             raise failed.error from None
+        except BaseException:  # cancelled: the client left
+            ok, blame = False, False
+            raise
         finally:
             self._done(ctx.replica, ctx, ok, blame)
             await lease.release()

@@ -79,6 +79,10 @@ async def open_stream(
         if response is not None:
             response.close()
         raise classify(exc, url, sent.written) from None
+    except BaseException:  # cancelled (the client left): closing the connection aborts the request
+        if response is not None:
+            response.close()
+        raise
     if response.status >= 500:
         response.close()
         raise Retryable(UpstreamError(f"the replica at {url} answered {response.status}"))
@@ -95,6 +99,9 @@ async def read_rest(up: Upstream, wait_s: float, url: str) -> bytes:
     except FAILURES as exc:
         up.response.close()
         raise classify(exc, url, written=True) from None
+    except BaseException:
+        up.response.close()
+        raise
     return up.first + rest if rest else up.first
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -245,3 +245,48 @@ async def test_retry_deadline_is_checked_before_the_first_retry(
             assert r.status_code == 502, r.text
             assert_error_shape(r.json())
             assert await started(c, *bad) == 1
+
+
+async def poll(check: Callable[[], Awaitable[bool]], what: str, deadline_s: float = 10.0) -> None:
+    end = asyncio.get_running_loop().time() + deadline_s
+    while not await check():
+        assert asyncio.get_running_loop().time() < end, f"{what}: not reached in {deadline_s} s"
+        await asyncio.sleep(0.05)
+
+
+async def test_client_leaving_a_non_streamed_request_aborts_it_and_frees_its_slot(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    # One slot (concurrency 1) on a replica that never answers: a client that leaves must abort the
+    # upstream request (the engine sees the connection close) and free the slot for the next request.
+    hang = engines["hang"]
+    prefix = f"d{uuid.uuid4().hex[:8]}"
+    await register(redis_url, prefix, "m", hang.url, "m-0", concurrency=1)
+    async with serve_gateway(tmp_path, FLEET, redis_url, prefix, health_interval_s=60) as gw:
+        async with httpx.AsyncClient(timeout=60) as c:
+
+            async def stats() -> dict[str, int]:
+                return dict((await c.get(f"{hang.url}/stats")).json())
+
+            await reset(c, hang)
+            first = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=CHAT))
+            await poll(lambda: started_is(stats, 1), "the first request reached the engine")
+            first.cancel()
+            await asyncio.gather(first, return_exceptions=True)
+            await poll(lambda: inflight_is(stats, 0), "the engine saw the request aborted")
+            second = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=CHAT))
+            await poll(lambda: started_is(stats, 2), "the second request was admitted")
+            second.cancel()
+            await asyncio.gather(second, return_exceptions=True)
+            await poll(lambda: inflight_is(stats, 0), "the engine saw the second request aborted")
+            metrics = (await c.get(f"{gw}/metrics")).text
+    assert 'llmgw_requests_total{model="m",status="499"} 2.0' in metrics
+    assert "llmgw_ejections_total{" not in metrics
+
+
+async def started_is(stats: Callable[[], Awaitable[dict[str, int]]], n: int) -> bool:
+    return (await stats())["started"] == n
+
+
+async def inflight_is(stats: Callable[[], Awaitable[dict[str, int]]], n: int) -> bool:
+    return (await stats())["inflight"] == n
