@@ -9,7 +9,8 @@ A raw asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) so that it cos
 - ``GET /health``, ``/v1/models``, ``/metrics`` (vLLM's gauge names), ``/stats`` (peak in-flight).
 Faults, per request (header ``x-fake-fault``) or for every request (``--fault``):
 ``400`` (a client error), ``500`` (answer 500), ``hang`` (never answer),
-``die-after-N`` (close the connection after N chunks), ``slow-first-MS`` (wait before the first byte),
+``die-after-N`` (close the connection after N chunks), ``die-mid-N`` (after N chunks, half an event,
+then close), ``slow-first-MS`` (wait before the first byte),
 ``slow-500-MS`` (wait, then answer 500). ``/stats`` counts generations started and served.
 """
 
@@ -228,13 +229,17 @@ class FakeEngine(asyncio.Protocol):
         if not req.get("stream"):
             return self.send(200, completion_body(self.cfg, chat, n, rid))
         die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
-        return await self.stream(chat, n, rid, die_after)
+        die_mid = int(fault.removeprefix("die-mid-")) if fault.startswith("die-mid-") else -1
+        return await self.stream(chat, n, rid, max(die_after, die_mid), half=die_mid >= 0)
 
-    async def stream(self, chat: bool, n: int, rid: str, die_after: int) -> bool:
+    async def stream(self, chat: bool, n: int, rid: str, die_after: int, half: bool = False) -> bool:
         self.write(http_head(200, "text/event-stream", None))
         delay = self.cfg.delay_ms / 1000
         for i in range(n):
             if i == die_after:
+                if half:
+                    event = stream_event(self.cfg, chat, i, rid)
+                    self.write(chunked(event[: len(event) // 2]))
                 return False
             if delay:
                 await asyncio.sleep(delay)

@@ -22,6 +22,7 @@ from gateway.errors import (
     GatewayError,
     InternalError,
     NoReadyReplica,
+    ShuttingDown,
     error_response,
     sse_error_event,
 )
@@ -143,21 +144,32 @@ class Proxy:
             raise
         return await self._respond(ctx, up, lease)
 
-    @staticmethod
-    async def _until_disconnect(work: Coroutine[Any, Any, Response], receive: Receive) -> Response:
+    async def _until_disconnect(self, work: Coroutine[Any, Any, Response], receive: Receive) -> Response:
         """Run ``work`` while watching the client: if it leaves first (a non-streamed answer comes
         only once generation ends), ``work`` is cancelled, which closes the upstream connection (vLLM
-        aborts the request) and releases the lease. A started stream is watched by its response."""
+        aborts the request) and releases the lease. The same happens, with a 503 for the client, when a
+        stopping gateway ends its open requests. A started stream is watched by its response."""
         task = asyncio.ensure_future(work)
+        ended = False
+
+        def end() -> None:
+            nonlocal ended
+            ended = True
+            task.cancel()
+
+        token = self.gw.open_requests.open(end)
         watch = asyncio.ensure_future(disconnected(receive))
         try:
             await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
         finally:
             watch.cancel()
+            self.gw.open_requests.close(token)
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             raise ClientClosedRequest("the client disconnected before the answer was ready")
+        if ended and task.cancelled():
+            raise ShuttingDown("the gateway is shutting down; retry the request", retry_after=1.0)
         return task.result()
 
     @staticmethod
@@ -292,7 +304,14 @@ class Proxy:
     async def _relay(self, ctx: RequestContext, up: Upstream, lease: Lease) -> AsyncIterator[bytes]:
         assert ctx.replica is not None and ctx.model is not None
         itl = self.gw.metrics.itl.labels(ctx.model.name)
-        events, tail, ok = 0, b"", True
+        events, tail, ok, blame, ended = 0, b"", True, True, False
+
+        def end() -> None:  # the gateway is stopping: break the stream to give it its planned end
+            nonlocal ended
+            ended = True
+            up.response.close()
+
+        token = self.gw.open_requests.open(end)
         try:
             chunk, t = up.first, time.perf_counter()
             while chunk:
@@ -304,14 +323,31 @@ class Proxy:
                 itl.observe(now - t)
                 t = now
         except FAILURES as exc:
-            ok = False
-            err = classify(exc, ctx.replica.url).error
+            ok, blame = False, not ended
+            err = self._stream_error(exc, ctx.replica.url, ended)
             ctx.error = f"stream broke after it started: {err.message}"
             self.gw.metrics.stream_errors.labels(ctx.model.name).inc()
-            yield sse_error_event(err)
+            yield event_end(tail) + sse_error_event(err)
         finally:
+            self.gw.open_requests.close(token)
             up.response.close()
-            self._done(ctx.replica, ctx, ok)
+            self._done(ctx.replica, ctx, ok, blame)
             await lease.release()
             prompt, completion = stream_usage(tail)
             finish(ctx, self.gw.metrics, prompt, completion or max(0, events - 1))
+
+    @staticmethod
+    def _stream_error(exc: BaseException, url: str, ended: bool) -> GatewayError:
+        if ended:
+            return ShuttingDown("the gateway is shutting down; the stream was ended, retry the request")
+        return classify(exc, url).error
+
+
+def event_end(sent: bytes) -> bytes:
+    """What ends the SSE event the relayed bytes stopped in (nothing after a blank line), so that an
+    error event is never glued onto half an event."""
+    if not sent or sent.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
+        return b""
+    if sent.endswith((b"\n", b"\r")):
+        return b"\n"
+    return b"\n\n"

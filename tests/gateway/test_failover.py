@@ -29,6 +29,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc
         "err500": start_fake_engine(tmp, "--fault", "500"),
         "hang": start_fake_engine(tmp, "--fault", "hang"),
         "die": start_fake_engine(tmp, "--fault", "die-after-3"),
+        "die_mid": start_fake_engine(tmp, "--fault", "die-mid-2"),
         "err400": start_fake_engine(tmp, "--fault", "400"),
         "slow": start_fake_engine(tmp, "--latency-ms", "1500"),
         "slow2": start_fake_engine(tmp, "--latency-ms", "1500"),
@@ -108,6 +109,23 @@ async def test_stream_broken_mid_way_ends_with_error_event_then_done(
     error = json.loads(events[3])
     assert_error_shape(error)
     assert error["error"]["type"] == "upstream_error"
+
+
+async def test_stream_broken_mid_event_gets_its_error_event_apart(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    # The replica dies after two events and half of the third: the half event is ended first, so the
+    # error event and [DONE] are events of their own (an SSE client can still read them).
+    async with gateway(tmp_path, redis_url, [engines["die_mid"].url]) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "stream": True})
+    assert r.status_code == 200
+    events = r.text.split("\n\n")
+    assert events[-1] == "" and events[-2] == "data: [DONE]"
+    error = json.loads(events[-3].removeprefix("data: "))
+    assert_error_shape(error)
+    assert error["error"]["type"] == "upstream_error"
+    assert events[2].startswith('data: {"id"') and "error" not in events[2]
 
 
 async def test_client_4xx_from_replica_passes_through_and_never_ejects(

@@ -184,7 +184,8 @@ def gateway(index: int, fleet_path: str, o: ComposeOptions) -> Obj:
         "read_only": True,
         "depends_on": {"redis": HEALTHY},
         "healthcheck": healthcheck(python_check(f"http://127.0.0.1:{GATEWAY_PORT}/health")),
-        "stop_grace_period": "40s",
+        # uvicorn's graceful shutdown: LLMGW_SHUTDOWN_GRACE_S (120 s) + 10 s for the planned ends, + margin
+        "stop_grace_period": "140s",
         "restart": "unless-stopped",
     }
 
