@@ -8,6 +8,7 @@ from contract.fleet import Model
 from gateway.errors import GatewayError
 from gateway.pool import Endpoint
 from gateway.routing.base import RouteRequest
+from gateway.steps.tokens import Asked, Charge, TokenCost
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,9 @@ class RequestContext:
     upstream_id: str = ""
     model_name: str = ""
     stream: bool = False
-    cost: int = 0
+    asked: Asked = field(default_factory=Asked)
+    cost: TokenCost = field(default_factory=TokenCost)
+    charge: Charge | None = None
     route: RouteRequest = field(default_factory=RouteRequest)
     model: Model | None = None
     replica: Endpoint | None = None

@@ -31,6 +31,7 @@ from gateway.state import Gateway
 from gateway.steps.finish import finish, stream_usage, usage_of
 from gateway.steps.parse import parse
 from gateway.steps.resolve import resolve
+from gateway.steps.tokens import reserve, unused
 from gateway.upstream import (
     FAILURES,
     Retryable,
@@ -111,9 +112,11 @@ class Proxy:
             ctx.body = await read_body(receive, self.gw.settings.max_body_bytes)
             return await self._serve(ctx, receive)
         except GatewayError as err:
+            await self._settle(ctx, 0, 0)
             return self._fail(ctx, err)
         except Exception:
             log.exception("request_id=%s unexpected error", ctx.request_id)
+            await self._settle(ctx, 0, 0)
             return self._fail(ctx, InternalError("the gateway failed to serve this request"))
 
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
@@ -128,12 +131,20 @@ class Proxy:
         ctx.caller = await gw.auth.authenticate(ctx.headers)
         parse(ctx, gw.settings.prefix_chars)
         model = resolve(ctx, gw.names)
-        await gw.auth.charge(ctx.caller, model.name, ctx.cost)
+        ctx.cost = reserve(ctx.cost.prompt, ctx.asked, model.engine.max_model_len)
+        ctx.charge = await gw.auth.charge(ctx.caller, model.name, ctx.cost)
         pool = gw.table.pool(model.name)
         if not pool.candidates():
             raise NoReadyReplica(f"no ready replica of model '{model.name}'; retry later", retry_after=2.0)
         lease = await self._admit(ctx, pool, receive)
         return await self._until_disconnect(self._run(ctx, pool, lease), receive)
+
+    async def _settle(self, ctx: RequestContext, prompt: int, completion: int) -> None:
+        """Refund what the request reserved but did not use, once, from its usage (zeros: nothing
+        generated, e.g. a failure); its prompt estimate stands in for a usage without prompt."""
+        charge, ctx.charge = ctx.charge, None
+        if charge is not None:
+            await self.gw.auth.refund(ctx.caller, charge, unused(charge.tokens, ctx.cost, prompt, completion))
 
     async def _run(self, ctx: RequestContext, pool: ModelPool, lease: Lease) -> Response:
         """Steps 5 to 7 for an admitted request: the lease is released whatever happens."""
@@ -149,35 +160,40 @@ class Proxy:
         only once generation ends), ``work`` is cancelled, which closes the upstream connection (vLLM
         aborts the request) and releases the lease. The same happens, with a 503 for the client, when a
         stopping gateway ends its open requests. A started stream is watched by its response."""
-        task = asyncio.ensure_future(work)
-        ended = False
+        current = asyncio.current_task()
+        assert current is not None
+        why: list[GatewayError] = []
 
-        def end() -> None:
-            nonlocal ended
-            ended = True
-            task.cancel()
+        def end(reason: GatewayError) -> None:
+            if not why:
+                why.append(reason)
+                current.cancel()
 
-        token = self.gw.open_requests.open(end)
-        watch = asyncio.ensure_future(disconnected(receive))
+        async def watch() -> None:
+            await disconnected(receive)
+            end(ClientClosedRequest("the client disconnected before the answer was ready"))
+
+        watcher = asyncio.ensure_future(watch())
+        token = self.gw.open_requests.open(
+            lambda: end(ShuttingDown("the gateway is shutting down; retry the request", retry_after=1.0))
+        )
         try:
-            await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+            return await work
+        except asyncio.CancelledError:
+            if not why or current.uncancel() > 0:  # cancelled from outside too: let that through
+                raise
+            raise why[0] from None
         finally:
-            watch.cancel()
+            watcher.cancel()
             self.gw.open_requests.close(token)
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            raise ClientClosedRequest("the client disconnected before the answer was ready")
-        if ended and task.cancelled():
-            raise ShuttingDown("the gateway is shutting down; retry the request", retry_after=1.0)
-        return task.result()
 
     @staticmethod
     def _ticket(ctx: RequestContext) -> Ticket:
         assert ctx.model is not None
         m, caller = ctx.model, ctx.caller
         wait = m.max_queue_wait_s if caller.max_wait_s is None else min(m.max_queue_wait_s, caller.max_wait_s)
-        return Ticket(ctx.request_id, m.name, caller.tenant, caller.priority, ctx.cost, wait, m.max_queue)
+        cost = ctx.cost.reserved
+        return Ticket(ctx.request_id, m.name, caller.tenant, caller.priority, cost, wait, m.max_queue)
 
     async def _admit(self, ctx: RequestContext, pool: ModelPool, receive: Receive) -> Lease:
         """Step 4, admit: wait for a slot, leaving the queue at once if the client disconnects."""
@@ -297,7 +313,9 @@ class Proxy:
         finally:
             self._done(ctx.replica, ctx, ok, blame)
             await lease.release()
-        finish(ctx, self.gw.metrics, *usage_of(body))
+        prompt, completion = usage_of(body)
+        await self._settle(ctx, prompt, completion)
+        finish(ctx, self.gw.metrics, prompt, completion)
         media = up.content_type
         return Response(body, ctx.status, {"x-request-id": ctx.request_id}, media_type=media)
 
@@ -334,7 +352,9 @@ class Proxy:
             self._done(ctx.replica, ctx, ok, blame)
             await lease.release()
             prompt, completion = stream_usage(tail)
-            finish(ctx, self.gw.metrics, prompt, completion or max(0, events - 1))
+            completion = completion or max(0, events - 1)
+            await self._settle(ctx, prompt, completion)
+            finish(ctx, self.gw.metrics, prompt, completion)
 
     @staticmethod
     def _stream_error(exc: BaseException, url: str, ended: bool) -> GatewayError:
