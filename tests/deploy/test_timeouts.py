@@ -3,8 +3,8 @@
 - the gateway keeps an idle connection longer than nginx keeps its upstream connections, so nginx never
   reuses a connection the gateway is closing (a sporadic 503 on a POST nginx rightly does not retry);
 - on SIGTERM the gateway's open requests get their grace, then their planned end, all within uvicorn's
-  graceful period, which fits in the pod's terminationGracePeriodSeconds (after preStop) and compose's
-  stop_grace_period; nginx's pod outlasts the gateways'.
+  graceful period, which fits in the pod's terminationGracePeriodSeconds (after preStop), compose's
+  stop_grace_period and the embedded stack's wait before SIGKILL; nginx's pod outlasts the gateways'.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from fastapi import FastAPI
 
 from gateway.cli import server_config
 from gateway.settings import GatewaySettings
+from gateway.shutdown import graceful_s
 from workers.deploy.common import NGINX_TEMPLATE, REPO
+from workers.stack.stack import Stack, StackConfig
 
 NGINX_CONFS = [NGINX_TEMPLATE, REPO / "deploy/compose/nginx.conf", REPO / "deploy/k8s/nginx/nginx.conf"]
 
@@ -80,3 +82,10 @@ def test_graceful_shutdown_covers_the_grace_and_fits_in_the_deployments(settings
         assert "LLMGW_KEEPALIVE_TIMEOUT_S" not in service["environment"]
     env = {e["name"] for e in container["env"]}
     assert not env & {"LLMGW_SHUTDOWN_GRACE_S", "LLMGW_KEEPALIVE_TIMEOUT_S"}
+
+
+def test_embedded_stack_waits_for_the_gateways_planned_ends(tmp_path: Path) -> None:
+    stack = Stack(StackConfig(run_dir=tmp_path))
+    service = stack.gateway(1, 9001)
+    grace = float(service.env["LLMGW_SHUTDOWN_GRACE_S"])
+    assert service.stop_grace_s >= graceful_s(grace) + 2
