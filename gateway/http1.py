@@ -258,6 +258,7 @@ class Origin:
             except UpstreamClosed:
                 if conn.got_bytes:
                     raise
+                sent.written = False  # the upstream had closed it: the request never reached it
         return await self._send(await self._connect(), path, headers, body, sent)
 
     async def _send(
