@@ -24,7 +24,7 @@ from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOp
 
 def fake_replica(tmp: Path, name: str = "fake", *extra: str, argv: list[str] | None = None) -> Replica:
     model = parse_fleet(f"models:\n - name: {name}\n   source: {{path: /m}}\n").models[0]
-    spec = ReplicaSpec(model, 0, free_port(), 0)
+    spec = ReplicaSpec(model, 0, free_port(), (0,))
     cmd = argv or [
         sys.executable,
         "-m",
