@@ -64,7 +64,7 @@ class GpuSizing:
     models_dir: Path = Path(".cache/models")
 
     def fleet_budgets(self, fleet: Fleet, n_devices: int) -> PlannedBudgets:
-        """The planner's replica plans for the fleet on ``n_devices`` GPUs of this size ({} if none is auto)."""
+        """The planner's plans for the fleet on ``n_devices`` GPUs of this size ({} if none is auto)."""
         if not needs_plan(fleet):
             return {}
         devices = dict.fromkeys(range(n_devices), self.gpu_bytes)
