@@ -21,6 +21,7 @@ from bench.fake_gpu_engine import fail_text
 from contract.fleet import parse_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
+from tests.support.poll import until
 from tests.support.procs import free_port
 from workers.gpu import DeviceMemory
 from workers.launch import Launch, ReplicaSpec, with_budget
@@ -316,12 +317,3 @@ async def test_cpu_replicas_skip_the_gate(tmp_path: Path, redis: aioredis.Redis,
         assert await sup.start_with_retries(rep)
         await rep.process.stop(2)
     assert device.reads == 0
-
-
-async def until(predicate: Callable[[], bool], deadline_s: float = 20.0) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError("condition not met")
