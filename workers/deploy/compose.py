@@ -163,7 +163,7 @@ def project_service(o: ComposeOptions) -> Obj:
     return {"image": o.project_image, "build": dict(PROJECT_BUILD)}
 
 
-def register(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
+def sidecar_service(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
     args = ["python", "-m", "contract.sidecar", "--redis-url", "redis://redis:6379/0"]
     for s in specs:
         args += ["--record", literal(record(s))]
@@ -292,7 +292,7 @@ def compose(fleet: Fleet, fleet_path: str, o: ComposeOptions) -> Obj:
     specs = plan(fleet, o)
     services: Obj = {"redis": redis(o), "tls-init": tls_init(o), **workers(specs, o)}
     if specs:
-        services["register"] = register(specs, o)
+        services["register"] = sidecar_service(specs, o)
     for i in range(1, o.gateways + 1):
         services[f"gateway-{i}"] = gateway(i, fleet_path, o)
     services.update(nginx=nginx(o), prometheus=prometheus(o), grafana=grafana(o))

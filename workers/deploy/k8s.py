@@ -144,7 +144,7 @@ def record_json(model: Model, o: K8sOptions) -> str:
     return json.dumps(record, separators=(",", ":"))
 
 
-def register_container(model: Model, o: K8sOptions) -> Obj:
+def sidecar_container(model: Model, o: K8sOptions) -> Obj:
     args = [
         "-m", "contract.sidecar",
         "--record", record_json(model, o),
@@ -184,7 +184,7 @@ def deployment(model: Model, o: K8sOptions) -> Obj:
         "enableServiceLinks": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "containers": [vllm_container(model, o), register_container(model, o)],
+        "containers": [vllm_container(model, o), sidecar_container(model, o)],
         "volumes": [
             {"name": "shm", "emptyDir": shm},
             {"name": "models", "persistentVolumeClaim": {"claimName": o.models_claim, "readOnly": True}},
