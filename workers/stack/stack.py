@@ -157,7 +157,7 @@ class Stack:
         log.info("starting %s", service.name)
         await service.start()
         self.services.append(service)
-        await service.wait_ready(deadline_s)
+        await service.wait_until_ready(deadline_s)
         log.info("%s ready in %.1f s", service.name, time.monotonic() - started)
 
     async def up(self) -> None:
