@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.support.gateway import fleet_yaml, register, serve_gateway
+from tests.support.poll import until
 from tests.support.procs import Proc, free_port, start_fake_engine
 
 FLEET = fleet_yaml([{"name": "m", "source": {"path": "/x"}, "policy": "round_robin"}])
@@ -265,13 +266,6 @@ async def test_retry_deadline_is_checked_before_the_first_retry(
             assert await started(c, *bad) == 1
 
 
-async def poll(check: Callable[[], Awaitable[bool]], what: str, deadline_s: float = 10.0) -> None:
-    end = asyncio.get_running_loop().time() + deadline_s
-    while not await check():
-        assert asyncio.get_running_loop().time() < end, f"{what}: not reached in {deadline_s} s"
-        await asyncio.sleep(0.05)
-
-
 async def test_client_leaving_a_non_streamed_request_aborts_it_and_frees_its_slot(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
@@ -288,15 +282,15 @@ async def test_client_leaving_a_non_streamed_request_aborts_it_and_frees_its_slo
 
             await reset(c, hang)
             first = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=CHAT))
-            await poll(lambda: started_is(stats, 1), "the first request reached the engine")
+            await until(lambda: started_is(stats, 1), 10, "the first request reached the engine")
             first.cancel()
             await asyncio.gather(first, return_exceptions=True)
-            await poll(lambda: inflight_is(stats, 0), "the engine saw the request aborted")
+            await until(lambda: inflight_is(stats, 0), 10, "the engine saw the request aborted")
             second = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=CHAT))
-            await poll(lambda: started_is(stats, 2), "the second request was admitted")
+            await until(lambda: started_is(stats, 2), 10, "the second request was admitted")
             second.cancel()
             await asyncio.gather(second, return_exceptions=True)
-            await poll(lambda: inflight_is(stats, 0), "the engine saw the second request aborted")
+            await until(lambda: inflight_is(stats, 0), 10, "the engine saw the second request aborted")
             metrics = (await c.get(f"{gw}/metrics")).text
     assert 'llmgw_requests_total{model="m",status="499"} 2.0' in metrics
     assert "llmgw_ejections_total{" not in metrics

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from gateway.http1 import ConnectionPool, Origin, Sent
+from tests.support.poll import until
 
 
 @dataclass
@@ -56,13 +57,6 @@ async def post(origin: Origin, sent: Sent | None = None) -> tuple[int, bytes]:
     return response.status, body
 
 
-async def eventually(check: Callable[[], bool], deadline_s: float = 5.0) -> None:
-    end = asyncio.get_running_loop().time() + deadline_s
-    while not check():
-        assert asyncio.get_running_loop().time() < end, "condition not reached in time"
-        await asyncio.sleep(0.01)
-
-
 async def test_status_line_without_reason_phrase() -> None:
     async with exact_server([b"HTTP/1.1 503\r\ncontent-length: 4\r\n\r\nbusy"]) as (_, origin):
         assert await post(origin) == (503, b"busy")
@@ -89,6 +83,6 @@ async def test_bytes_after_a_complete_response_close_the_connection() -> None:
     second = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfresh"
     async with exact_server([first + extra, second]) as (srv, origin):
         assert await post(origin) == (200, b"ok")
-        await eventually(lambda: not origin.idle)
+        await until(lambda: not origin.idle, 5, "the spoiled connection closed")
         assert await post(origin) == (200, b"fresh")
         assert srv.accepted == 2

@@ -17,6 +17,7 @@ import pytest
 
 from gateway.shutdown import OpenRequests
 from tests.support.gateway import fleet_yaml, register, wait_ready
+from tests.support.poll import until
 from tests.support.procs import Proc, free_port, spawn, start_fake_engine
 
 FLEET = fleet_yaml(
@@ -55,11 +56,8 @@ def spawn_gateway(tmp: Path, redis_url: str, prefix: str) -> Proc:
     return spawn([gateway, "--port", str(port)], port, tmp / "gateway.log", env)
 
 
-async def until_started(c: httpx.AsyncClient, engine: Proc, deadline_s: float = 10.0) -> None:
-    end = asyncio.get_running_loop().time() + deadline_s
-    while (await c.get(f"{engine.url}/stats")).json()["started"] < 1:
-        assert asyncio.get_running_loop().time() < end, "the request never reached the engine"
-        await asyncio.sleep(0.05)
+async def started(c: httpx.AsyncClient, engine: Proc) -> bool:
+    return bool((await c.get(f"{engine.url}/stats")).json()["started"] >= 1)
 
 
 async def test_sigterm_ends_open_requests_in_the_apis_shape(
@@ -75,7 +73,7 @@ async def test_sigterm_ends_open_requests_in_the_apis_shape(
             whole = asyncio.create_task(
                 c.post(f"{proc.url}/v1/chat/completions", json={"model": "whole", **ASK})
             )
-            await until_started(c, engines["whole"])
+            await until(lambda: started(c, engines["whole"]), 10, "the request reached the engine")
             body = {"model": "streamed", "stream": True, **ASK}
             async with c.stream("POST", f"{proc.url}/v1/chat/completions", json=body) as r:
                 assert r.status_code == 200

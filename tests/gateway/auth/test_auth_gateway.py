@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from tests.gateway.auth.test_ratelimit import clear_of_window_edge
 from tests.support.gateway import fleet_yaml, register, serve_gateway
+from tests.support.poll import until
 from tests.support.procs import Proc, start_fake_engine
 
 FLEET = fleet_yaml(
@@ -172,7 +173,7 @@ async def test_request_without_max_tokens_reserves_the_context_then_refunds_from
     url = f"{slow_gateways[0]}/v1/chat/completions"
     open_ended = {"model": "open-model", "messages": [{"role": "user", "content": "hi"}]}
     running = asyncio.create_task(http.post(url, json=open_ended, headers=auth(secret)))
-    await until(lambda: tpm_is(redis, prefix, secret, 1000))
+    await until(lambda: tpm_is(redis, prefix, secret, 1000), 10, "the open-ended request was charged")
     small = await http.post(url, json=BODY, headers=auth(secret))
     assert small.status_code == 429 and error_code(small) == "rate_limit_exceeded"
     r = await running
@@ -182,13 +183,6 @@ async def test_request_without_max_tokens_reserves_the_context_then_refunds_from
 
 async def tpm_is(redis: aioredis.Redis, prefix: str, secret: str, n: int) -> bool:
     return await tpm_count(redis, prefix, secret) == n
-
-
-async def until(check: Callable[[], Awaitable[bool]], deadline_s: float = 10.0) -> None:
-    end = asyncio.get_running_loop().time() + deadline_s
-    while not await check():
-        assert asyncio.get_running_loop().time() < end, "not reached in time"
-        await asyncio.sleep(0.05)
 
 
 async def test_bearer_secret_never_logged(
