@@ -141,10 +141,10 @@ start)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .whl2/*.whl || exit 1
   untar /tmp .whl2/redis7.tar.xz
   rm -rf $APP && mkdir -p $APP && cp -r contract gateway workers bench $APP/   # the code of this run, fixed
-  cp "$HERE"/fullload.py "$HERE"/fleet-fullload.yaml "$HERE"/fleet-prefix.yaml $APP/bench/gpu/
+  cp "$HERE"/fullload.py "$HERE"/fullload.sh "$HERE"/fleet-fullload.yaml "$HERE"/fleet-prefix.yaml $APP/bench/gpu/
   mkdir -p $MODELS/llama-2-7b && cp bench/gpu/configs/llama-2-7b/config.json .c2/tok/* $MODELS/llama-2-7b/
   (cd $APP && python3 -c "import vllm, redis, tenacity, orjson, fastapi, uvicorn, pydantic_settings, httpx, vllm.benchmarks.serve; print('imports ok, vllm', vllm.__version__)") || exit 1
-  SKIP_Q2=${SKIP_Q2:-0} setsid bash "$HERE/fullload.sh" driver > $RUN/driver.log 2>&1 < /dev/null &
+  SKIP_Q2=${SKIP_Q2:-0} setsid bash $APP/bench/gpu/fullload.sh driver > $RUN/driver.log 2>&1 < /dev/null &
   say "driver started (pid $!)"
   ;;
 driver)
