@@ -14,7 +14,8 @@
 #   2. carry [.c2, .whl2]   bash bench/gpu/fullload.sh start && bash bench/gpu/fullload.sh wait 560
 #   3. (no carry)           bash bench/gpu/fullload.sh wait 570   (again until it prints DRIVER DONE)
 # `start` fixes the code of this run (/tmp/app) and starts the driver with setsid; `wait` follows its log
-# and copies the results to $OUT. SKIP_Q2=1 in `start` stops after Q1.
+# and copies the results to $OUT. SKIP_Q2=1 in `start` stops after Q1; SKIP_Q1=1 runs Q2 alone (about 9 minutes
+# of device time from a cold machine: start, unpack, two cold vLLM starts ~3 min, probe and two runs ~4 min).
 set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | stop}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -102,7 +103,10 @@ q1() {
 }
 
 q2_policy() {  # q2_policy POLICY [probe]
-  sed "s/^  policy: .*/  policy: $1/" $APP/bench/gpu/fleet-prefix.yaml > $RUN/fleet-$1.yaml
+  sed -E "s/^( *)policy: .*/\1policy: $1/" $APP/bench/gpu/fleet-prefix.yaml > $RUN/fleet-$1.yaml
+  # (the 2026-12-03 run's pattern missed the indentation: both "policies" ran prefix_affinity)
+  grep -qE "^ +policy: $1\$" $RUN/fleet-$1.yaml || { say "fleet-$1.yaml does not name policy $1"; return 1; }
+  say "gateways run policy: $(grep -E '^ +policy:' $RUN/fleet-$1.yaml)"
   start_gateway $RUN/fleet-$1.yaml 9000 gw1; start_gateway $RUN/fleet-$1.yaml 9001 gw2
   wait_gateway 9000 2 && wait_gateway 9001 2 || return 1
   if [ "${2:-}" = probe ]; then
@@ -144,7 +148,7 @@ start)
   cp "$HERE"/fullload.py "$HERE"/fullload.sh "$HERE"/fleet-fullload.yaml "$HERE"/fleet-prefix.yaml $APP/bench/gpu/
   mkdir -p $MODELS/llama-2-7b && cp bench/gpu/configs/llama-2-7b/config.json .c2/tok/* $MODELS/llama-2-7b/
   (cd $APP && python3 -c "import vllm, redis, tenacity, orjson, fastapi, uvicorn, pydantic_settings, httpx, vllm.benchmarks.serve; print('imports ok, vllm', vllm.__version__)") || exit 1
-  SKIP_Q2=${SKIP_Q2:-0} setsid bash $APP/bench/gpu/fullload.sh driver > $RUN/driver.log 2>&1 < /dev/null &
+  SKIP_Q1=${SKIP_Q1:-0} SKIP_Q2=${SKIP_Q2:-0} setsid bash $APP/bench/gpu/fullload.sh driver > $RUN/driver.log 2>&1 < /dev/null &
   say "driver started (pid $!)"
   ;;
 driver)
@@ -157,7 +161,7 @@ driver)
   LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no \
     --maxclients 10000 > $RUN/redis.log 2>&1 &
   say "gpu idle: $(smi)"
-  q1 || say "Q1 FAILED"
+  [ "$SKIP_Q1" = 1 ] || q1 || say "Q1 FAILED"
   [ "$SKIP_Q2" = 1 ] || [ -f $RUN/skip_q2 ] || q2 || say "Q2 FAILED"
   say "DRIVER DONE"
   ;;
