@@ -13,6 +13,7 @@ from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, read_registry
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
+from gateway.routing.shared_index import SharedIndex
 
 log = logging.getLogger("llmgw.discovery")
 
@@ -39,20 +40,35 @@ class Discovery:
         fleet: Fleet,
         table: ReplicaTable,
         metrics: GatewayMetrics,
+        index: SharedIndex | None = None,
     ) -> None:
         self.redis, self.keys, self.fleet, self.table, self.metrics = redis, keys, fleet, table, metrics
+        self.index = index
         self.redis_ok = False
         self._external = external_records(fleet)
 
-    def apply(self, records: list[ReplicaRecord]) -> None:
+    def apply(self, records: list[ReplicaRecord]) -> dict[str, list[str]]:
+        """Sync every model's pool; returns the models that changed, each with its replica ids."""
         by_model: dict[str, list[ReplicaRecord]] = defaultdict(list)
         for rec in records:
             by_model[rec.model].append(rec)
+        changed: dict[str, list[str]] = {}
         for m in self.fleet.models:
             wanted = self._external[m.name] if not m.managed else by_model.get(m.name, [])
             if self.table.sync(m.name, wanted):
                 states = ", ".join(f"{r.id}={r.state.value}" for r in wanted) or "none"
                 log.info("model=%s replicas changed: %s", m.name, states)
+                changed[m.name] = [r.id for r in wanted]
+        return changed
+
+    async def forget_departed(self, changed: dict[str, list[str]]) -> None:
+        """Drop from the shared prefix index the replicas that left a model's registry."""
+        if self.index is None:
+            return
+        for model, present in changed.items():
+            gone = await self.index.forget_absent(model, present)
+            if gone:
+                log.info("model=%s prefix index dropped departed replicas: %s", model, ",".join(gone))
 
     async def refresh(self) -> None:
         try:
@@ -64,7 +80,7 @@ class Discovery:
             self.apply_external_only()
             return
         self.redis_ok = True
-        self.apply(records)
+        await self.forget_departed(self.apply(records))
 
     def apply_external_only(self) -> None:
         for name, recs in self._external.items():

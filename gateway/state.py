@@ -17,6 +17,7 @@ from gateway.inflight import InflightShare
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
 from gateway.routing.base import Policy
+from gateway.routing.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
 
 
@@ -36,3 +37,4 @@ class Gateway:
     metrics: GatewayMetrics
     ejection: Ejection
     inflight: InflightShare
+    index: SharedIndex | None = None
