@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import random
+import socket
 import sys
 import tempfile
 import time
@@ -284,7 +285,7 @@ async def live(o: SimOptions, tmp: Path) -> dict[str, Any]:
     reqs = requests(o)
     redis_proc = start_redis(tmp / "live-redis")
     url = f"redis://127.0.0.1:{redis_proc.port}/0"
-    base = free_port()
+    base = free_range(o.replicas)
     engine = spawn(
         [sys.executable, "-m", "bench.fake_engine", "--port", str(base), "--ports", str(o.replicas),
          "--model", MODEL, "--tokens", "4", "--delay-ms", "10", "--kv-blocks", str(o.kv_tokens // 16)],
@@ -293,7 +294,7 @@ async def live(o: SimOptions, tmp: Path) -> dict[str, Any]:
     gateways: list[Proc] = []
     r = aioredis.Redis.from_url(url)
     try:
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{base + o.replicas - 1}/health"), 20, "fake engines")
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{base + o.replicas - 1}/health"), 60, "fake engines")
         keys = RedisKeys("llmgw")
         for i in range(o.replicas):
             rec = ReplicaRecord(id=f"sim-{i:02d}", model=MODEL, url=f"http://127.0.0.1:{base + i}",
@@ -343,6 +344,23 @@ async def live(o: SimOptions, tmp: Path) -> dict[str, Any]:
         "bytes_in_per_request_all": (after[1] - before[1]) / n,
         "bytes_out_per_request_all": (after[2] - before[2]) / n,
     }
+
+
+def free_range(n: int) -> int:
+    """A first port such that it and the next ``n - 1`` are all free."""
+    while True:
+        base = free_port()
+        if base + n < 65536 and all(port_free(p) for p in range(base, base + n)):
+            return base
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def ready(url: str, want: int) -> bool:
