@@ -487,9 +487,10 @@ class Options:
 
     @property
     def runs(self) -> list[Run]:
-        """Per gateway count: the single-replica ideal (if asked, with the first count only), each
-        policy, prefix affinity once per ε, and (if asked) prefix affinity without the index."""
-        runs = [Run(IDEAL, gateways=self.gateways[0])] if self.ideal else []
+        """Per gateway count: each policy, prefix affinity once per ε, and (if asked) prefix affinity
+        without the index; then the single-replica ideal (if asked, with the first count only). The
+        ideal runs last: it is the slowest run, and an interrupted benchmark keeps the policies' rows."""
+        runs: list[Run] = []
         for g in self.gateways:
             for policy in self.policies:
                 if policy == AFFINITY:
@@ -497,7 +498,7 @@ class Options:
                     runs += [Run(policy, None, g, index=False)] if self.rendezvous else []
                 else:
                     runs.append(Run(policy, gateways=g))
-        return runs
+        return runs + ([Run(IDEAL, gateways=self.gateways[0])] if self.ideal else [])
 
     def conversations(self) -> list[Conversation]:
         return conversations(self.seed, self.users, self.turns, self.doc_words, self.pause_s)
