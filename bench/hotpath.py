@@ -5,8 +5,8 @@ core 0; the engine and this load generator share core 1.  For each target (direc
 nginx alone, the gateway with admission off and on, and, over two fake replicas with admission off,
 ``rr-2`` round robin against ``prefix-2`` the default policy with its shared prefix index in Redis)
 and each shape (non-streamed 16 tokens, streamed 64 tokens) at concurrency 1, 32 and 256 it prints
-requests/s, p50/p99 latency and TTFT, the added p50 over direct, and the proxy's CPU milliseconds per request (from /proc of its
-process tree), each the median of 3 runs.
+requests/s, p50/p99 latency and TTFT, the added p50 over direct, and the proxy's CPU milliseconds per
+request (from /proc of its process tree), each the median of 3 runs.
 """
 
 from __future__ import annotations
