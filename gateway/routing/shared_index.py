@@ -1,6 +1,8 @@
 """The prefix index in Redis, shared by every gateway: one Lua script per pick reads, decides, records.
 
-The script (``lua/pick.lua``) does what :meth:`gateway.routing.prefix_index.PrefixIndex.pick` does, in one
+The script (``lua/pick.lua``, over the admission's pipelined connection
+:class:`gateway.admission.redis_wire.PipelinedRedis`: redis-py cost more CPU per call than the rest of
+the pick) does what :meth:`gateway.routing.prefix_index.PrefixIndex.pick` does, in one
 atomic step and one round trip, so every gateway that picks for the same state picks the same replica.
 Every key carries the model as a hash tag (:class:`contract.redis_keys.RedisKeys`), so one model's index
 lives in one Redis Cluster slot.
@@ -22,6 +24,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
+from gateway.admission.redis_wire import LeanScript, PipelinedRedis
 from gateway.metrics import GatewayMetrics
 from gateway.routing.prefix_index import Decision, PickInput
 
@@ -73,7 +76,9 @@ class SharedIndex:
         self.redis, self.keys, self.clock, self.metrics = redis, keys, clock, metrics
         self.session_ttl_ms = max(1, int(session_ttl_s * 1000))
         self.retry_s = retry_s
-        self._pick = redis.register_script(script("pick"))
+        timeout_s = float(redis.connection_pool.connection_kwargs.get("socket_timeout") or 0.5)
+        self.lean = PipelinedRedis.like(redis, timeout_s)  # the pick is on the request path: the lean client
+        self._pick = LeanScript(self.lean, script("pick"))
         self._forget = redis.register_script(script("forget"))
         self.retry_at = 0.0
         self.mode = SHARED
@@ -91,7 +96,7 @@ class SharedIndex:
             return None
         names, args = pick_call(self.keys, model, inp, self.session_ttl_ms)
         try:
-            replica, outcome, depth = await self._pick(keys=names, args=args)
+            replica, outcome, depth = await self._pick(names, list(args))
         except (RedisError, OSError) as exc:
             self.lost(exc)
             return None
@@ -123,4 +128,5 @@ class SharedIndex:
         self.mode = SHARED
 
     async def aclose(self) -> None:
+        self.lean.close()
         await self.redis.aclose()
