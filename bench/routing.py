@@ -813,6 +813,7 @@ async def bench(opts: Options) -> list[Result]:
             await b.start_workers()
             for run in opts.runs:
                 results += await b.run(run)
+                print(table(with_ideal(results)), flush=True)  # so far: an interrupted run keeps its rows
         finally:
             with contextlib.suppress(Exception):
                 await b.close()
