@@ -42,6 +42,7 @@ import re
 import socket
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ from typing import Any
 import httpx
 import yaml
 
+from bench.routing_sim import pick_outcomes
 from bench.routing_workloads import (
     DOC_WORDS,
     Conversation,
@@ -700,9 +702,22 @@ class Bench:
         gw = await self.start_gateways(run)
         try:
             results = [await self.run_workload(run.label, w) for w in self.opts.workloads]
+            if run.policy == AFFINITY:
+                progress(
+                    f"policy={run.label}: pick outcomes over the gateways {dict(await self.outcomes(run))}"
+                )
             return [dataclasses.replace(r, gateways=run.gateways) for r in results]
         finally:
             await gw.down()
+
+    async def outcomes(self, run: Run) -> Counter[str]:
+        """``llmgw_prefix_index_picks_total`` summed over the run's gateways, by outcome."""
+        total: Counter[str] = Counter()
+        for port in self.config.gateway_ports[: run.gateways]:
+            with contextlib.suppress(httpx.HTTPError):
+                text = (await self.http.get(f"http://{self.config.host}:{port}/metrics", timeout=5.0)).text
+                total += pick_outcomes(text)
+        return total
 
     async def run_workload(self, policy: str, workload: str) -> Result:
         o = self.opts
