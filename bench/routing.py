@@ -15,7 +15,8 @@ prefix index (the default); ``--rendezvous`` adds a ``prefix_affinity rendezvous
 
 Fairness. Every run sends the same requests (same seeds). Before each workload both replicas' prefix
 caches are emptied with vLLM's ``POST /reset_prefix_cache`` (a dev endpoint: the workers run with
-``VLLM_SERVER_DEV_MODE=1``), so no run inherits another's cache. A warm-up request per replica runs first.
+``VLLM_SERVER_DEV_MODE=1``), and the shared prefix index with them, so no run inherits another's cache.
+A warm-up request per replica runs first.
 
 What is measured, per policy × workload:
 - prefix-cache hit rate: Σ over replicas of the ``vllm:prefix_cache_hits_total`` delta divided by the
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis.asyncio as aioredis
 import yaml
 
 from bench.routing_sim import pick_outcomes
@@ -62,6 +64,7 @@ from bench.routing_workloads import (
     templates,
 )
 from contract.fleet import load_fleet
+from contract.redis_keys import RedisKeys
 from gateway.prefix_key import chat_prefix_key
 from gateway.routing.registry import POLICIES as REGISTERED_POLICIES
 from gateway.routing.rendezvous import key_digest, score
@@ -671,9 +674,20 @@ class Bench:
         return all(s.get(RUNNING, 0) + s.get(WAITING, 0) == 0 for s in sums)
 
     async def reset_caches(self) -> None:
+        """Empty the replicas' prefix caches and, with them, the shared prefix index that describes them."""
         await poll(self.idle, 60, "replicas idle")
         for spec in self.replicas:
             await poll(functools.partial(self.reset_cache, spec), 30, f"prefix cache reset on {spec.id}")
+        await self.reset_index()
+
+    async def reset_index(self) -> None:
+        redis = aioredis.Redis.from_url(self.config.redis_url)
+        try:
+            names = [k async for k in redis.scan_iter(match=RedisKeys().prefix_index_pattern(self.model))]
+            if names:
+                await redis.delete(*names)
+        finally:
+            await redis.aclose()
 
     async def reset_cache(self, spec: ReplicaSpec) -> bool:
         r = await self.http.post(f"{spec.url}/reset_prefix_cache", timeout=10.0)
@@ -701,7 +715,7 @@ class Bench:
         progress(f"policy={run.label}: starting {run.gateways} gateways behind nginx")
         gw = await self.start_gateways(run)
         try:
-            results = [await self.run_workload(run.label, w) for w in self.opts.workloads]
+            results = [await self.run_workload(run.label, w, run.gateways) for w in self.opts.workloads]
             if run.policy == AFFINITY:
                 progress(
                     f"policy={run.label}: pick outcomes over the gateways {dict(await self.outcomes(run))}"
@@ -719,7 +733,7 @@ class Bench:
                 total += pick_outcomes(text)
         return total
 
-    async def run_workload(self, policy: str, workload: str) -> Result:
+    async def run_workload(self, policy: str, workload: str, gateways: int = 2) -> Result:
         o = self.opts
         await self.reset_caches()
         before = await self.counters()
@@ -742,6 +756,7 @@ class Bench:
         result = summarise(
             policy, workload, [s.ttft_s for s in ok], len(client.samples) - len(ok), wall, deltas
         )
+        result = dataclasses.replace(result, gateways=gateways)
         cells = zip((name for name, _ in COLUMNS[2:]), row(result)[2:], strict=True)
         progress(f"policy={policy} workload={workload}: " + ", ".join(f"{h}={c}" for h, c in cells))
         return result
@@ -802,7 +817,7 @@ def setup(opts: Options) -> dict[str, Any]:
         "replicas": "2 CPU vLLM replicas of smollm2-135m-instruct, one per core (bench/fleet-routing.yaml)",
         "gateways": f"{'/'.join(map(str, opts.gateways))} gateway replicas behind nginx (round robin)",
         "ideal": "the same 2 gateways with replica 0 alone as an external endpoint",
-        "cache_reset": "POST /reset_prefix_cache on both replicas before every workload",
+        "cache_reset": "POST /reset_prefix_cache on both replicas and the index emptied before each workload",
         "ttft": "client side, request sent to first chunk with content (streaming)",
         "shares": "per-replica vllm:request_success_total deltas",
         "hit_rate": f"sum of {HITS} deltas / sum of {QUERIES} deltas (tokens, over both replicas)",

@@ -52,6 +52,10 @@ class RedisKeys:
     def prefix_session(self, model: str, session_digest: str) -> str:
         return f"{self.prefix}:px:{{{model}}}:session:{session_digest}"
 
+    def prefix_index_pattern(self, model: str) -> str:
+        """Every key of one model's prefix index (a SCAN pattern: ``[`` escapes the hash tag's braces)."""
+        return f"{self.prefix}:px:[{{]{model}[}}]:*"
+
     # admission (leases, queue, wake-up lists)
     def leases(self, model: str) -> str:
         return f"{self.prefix}:adm:{{{model}}}:leases"
