@@ -1,4 +1,5 @@
-"""Follows the replica registry in Redis (and the fleet's external endpoints) into the ReplicaTable."""
+"""Follows the replica registry in Redis (and the fleet's external endpoints) into the ReplicaTable;
+what belonged to a replica that left (its metric series, its upstream connections) goes with it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from redis.exceptions import RedisError
 from contract.fleet import Fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, read_registry
+from gateway.http1 import ConnectionPool
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
 from gateway.routing.shared_index import SharedIndex
@@ -40,9 +42,11 @@ class Discovery:
         fleet: Fleet,
         table: ReplicaTable,
         metrics: GatewayMetrics,
+        upstream: ConnectionPool,
         index: SharedIndex | None = None,
     ) -> None:
         self.redis, self.keys, self.fleet, self.table, self.metrics = redis, keys, fleet, table, metrics
+        self.upstream = upstream
         self.index = index
         self.redis_ok = False
         self._external = external_records(fleet)
@@ -55,10 +59,19 @@ class Discovery:
         changed: dict[str, list[str]] = {}
         for m in self.fleet.models:
             wanted = self._external[m.name] if not m.managed else by_model.get(m.name, [])
-            if self.table.sync(m.name, wanted):
+            if self._sync(m.name, wanted):
                 states = ", ".join(f"{r.id}={r.state.value}" for r in wanted) or "none"
                 log.info("model=%s replicas changed: %s", m.name, states)
                 changed[m.name] = [r.id for r in wanted]
+        self.upstream.retain(e.url for e in self.table.endpoints())
+        return changed
+
+    def _sync(self, model: str, wanted: list[ReplicaRecord]) -> bool:
+        """Replace the model's replicas; the metric series of those that left are dropped."""
+        before = {e.id for e in self.table.pool(model).endpoints}
+        changed = self.table.sync(model, wanted)
+        for gone in before - {r.id for r in wanted}:
+            self.metrics.forget_replica(model, gone)
         return changed
 
     async def forget_departed(self, changed: dict[str, list[str]]) -> None:
@@ -84,7 +97,8 @@ class Discovery:
 
     def apply_external_only(self) -> None:
         for name, recs in self._external.items():
-            self.table.sync(name, recs)
+            self._sync(name, recs)
+        self.upstream.retain(e.url for e in self.table.endpoints())
 
     async def tick(self) -> None:
         await self.refresh()

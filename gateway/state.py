@@ -19,6 +19,7 @@ from gateway.pool import ReplicaTable
 from gateway.routing.base import Policy
 from gateway.routing.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
+from gateway.shutdown import OpenRequests
 
 
 @dataclass(slots=True)
@@ -37,4 +38,5 @@ class Gateway:
     metrics: GatewayMetrics
     ejection: Ejection
     inflight: InflightShare
+    open_requests: OpenRequests
     index: SharedIndex | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -17,12 +18,16 @@ from contract.fleet import Fleet, FleetError, load_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
-from workers.launch import build_launch, plan_replicas
+from workers.budgets import BudgetError, PlannedBudgets, arithmetic, needs_plan, planned_budgets
+from workers.gpu import ProbeError, gpu_memory
+from workers.launch import ReplicaSpec, build_launch, plan_replicas
 from workers.observe import Observer
+from workers.planner import make_config_loader
 from workers.supervisor import Replica, Supervisor, SupervisorOptions
 from workers.weights import weights_for
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+log = logging.getLogger("llmgw.workers")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -46,12 +51,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def auto_budgets(fleet: Fleet, models_dir: Path | None) -> PlannedBudgets:
+    """The planner's budgets for ``auto`` models, on the GPUs nvidia-smi reports (nothing to plan: {})."""
+    if not needs_plan(fleet):
+        return {}
+    try:
+        devices = {d.index: d.total_bytes for d in gpu_memory()}
+    except ProbeError as exc:
+        raise BudgetError(f"budget auto needs the GPUs' sizes: {exc}") from exc
+    planned = planned_budgets(fleet, devices, make_config_loader(models_dir or Path(".cache/models")))
+    for r in planned.values():
+        log.info("%s", arithmetic(r))
+    return planned
+
+
+def replica(spec: ReplicaSpec, planned: PlannedBudgets, args: argparse.Namespace) -> Replica:
+    """One replica, with the planner's budget and back-off floor where its model's budget is ``auto``."""
+    plan = planned.get((spec.model.name, spec.index)) if spec.model.budget.auto else None
+    if plan is not None:
+        spec = dataclasses.replace(spec, gpu_memory_utilization=plan.gpu_memory_utilization)
+    launch = build_launch(spec, weights_for(spec.model, args.models_dir))
+    return Replica(spec, launch, args.log_dir, floor=plan.backoff_floor if plan else None)
+
+
 def build_replicas(fleet: Fleet, args: argparse.Namespace) -> list[Replica]:
-    specs = plan_replicas(fleet.models, fleet.defaults, args.devices)
-    return [Replica(s, build_launch(s, weights_for(s.model, args.models_dir)), args.log_dir) for s in specs]
+    planned = auto_budgets(fleet, args.models_dir)
+    return [replica(s, planned, args) for s in plan_replicas(fleet.models, fleet.defaults, args.devices)]
 
 
-async def serve(fleet: Fleet, args: argparse.Namespace) -> None:
+async def serve(replicas: list[Replica], args: argparse.Namespace) -> None:
     redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     timing = RegistryTiming(drain_grace_s=args.drain_grace)
     options = SupervisorOptions(ready_deadline_s=args.ready_deadline, timing=timing)
@@ -59,9 +87,7 @@ async def serve(fleet: Fleet, args: argparse.Namespace) -> None:
     server = await serve_metrics(metrics, "127.0.0.1", args.metrics_port)
     registry = RegistryWriter(redis, RedisKeys(args.redis_prefix), timing)
     async with httpx.AsyncClient() as client:
-        sup = Supervisor(
-            build_replicas(fleet, args), registry, client, options, Observer(metrics, args.sd_file)
-        )
+        sup = Supervisor(replicas, registry, client, options, Observer(metrics, args.sd_file))
         loop = asyncio.get_running_loop()
         drained = asyncio.Event()
 
@@ -84,11 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
     try:
-        fleet = load_fleet(args.fleet)
-    except FleetError as exc:
+        replicas = build_replicas(load_fleet(args.fleet), args)
+    except (FleetError, BudgetError) as exc:
         print(f"llmgw-workers: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(fleet, args))
+    asyncio.run(serve(replicas, args))
     return 0
 
 

@@ -162,7 +162,7 @@ class Supervisor:
             r.budgets_tried.append(r.budget)
         r.instance = new_instance_id()
         await r.process.start()
-        r.startup_s = await r.process.wait_ready(
+        r.startup_s = await r.process.wait_until_listed(
             r.spec.url, r.spec.model.name, self.options.ready_deadline_s, self.client
         )
         r.started_at = time.monotonic()

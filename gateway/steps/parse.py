@@ -11,8 +11,7 @@ from gateway.errors import InvalidRequest
 from gateway.prefix_chain import request_chain
 from gateway.prefix_key import chat_prefix_key, prompt_prefix_key
 from gateway.routing.base import RouteRequest
-
-MAX_TOKENS_CAP = 1 << 20
+from gateway.steps.tokens import TokenCost, asked, prompt_estimate
 
 
 def load_json(body: bytes) -> dict[str, Any]:
@@ -41,17 +40,6 @@ def stream_field(payload: dict[str, Any]) -> bool:
     return stream
 
 
-def max_tokens_field(payload: dict[str, Any]) -> int:
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = payload.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_TOKENS_CAP:
-            raise InvalidRequest(f"{name} must be a positive integer up to {MAX_TOKENS_CAP}", param=name)
-        return value
-    return 0
-
-
 def route_request(
     ctx: RequestContext,
     payload: dict[str, Any],
@@ -76,4 +64,5 @@ def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_ch
     ctx.model_name = model_field(payload)
     ctx.stream = stream_field(payload)
     ctx.route = route_request(ctx, payload, prefix_chars, chunk_bytes, max_chunks)
-    ctx.cost = len(ctx.body) // 4 + max_tokens_field(payload)
+    ctx.asked = asked(payload, ctx.endpoint)
+    ctx.cost = TokenCost(prompt_estimate(ctx.body))  # what it may generate is added once resolved

@@ -5,10 +5,9 @@ with no failed request, and shared again once back; a restarted or departed repl
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from contract.redis_keys import RedisKeys
 from gateway.prefix_chain import request_chain
 from gateway.routing.prefix_index import PickInput, PrefixIndex, ReplicaView, bound_ratio, capacity_keys
 from tests.support.gateway import fleet_yaml, register, serve_gateway
+from tests.support.poll import until
 from tests.support.procs import free_port, start_fake_engine, start_redis
 
 MODEL = "m"
@@ -67,15 +67,6 @@ def prefix() -> str:
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(timeout=30) as client:
         yield client
-
-
-async def until(check: Callable[[], Awaitable[bool]], deadline_s: float = 10.0) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 def body(messages: list[dict[str, str]], user: str | None = None) -> dict[str, Any]:
@@ -161,7 +152,7 @@ async def test_redis_lost_mid_load_degrades_without_a_failed_request(
 
     async def more(n: int) -> None:
         at = sum(statuses.values())
-        await until(lambda: _true(sum(statuses.values()) >= at + n))
+        await until(lambda: sum(statuses.values()) >= at + n, 20, f"{n} more answers")
 
     try:
         async with serve_gateway(
@@ -171,11 +162,11 @@ async def test_redis_lost_mid_load_degrades_without_a_failed_request(
             await more(20)
             assert await mode(gw, "shared")
             redis_proc.stop()
-            await until(lambda: mode(gw, "degraded"))
+            await until(lambda: mode(gw, "degraded"), 10, "degraded mode")
             await more(30)
             degraded = (await http.get(f"{gw}/metrics")).text
             redis_proc = start_redis(tmp_path / "redis", port=redis_proc.port)
-            await until(lambda: mode(gw, "shared"))
+            await until(lambda: mode(gw, "shared"), 10, "shared mode")
             await more(30)
             stop.set()
             await asyncio.wait_for(asyncio.gather(*load), 20)
@@ -186,10 +177,6 @@ async def test_redis_lost_mid_load_degrades_without_a_failed_request(
     assert 'llmgw_prefix_index_picks_total{model="m",outcome="degraded"}' in degraded
     assert "llmgw_prefix_index_shared 0.0" in degraded
     assert "llmgw_prefix_index_shared 1.0" in back
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def test_restarted_or_departed_replica_loses_its_entries(
@@ -220,7 +207,7 @@ async def test_restarted_or_departed_replica_loses_its_entries(
                 await send(gw, "after", 1)
                 return bool(await r.hget(keys.prefix_instances(MODEL), "r0") == "b")
 
-            await until(restart_seen)
+            await until(restart_seen, 10, "the restart seen by the index")
             now = await holders()
             assert not any("r0" in now.get(k, []) for k in old)
             assert not old & set(await r.zrange(keys.prefix_lru(MODEL, "r0"), 0, -1))
@@ -230,7 +217,7 @@ async def test_restarted_or_departed_replica_loses_its_entries(
             async def departure_seen() -> bool:
                 return not await r.hexists(keys.prefix_instances(MODEL), "r1")
 
-            await until(departure_seen)
+            await until(departure_seen, 10, "the departure seen by the index")
             assert not any("r1" in hs for hs in (await holders()).values())
             assert not await r.exists(keys.prefix_lru(MODEL, "r1"))
     finally:
