@@ -15,6 +15,7 @@ from contract.registry import ReplicaRecord, read_registry
 from gateway.http1 import ConnectionPool
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
+from gateway.routing.shared_index import SharedIndex
 
 log = logging.getLogger("llmgw.discovery")
 
@@ -42,22 +43,28 @@ class Discovery:
         table: ReplicaTable,
         metrics: GatewayMetrics,
         upstream: ConnectionPool,
+        index: SharedIndex | None = None,
     ) -> None:
         self.redis, self.keys, self.fleet, self.table, self.metrics = redis, keys, fleet, table, metrics
         self.upstream = upstream
+        self.index = index
         self.redis_ok = False
         self._external = external_records(fleet)
 
-    def apply(self, records: list[ReplicaRecord]) -> None:
+    def apply(self, records: list[ReplicaRecord]) -> dict[str, list[str]]:
+        """Sync every model's pool; returns the models that changed, each with its replica ids."""
         by_model: dict[str, list[ReplicaRecord]] = defaultdict(list)
         for rec in records:
             by_model[rec.model].append(rec)
+        changed: dict[str, list[str]] = {}
         for m in self.fleet.models:
             wanted = self._external[m.name] if not m.managed else by_model.get(m.name, [])
             if self._sync(m.name, wanted):
                 states = ", ".join(f"{r.id}={r.state.value}" for r in wanted) or "none"
                 log.info("model=%s replicas changed: %s", m.name, states)
+                changed[m.name] = [r.id for r in wanted]
         self.upstream.retain(e.url for e in self.table.endpoints())
+        return changed
 
     def _sync(self, model: str, wanted: list[ReplicaRecord]) -> bool:
         """Replace the model's replicas; the metric series of those that left are dropped."""
@@ -66,6 +73,15 @@ class Discovery:
         for gone in before - {r.id for r in wanted}:
             self.metrics.forget_replica(model, gone)
         return changed
+
+    async def forget_departed(self, changed: dict[str, list[str]]) -> None:
+        """Drop from the shared prefix index the replicas that left a model's registry."""
+        if self.index is None:
+            return
+        for model, present in changed.items():
+            gone = await self.index.forget_absent(model, present)
+            if gone:
+                log.info("model=%s prefix index dropped departed replicas: %s", model, ",".join(gone))
 
     async def refresh(self) -> None:
         try:
@@ -77,7 +93,7 @@ class Discovery:
             self.apply_external_only()
             return
         self.redis_ok = True
-        self.apply(records)
+        await self.forget_departed(self.apply(records))
 
     def apply_external_only(self) -> None:
         for name, recs in self._external.items():
