@@ -14,7 +14,7 @@
 #   2. carry [.c2, .whl2]   bash bench/gpu/fullload.sh start && bash bench/gpu/fullload.sh wait 560
 #   3. (no carry)           bash bench/gpu/fullload.sh wait 570   (again until it prints DRIVER DONE)
 # `start` fixes the code of this run (/tmp/app) and starts the driver with setsid; `wait` follows its log
-# and copies the results to $OUT. SKIP_Q2=1 in `start` stops after Q1; SKIP_Q1=1 runs Q2 alone (about 9 minutes
+# and copies the results to $OUT. SKIP_Q2=1 in `start` stops after Q1; SKIP_Q1=1 runs Q2 alone (Q2_RATE=r skips the probe) (about 9 minutes
 # of device time from a cold machine: start, unpack, two cold vLLM starts ~3 min, probe and two runs ~4 min).
 set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | stop}
@@ -127,8 +127,12 @@ q2() {
   say "Q2: two replicas, budget auto"
   export VLLM_SERVER_DEV_MODE=1  # /reset_prefix_cache
   start_supervisor $APP/bench/gpu/fleet-prefix.yaml 2 q2 || return 1
-  q2_policy round_robin probe
-  RATE=$(python3 -c "import json; print(round(0.9 * json.load(open('$RUN/results/q2-probe-round_robin.json'))['request_throughput'], 2))")
+  if [ -n "${Q2_RATE:-}" ]; then  # a rate from an earlier probe of the same setup: no probe this time
+    RATE=$Q2_RATE
+  else
+    q2_policy round_robin probe
+    RATE=$(python3 -c "import json; print(round(0.9 * json.load(open('$RUN/results/q2-probe-round_robin.json'))['request_throughput'], 2))")
+  fi
   say "Q2: Poisson rate $RATE req/s (0.9 x the probe)"
   q2_policy round_robin
   q2_policy prefix_affinity
