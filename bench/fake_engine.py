@@ -6,6 +6,11 @@ A raw asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) so that it cos
   (default --tokens);
   with ``"stream": true`` an OpenAI SSE stream, each event its own write, ``--delay-ms`` apart.
 - ``POST /v1/embeddings``: a small vector.
+- The rest of vLLM's data plane (bench/fake_apis.py): ``/v1/responses`` (stored in memory; GET and
+  cancel by id; ``previous_response_id`` unknown here: 404, as a vLLM replica that lacks it),
+  ``/v1/messages`` (Anthropic, streamed too), ``/v1/messages/count_tokens``, rerank, score,
+  ``/pooling``, ``/classify``, ``/tokenize``, ``/detokenize``, ``/v1/audio/*`` (multipart), and
+  ``/v1/load_lora_adapter`` / ``/v1/unload_lora_adapter`` (refused with ``--no-lora``).
 - ``GET /health``, ``/v1/models``, ``/metrics`` (vLLM's gauge names), ``/stats`` (peak in-flight).
 Faults, per request (header ``x-fake-fault``) or for every request (``--fault``):
 ``400`` (a client error), ``500`` (answer 500), ``hang`` (never answer),
@@ -22,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 
 import uvloop
+
+from bench.fake_apis import FakeApis
 
 
 @dataclass
@@ -48,6 +55,7 @@ class Config:
     delay_ms: float = 0.0
     fault: str = ""
     latency_ms: float = 0.0
+    lora: bool = True
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -91,8 +99,8 @@ def stream_event(cfg: Config, chat: bool, i: int, rid: str) -> bytes:
 
 
 class FakeEngine(asyncio.Protocol):
-    def __init__(self, cfg: Config, stats: Stats) -> None:
-        self.cfg, self.stats = cfg, stats
+    def __init__(self, cfg: Config, stats: Stats, apis: FakeApis) -> None:
+        self.cfg, self.stats, self.apis = cfg, stats, apis
         self.buf = b""
         self.transport: asyncio.Transport | None = None
         self.queue: asyncio.Queue[tuple[str, str, dict[str, str], bytes]] = asyncio.Queue()
@@ -142,10 +150,7 @@ class FakeEngine(asyncio.Protocol):
         if method == "GET":
             return self.get(path)
         if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
-            return self.send(
-                404,
-                b'{"error":{"message":"not found","type":"invalid_request_error","code":null,"param":null}}',
-            )
+            return await self.other(path, headers, body)
         self.stats.enter()
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         try:
@@ -153,15 +158,68 @@ class FakeEngine(asyncio.Protocol):
         finally:
             self.stats.leave()
 
+    async def other(self, path: str, headers: dict[str, str], body: bytes) -> bool:
+        """Every other POST: LoRA load/unload, audio (multipart), and the JSON APIs of fake_apis."""
+        if path == "/v1/load_lora_adapter":
+            return self.send(*self.apis.load_lora(json.loads(body or b"{}")))
+        if path == "/v1/unload_lora_adapter":
+            return self.send(*self.apis.unload_lora(json.loads(body or b"{}")))
+        self.stats.enter()
+        self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
+        try:
+            return await self.answer(path, headers, body)
+        finally:
+            self.stats.leave()
+
+    async def answer(self, path: str, headers: dict[str, str], body: bytes) -> bool:
+        if headers.get("x-fake-fault", self.cfg.fault) == "500":
+            return self.send(500, b'{"error":{"message":"fake engine failure","type":"server_error"}}')
+        if path.startswith("/v1/audio/"):
+            ok = headers.get("content-type", "").startswith("multipart/form-data") and b'name="file"' in body
+            return self.send(200, b'{"text":"fake transcript"}') if ok else self.send(400, b'{"error":{}}')
+        try:
+            req = json.loads(body or b"{}")
+        except ValueError:
+            return self.send(400, b'{"error":{"message":"bad json","type":"BadRequestError"}}')
+        n = int(req.get("max_tokens") or req.get("max_output_tokens") or self.cfg.tokens)
+        if path == "/v1/responses":
+            return await self.respond(req, n)
+        if path.startswith("/v1/responses/") and path.endswith("/cancel"):
+            status, obj = self.apis.stored(path.split("/")[3], cancel=True)
+            return self.send(status, json.dumps(obj).encode())
+        if path == "/v1/messages":
+            if req.get("stream"):
+                return await self.events(self.apis.message_events(req, n))
+            return self.send(200, json.dumps(self.apis.message(req, n)).encode())
+        status, obj = self.apis.other(path, req)
+        return self.send(status, json.dumps(obj).encode())
+
+    async def respond(self, req: dict[str, object], n: int) -> bool:
+        status, obj = self.apis.response(req, n)
+        if status != 200 or not req.get("stream"):
+            return self.send(status, json.dumps(obj).encode())
+        return await self.events(self.apis.response_events(obj))
+
+    async def events(self, events: list[bytes]) -> bool:
+        """An SSE stream of ready-made events, each its own chunk, --delay-ms apart."""
+        self.write(http_head(200, "text/event-stream", None))
+        for event in events:
+            if self.cfg.delay_ms:
+                await asyncio.sleep(self.cfg.delay_ms / 1000)
+            self.write(chunked(event))
+        self.write(b"0\r\n\r\n")
+        return True
+
     def get(self, path: str) -> bool:
         s = self.stats
         if path == "/health":
             return self.send(200, b"")
         if path == "/v1/models":
-            return self.send(
-                200,
-                json.dumps({"object": "list", "data": [{"id": self.cfg.model, "object": "model"}]}).encode(),
-            )
+            data = [{"id": m, "object": "model"} for m in self.apis.models()]
+            return self.send(200, json.dumps({"object": "list", "data": data}).encode())
+        if path.startswith("/v1/responses/"):
+            status, obj = self.apis.stored(path.split("/")[3], cancel=False)
+            return self.send(status, json.dumps(obj).encode())
         if path == "/metrics":
             text = (
                 f'vllm:num_requests_running{{model_name="{self.cfg.model}"}} {s.inflight}\n'
@@ -239,7 +297,8 @@ class FakeEngine(asyncio.Protocol):
 async def serve(cfg: Config, host: str, port: int) -> None:
     stats = Stats()
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: FakeEngine(cfg, stats), host, port, backlog=4096)
+    apis = FakeApis(cfg.model, tag=str(port), lora=cfg.lora)
+    server = await loop.create_server(lambda: FakeEngine(cfg, stats, apis), host, port, backlog=4096)
     async with server:
         await server.serve_forever()
 
@@ -255,9 +314,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--delay-ms", type=float, default=0.0)
     p.add_argument("--latency-ms", type=float, default=0.0, help="wait before answering any generation")
     p.add_argument("--fault", default="")
+    p.add_argument("--no-lora", action="store_true", help="refuse /v1/load_lora_adapter")
     a = p.parse_args(argv)
+    cfg = Config(a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, not a.no_lora)
     with contextlib.suppress(KeyboardInterrupt):
-        uvloop.run(serve(Config(a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms), a.host, a.port))
+        uvloop.run(serve(cfg, a.host, a.port))
 
 
 if __name__ == "__main__":

@@ -53,13 +53,14 @@ async def open_stream(
     body: bytes,
     headers: list[tuple[bytes, bytes]],
     first_byte_s: float,
+    method: bytes = b"POST",
 ) -> Upstream:
     """Send the request and wait for the status and the first chunk, within the first-byte timeout."""
     origin, prefix = pool.origin(url)
     response: Response | None = None
     try:
         async with asyncio.timeout(first_byte_s):
-            response = await origin.post(prefix + path, headers, body)
+            response = await origin.post(prefix + path, headers, body, method)
             first = await response.next_chunk()
     except FAILURES as exc:
         if response is not None:
