@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.endpoints import match
+from gateway.endpoints import RESPONSES, match
+from gateway.errors import NotFound, error_response
 from gateway.proxy import Proxy
 
 
@@ -18,7 +19,14 @@ class FastPath:
         self.app, self.proxy = app, proxy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = match(scope["method"], scope.get("path", "")) if scope["type"] == "http" else None
+        path = scope.get("path", "")
+        found = match(scope["method"], path) if scope["type"] == "http" else None
+        if found is None and scope["type"] == "http" and path.startswith(RESPONSES):
+            # vLLM's other /v1/responses/... paths (render): 404, not the 405 of the {response_id} route
+            await error_response(NotFound("no such path; see /v1/models and the OpenAI API"))(
+                scope, receive, send
+            )
+            return
         if found is None:
             await self.app(scope, receive, send)
             return
