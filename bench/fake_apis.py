@@ -13,14 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def error(message: str, kind: str = "NotFoundError", code: int = 404) -> dict[str, Any]:
+    """vLLM's error body: OpenAI's shape."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
 def not_found(message: str) -> tuple[int, bytes]:
-    err = {"message": message, "type": "NotFoundError", "param": None, "code": 404}
-    return 404, json.dumps({"error": err}).encode()
+    return 404, json.dumps(error(message)).encode()
 
 
 def bad_request(message: str) -> tuple[int, bytes]:
-    err = {"message": message, "type": "BadRequestError", "param": None, "code": 400}
-    return 400, json.dumps({"error": err}).encode()
+    return 400, json.dumps(error(message, "BadRequestError", 400)).encode()
 
 
 @dataclass
@@ -38,7 +41,7 @@ class FakeApis:
     def response(self, req: dict[str, Any], n: int) -> tuple[int, dict[str, Any]]:
         previous = req.get("previous_response_id")
         if previous is not None and previous not in self.responses:
-            return 404, {"error": {"message": f"Response with id '{previous}' not found.", "code": 404}}
+            return 404, error(f"Response with id '{previous}' not found.")
         rid = f"resp_{self.tag}{next(self.ids)}"
         text = f"answer from {self.tag}" + (f" after {previous}" if previous else "") + " tok" * n
         obj = {
@@ -93,7 +96,7 @@ class FakeApis:
     def stored(self, rid: str, cancel: bool) -> tuple[int, dict[str, Any]]:
         obj = self.responses.get(rid)
         if obj is None:
-            return 404, {"error": {"message": f"Response with id '{rid}' not found.", "code": 404}}
+            return 404, error(f"Response with id '{rid}' not found.")
         return 200, {**obj, "status": "cancelled"} if cancel else obj
 
     # Anthropic Messages API
@@ -167,7 +170,7 @@ class FakeApis:
             return 200, {"count": len(tokens), "max_model_len": 2048, "tokens": tokens}
         if path == "/detokenize":
             return 200, {"prompt": " ".join(f"t{t}" for t in req.get("tokens", []))}
-        return 404, {"error": {"message": f"no path {path}", "code": 404}}
+        return 404, error(f"no path {path}")
 
     # runtime LoRA (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING endpoints)
     def load_lora(self, req: dict[str, Any]) -> tuple[int, bytes]:

@@ -25,10 +25,11 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import uvloop
 
-from bench.fake_apis import FakeApis
+from bench.fake_apis import FakeApis, bad_request, error
 
 
 @dataclass
@@ -173,15 +174,22 @@ class FakeEngine(asyncio.Protocol):
 
     async def answer(self, path: str, headers: dict[str, str], body: bytes) -> bool:
         if headers.get("x-fake-fault", self.cfg.fault) == "500":
-            return self.send(500, b'{"error":{"message":"fake engine failure","type":"server_error"}}')
+            return self.send(500, json.dumps(error("fake engine failure", "server_error", 500)).encode())
         if path.startswith("/v1/audio/"):
             ok = headers.get("content-type", "").startswith("multipart/form-data") and b'name="file"' in body
-            return self.send(200, b'{"text":"fake transcript"}') if ok else self.send(400, b'{"error":{}}')
+            return self.send(200, b'{"text":"fake transcript"}') if ok else self.send(*bad_request("no file"))
         try:
             req = json.loads(body or b"{}")
-        except ValueError:
-            return self.send(400, b'{"error":{"message":"bad json","type":"BadRequestError"}}')
-        n = int(req.get("max_tokens") or req.get("max_output_tokens") or self.cfg.tokens)
+            return await self.json_api(
+                path, req, int(req.get("max_tokens") or req.get("max_output_tokens") or self.cfg.tokens)
+            )
+        except (ValueError, TypeError, AttributeError) as exc:
+            return self.send(
+                400,
+                json.dumps(error(f"bad request: {exc}", "BadRequestError", 400)).encode(),
+            )
+
+    async def json_api(self, path: str, req: dict[str, Any], n: int) -> bool:
         if path == "/v1/responses":
             return await self.respond(req, n)
         if path.startswith("/v1/responses/") and path.endswith("/cancel"):
