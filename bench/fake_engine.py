@@ -209,9 +209,14 @@ class FakeEngine(asyncio.Protocol):
         return await self.events(self.apis.response_events(obj))
 
     async def events(self, events: list[bytes]) -> bool:
-        """An SSE stream of ready-made events, each its own chunk, --delay-ms apart."""
+        """An SSE stream of ready-made events, each its own chunk, --delay-ms apart (``--fault die-after-N``:
+        the connection closes after N events)."""
+        fault = self.cfg.fault
+        die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
         self.write(http_head(200, "text/event-stream", None))
-        for event in events:
+        for i, event in enumerate(events):
+            if i == die_after:
+                return False
             if self.cfg.delay_ms:
                 await asyncio.sleep(self.cfg.delay_ms / 1000)
             self.write(chunked(event))

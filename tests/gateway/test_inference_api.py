@@ -27,6 +27,7 @@ FLEET = fleet_yaml(
         },
         {"name": "fake-embed", "source": {"path": "/nonexistent"}, "engine": {"runner": "pooling"}},
         {"name": "empty", "source": {"path": "/nonexistent"}},
+        {"name": "broken", "source": {"path": "/nonexistent"}},
     ]
 )
 
@@ -38,9 +39,18 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     proc.stop()
 
 
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """A replica whose streams break after two events."""
+    proc = start_fake_engine(tmp_path_factory.mktemp("broken"), "--fault", "die-after-2")
+    yield proc
+    proc.stop()
+
+
 @pytest.fixture
-async def gw(tmp_path: Path, redis_url: str, engine: Proc) -> AsyncIterator[str]:
+async def gw(tmp_path: Path, redis_url: str, engine: Proc, broken: Proc) -> AsyncIterator[str]:
     prefix = f"t{uuid.uuid4().hex[:8]}"
+    await register(redis_url, prefix, "broken", broken.url, "broken-0")
     await register(redis_url, prefix, "fake-chat", engine.url, "fake-chat-0")
     await register(redis_url, prefix, "fake-embed", engine.url, "fake-embed-0")
     async with serve_gateway(tmp_path, FLEET, redis_url, prefix) as url:
@@ -195,3 +205,26 @@ async def test_openapi_lists_every_proxied_path(gw: str, http: httpx.AsyncClient
     for api in ROUTES:
         assert api.method.lower() in paths[api.path], api.path
     assert "/v1/models/{model}" in paths
+
+
+async def test_broken_anthropic_stream_ends_with_an_error_event(gw: str) -> None:
+    """A Messages stream that breaks after it started ends with Anthropic's ``event: error``."""
+    with pytest.raises(anthropic.APIStatusError) as err:
+        async with claude(gw).messages.stream(
+            model="broken", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
+            async for _ in stream.text_stream:
+                pass
+    assert err.value.body == {
+        "type": "error",
+        "error": {"type": "api_error", "message": err.value.body["error"]["message"]},  # type: ignore[index]
+    }
+    assert "failed" in err.value.body["error"]["message"]  # type: ignore[index]
+
+
+async def test_broken_responses_stream_ends_with_an_openai_error_event(gw: str) -> None:
+    with pytest.raises(openai.APIError) as err:
+        stream = await oai(gw).responses.create(model="broken", input="hi", stream=True)
+        async for _ in stream:
+            pass
+    assert "failed: UpstreamClosed" in err.value.message
