@@ -228,3 +228,15 @@ async def test_broken_responses_stream_ends_with_an_openai_error_event(gw: str) 
         async for _ in stream:
             pass
     assert "failed: UpstreamClosed" in err.value.message
+
+
+async def test_tokens_counted_from_responses_and_messages_usage(gw: str, http: httpx.AsyncClient) -> None:
+    """Usage in the Responses and Messages APIs' own names (input/output_tokens) reaches the metrics."""
+    await oai(gw).responses.create(model="fake-chat", input="hi", max_output_tokens=3)
+    await claude(gw).messages.create(
+        model="fake-chat", max_tokens=2, messages=[{"role": "user", "content": "x"}]
+    )
+    text = (await http.get(f"{gw}/metrics")).text
+    assert 'llmgw_completion_tokens_total{model="fake-chat"} 5.0' in text
+    assert 'llmgw_prompt_tokens_total{model="fake-chat"} 16.0' in text
+    assert 'llmgw_requests_total{model="fake-chat",status="200"} 2.0' in text
