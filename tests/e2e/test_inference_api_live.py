@@ -68,7 +68,7 @@ def test_tokenize_round_trip(stack: Stack) -> None:
     ).json()
     assert tokens["count"] == len(tokens["tokens"]) > 0
     text = httpx.post(f"{url}/detokenize", json={"model": "smollm2", "tokens": tokens["tokens"]}, timeout=60)
-    assert text.json()["prompt"].strip() == "Hello world"
+    assert "Hello world" in text.json()["prompt"]
 
 
 def test_pooling_score_and_rerank_with_the_embedding_model(stack: Stack) -> None:
