@@ -289,7 +289,7 @@ class Proxy:
     async def _relay(self, ctx: RequestContext, up: Upstream, lease: Lease) -> AsyncIterator[bytes]:
         assert ctx.replica is not None and ctx.model is not None
         itl = self.gw.metrics.itl.labels(ctx.model.name)
-        events, tail, ok, recorded = 0, b"", True, False
+        events, tail, ok, recorded = 0, b"", True, ctx.api.stored != "create"
         try:
             chunk, t = up.first, time.perf_counter()
             while chunk:
