@@ -6,6 +6,11 @@ A raw asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) so that it cos
   (default --tokens);
   with ``"stream": true`` an OpenAI SSE stream, each event its own write, ``--delay-ms`` apart.
 - ``POST /v1/embeddings``: a small vector.
+- The rest of vLLM's data plane (bench/fake_apis.py): ``/v1/responses`` (stored in memory; GET and
+  cancel by id; ``previous_response_id`` unknown here: 404, as a vLLM replica that lacks it),
+  ``/v1/messages`` (Anthropic, streamed too), ``/v1/messages/count_tokens``, rerank, score,
+  ``/pooling``, ``/classify``, ``/tokenize``, ``/detokenize``, ``/v1/audio/*`` (multipart), and
+  ``/v1/load_lora_adapter`` / ``/v1/unload_lora_adapter`` (refused with ``--no-lora``).
 - ``GET /health``, ``/v1/models``, ``/metrics`` (vLLM's gauge names; with ``--kv-blocks`` also
   ``vllm:cache_config_info`` with that many 16-token blocks), ``/stats`` (peak in-flight).
 - ``--ports N`` serves N independent engines (own stats each) on ``--port`` .. ``--port + N - 1`` from one
@@ -25,8 +30,11 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import uvloop
+
+from bench.fake_apis import FakeApis, bad_request, error
 
 
 @dataclass
@@ -56,6 +64,7 @@ class Config:
     fault: str = ""
     latency_ms: float = 0.0
     kv_blocks: int = 0
+    lora: bool = True
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -99,8 +108,8 @@ def stream_event(cfg: Config, chat: bool, i: int, rid: str) -> bytes:
 
 
 class FakeEngine(asyncio.Protocol):
-    def __init__(self, cfg: Config, stats: Stats) -> None:
-        self.cfg, self.stats = cfg, stats
+    def __init__(self, cfg: Config, stats: Stats, apis: FakeApis) -> None:
+        self.cfg, self.stats, self.apis = cfg, stats, apis
         self.buf = b""
         self.transport: asyncio.Transport | None = None
         self.queue: asyncio.Queue[tuple[str, str, dict[str, str], bytes]] = asyncio.Queue()
@@ -150,10 +159,7 @@ class FakeEngine(asyncio.Protocol):
         if method == "GET":
             return self.get(path)
         if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
-            return self.send(
-                404,
-                b'{"error":{"message":"not found","type":"invalid_request_error","code":null,"param":null}}',
-            )
+            return await self.other(path, headers, body)
         self.stats.enter()
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         try:
@@ -161,15 +167,80 @@ class FakeEngine(asyncio.Protocol):
         finally:
             self.stats.leave()
 
+    async def other(self, path: str, headers: dict[str, str], body: bytes) -> bool:
+        """Every other POST: LoRA load/unload, audio (multipart), and the JSON APIs of fake_apis."""
+        if path == "/v1/load_lora_adapter":
+            return self.send(*self.apis.load_lora(json.loads(body or b"{}")))
+        if path == "/v1/unload_lora_adapter":
+            return self.send(*self.apis.unload_lora(json.loads(body or b"{}")))
+        self.stats.enter()
+        self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
+        try:
+            return await self.answer(path, headers, body)
+        finally:
+            self.stats.leave()
+
+    async def answer(self, path: str, headers: dict[str, str], body: bytes) -> bool:
+        if headers.get("x-fake-fault", self.cfg.fault) == "500":
+            return self.send(500, json.dumps(error("fake engine failure", "server_error", 500)).encode())
+        if path.startswith("/v1/audio/"):
+            ok = headers.get("content-type", "").startswith("multipart/form-data") and b'name="file"' in body
+            return self.send(200, b'{"text":"fake transcript"}') if ok else self.send(*bad_request("no file"))
+        try:
+            req = json.loads(body or b"{}")
+            return await self.json_api(
+                path, req, int(req.get("max_tokens") or req.get("max_output_tokens") or self.cfg.tokens)
+            )
+        except (ValueError, TypeError, AttributeError) as exc:
+            return self.send(
+                400,
+                json.dumps(error(f"bad request: {exc}", "BadRequestError", 400)).encode(),
+            )
+
+    async def json_api(self, path: str, req: dict[str, Any], n: int) -> bool:
+        if path == "/v1/responses":
+            return await self.respond(req, n)
+        if path.startswith("/v1/responses/") and path.endswith("/cancel"):
+            status, obj = self.apis.stored(path.split("/")[3], cancel=True)
+            return self.send(status, json.dumps(obj).encode())
+        if path == "/v1/messages":
+            if req.get("stream"):
+                return await self.events(self.apis.message_events(req, n))
+            return self.send(200, json.dumps(self.apis.message(req, n)).encode())
+        status, obj = self.apis.other(path, req)
+        return self.send(status, json.dumps(obj).encode())
+
+    async def respond(self, req: dict[str, object], n: int) -> bool:
+        status, obj = self.apis.response(req, n)
+        if status != 200 or not req.get("stream"):
+            return self.send(status, json.dumps(obj).encode())
+        return await self.events(self.apis.response_events(obj))
+
+    async def events(self, events: list[bytes]) -> bool:
+        """An SSE stream of ready-made events, each its own chunk, --delay-ms apart (``--fault die-after-N``:
+        the connection closes after N events)."""
+        fault = self.cfg.fault
+        die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
+        self.write(http_head(200, "text/event-stream", None))
+        for i, event in enumerate(events):
+            if i == die_after:
+                return False
+            if self.cfg.delay_ms:
+                await asyncio.sleep(self.cfg.delay_ms / 1000)
+            self.write(chunked(event))
+        self.write(b"0\r\n\r\n")
+        return True
+
     def get(self, path: str) -> bool:
         s = self.stats
         if path == "/health":
             return self.send(200, b"")
         if path == "/v1/models":
-            return self.send(
-                200,
-                json.dumps({"object": "list", "data": [{"id": self.cfg.model, "object": "model"}]}).encode(),
-            )
+            data = [{"id": m, "object": "model"} for m in self.apis.models()]
+            return self.send(200, json.dumps({"object": "list", "data": data}).encode())
+        if path.startswith("/v1/responses/"):
+            status, obj = self.apis.stored(path.split("/")[3], cancel=False)
+            return self.send(status, json.dumps(obj).encode())
         if path == "/metrics":
             text = (
                 f'vllm:num_requests_running{{model_name="{self.cfg.model}"}} {s.inflight}\n'
@@ -263,8 +334,9 @@ async def serve(cfg: Config, host: str, port: int, count: int = 1) -> None:
     servers = []
     for p in range(port, port + count):
         stats = Stats()
+        apis = FakeApis(cfg.model, tag=str(p), lora=cfg.lora)
         servers.append(
-            await loop.create_server(lambda s=stats: FakeEngine(cfg, s), host, p, backlog=4096)  # type: ignore[misc]
+            await loop.create_server(lambda s=stats, a=apis: FakeEngine(cfg, s, a), host, p, backlog=4096)  # type: ignore[misc]
         )
     await asyncio.gather(*(s.serve_forever() for s in servers))
 
@@ -282,8 +354,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fault", default="")
     p.add_argument("--kv-blocks", type=int, default=0, help="report a KV cache of N 16-token blocks")
     p.add_argument("--ports", type=int, default=1, help="serve N engines on consecutive ports")
+    p.add_argument("--no-lora", action="store_true", help="refuse /v1/load_lora_adapter")
     a = p.parse_args(argv)
-    cfg = Config(a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks)
+    cfg = Config(a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora)
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))
 

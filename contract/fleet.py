@@ -51,6 +51,13 @@ class Engine(Strict):
     chat_template: str | None = Field(default=None, description="a file path, or the Jinja template itself")
     runner: Literal["generate", "pooling"] = "generate"
     lora_modules: dict[str, str] = Field(default_factory=dict)
+    runtime_lora: bool = Field(
+        default=False, description="let the gateway's admin API load and unload LoRA adapters at run time"
+    )
+    responses_store: bool = Field(
+        default=False,
+        description="vLLM keeps Responses-API responses for follow-ups, in memory, unbounded",
+    )
     extra_args: list[str] = Field(default_factory=list)
 
 

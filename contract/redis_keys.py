@@ -82,6 +82,14 @@ class RedisKeys:
         """A tombstone left by a cancelled acquire, so a late acquire of the same ticket does nothing."""
         return f"{self.prefix}:adm:{{{model}}}:gone:{ticket}"
 
+    # response affinity: which replica holds a stored Responses-API response (gateway/affinity.py)
+    def response(self, model: str, response_id: str) -> str:
+        return f"{self.prefix}:resp:{{{model}}}:{response_id}"
+
+    # LoRA adapters loaded at run time through the gateway's admin API (gateway/lora.py)
+    def lora(self, model: str) -> str:
+        return f"{self.prefix}:lora:{{{model}}}"
+
     # API keys and rate limits
     def api_key(self, key_hash: str) -> str:
         return f"{self.prefix}:apikey:{key_hash}"

@@ -17,7 +17,9 @@ from starlette.responses import Response
 from contract.backoff import Backoff
 from contract.fleet import Model
 from contract.redis_keys import RedisKeys
+from gateway.admin import add_admin_routes
 from gateway.admission import build_admission
+from gateway.affinity import ResponseAffinity
 from gateway.auth.redis_auth import build_auth
 from gateway.discovery import Discovery
 from gateway.ejection import Ejection
@@ -32,6 +34,7 @@ from gateway.errors import (
 from gateway.fastpath import FastPath
 from gateway.http1 import ConnectionPool
 from gateway.inflight import InflightShare
+from gateway.lora import AdapterStore
 from gateway.metrics import GatewayMetrics
 from gateway.monitor import Monitor
 from gateway.periodic import Background
@@ -97,6 +100,8 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         inflight=share,
         open_requests=OpenRequests(settings.shutdown_grace_s),
         index=index,
+        affinity=ResponseAffinity(redis, keys, settings.responses_ttl_s),
+        lora=AdapterStore(redis, keys, fleet.models),
     )
 
 
@@ -108,12 +113,14 @@ def start_background(gw: Gateway, discovery: Discovery) -> Background:
     bg.start(s.health_interval_s, monitor.health_tick)
     bg.start(s.load_scrape_interval_s, monitor.load_tick)
     bg.start(s.load_share_interval_s, gw.inflight.tick)
+    bg.start(s.lora_sync_s, gw.lora.tick)
     return bg
 
 
 @contextlib.asynccontextmanager
 async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]:
     await discovery.refresh()
+    await gw.lora.tick()
     await gw.admission.start()
     bg = start_background(gw, discovery)
     log.info("gateway %s up: models=%s", gw.settings.gateway_id, ",".join(m.name for m in gw.fleet.models))
@@ -173,5 +180,6 @@ def create_app(settings: GatewaySettings, **fastapi_kwargs: Any) -> FastAPI:
     add_error_handlers(app)
     proxy = Proxy(gw)
     add_routes(app, gw, proxy, discovery)
+    add_admin_routes(app, gw)
     app.add_middleware(FastPath, proxy=proxy)
     return app

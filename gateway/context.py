@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from contract.fleet import Model
+from gateway.endpoints import ROUTES, Route
 from gateway.errors import GatewayError
 from gateway.pool import Endpoint
 from gateway.routing.base import RouteRequest
@@ -49,6 +50,18 @@ class RequestContext:
     deadline: float = 0.0
     error: str = ""
     upstream_error: GatewayError | None = None
+    api: Route = ROUTES[0]
+    response_id: str = ""
+    content_type: str = "application/json"
+    pinned: tuple[str, str] | None = None
+    """(replica id, instance) that must serve the request: the holder of a stored response."""
+    preferred: frozenset[str] = frozenset()
+    """Replica ids to prefer when they are ready (those with the requested LoRA adapter loaded)."""
+
+    @property
+    def upstream_path(self) -> bytes:
+        """The replica's path: the same as the client's (with the response id filled in)."""
+        return self.api.path.replace("{response_id}", self.response_id).encode()
 
     @property
     def model_label(self) -> str:

@@ -1,12 +1,14 @@
-"""One error hierarchy, mapped in one place to OpenAI's error body.
+"""One error hierarchy, mapped in one place to the error body of the API the client called.
 
 Every failure the gateway reports is a :class:`GatewayError`; :func:`error_response` and
-:func:`sse_error_event` are the only places that turn one into bytes on the wire.
+:func:`sse_error_event` are the only places that turn one into bytes on the wire: OpenAI's
+``{"error": {"message", "type", "param", "code"}}``, or on Anthropic's ``/v1/messages`` its
+``{"type": "error", "error": {"type", "message"}}``.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import orjson
 from starlette.responses import Response
@@ -73,6 +75,12 @@ class MethodNotAllowed(GatewayError):
     code = "method_not_allowed"
 
 
+class Conflict(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
 class RateLimited(GatewayError):
     status = 429
     type = "rate_limit_error"
@@ -120,18 +128,51 @@ class UpstreamTimeout(UpstreamError):
     code = "upstream_timeout"
 
 
+class ResponseNotFound(NotFound):
+    """A stored response (Responses API) that no gateway has a record of."""
+
+    code = "response_not_found"
+
+
+class ResponseReplicaGone(NotFound):
+    """The replica that holds a stored response has left (or restarted): the response is lost."""
+
+    code = "response_replica_gone"
+
+
 class InternalError(GatewayError):
     """Anything unexpected: reported without a stack trace, logged with one."""
 
 
-def error_bytes(err: GatewayError) -> bytes:
-    return orjson.dumps(err.body())
+Dialect = Literal["openai", "anthropic"]
+# Anthropic's error types by status (https://docs.anthropic.com/en/api/errors).
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
 
 
-def error_response(err: GatewayError) -> Response:
-    return Response(error_bytes(err), err.status, err.headers(), media_type="application/json")
+def anthropic_body(err: GatewayError) -> dict[str, object]:
+    kind = ANTHROPIC_TYPES.get(err.status, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": err.message}}
 
 
-def sse_error_event(err: GatewayError) -> bytes:
-    """The planned end of a stream that broke after it started: one error event, then [DONE]."""
+def error_bytes(err: GatewayError, dialect: Dialect = "openai") -> bytes:
+    return orjson.dumps(anthropic_body(err) if dialect == "anthropic" else err.body())
+
+
+def error_response(err: GatewayError, dialect: Dialect = "openai") -> Response:
+    return Response(error_bytes(err, dialect), err.status, err.headers(), media_type="application/json")
+
+
+def sse_error_event(err: GatewayError, dialect: Dialect = "openai") -> bytes:
+    """The planned end of a stream that broke after it started: one error event, then [DONE]
+    (Anthropic's streams end with an ``event: error`` instead)."""
+    if dialect == "anthropic":
+        return b"event: error\ndata: " + error_bytes(err, dialect) + b"\n\n"
     return b"data: " + error_bytes(err) + b"\n\ndata: [DONE]\n\n"

@@ -1,17 +1,17 @@
 """The proxied endpoints as plain ASGI, ahead of FastAPI's router and dependency machinery.
 
 The same routes are also declared to FastAPI (for the OpenAPI document and as a fallback);
-both go through :meth:`Proxy.respond`, so there is one request path.
+both go through :meth:`Proxy.respond`, so there is one request path. What is proxied is the
+allow-list of gateway/endpoints.py; every other path falls through to FastAPI (404 when unknown).
 """
 
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.endpoints import RESPONSES, match
+from gateway.errors import NotFound, error_response
 from gateway.proxy import Proxy
-
-PROXIED = ("chat/completions", "completions", "embeddings")
-PATHS = {f"/v1/{e}": e for e in PROXIED}
 
 
 class FastPath:
@@ -19,9 +19,16 @@ class FastPath:
         self.app, self.proxy = app, proxy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = PATHS.get(scope.get("path", "")) if scope["type"] == "http" else None
-        if endpoint is None or scope["method"] != "POST":
+        path = scope.get("path", "")
+        found = match(scope["method"], path) if scope["type"] == "http" else None
+        if found is None and scope["type"] == "http" and path.startswith(RESPONSES):
+            # vLLM's other /v1/responses/... paths (render): 404, not the 405 of the {response_id} route
+            await error_response(NotFound("no such path; see /v1/models and the OpenAI API"))(
+                scope, receive, send
+            )
+            return
+        if found is None:
             await self.app(scope, receive, send)
             return
-        response = await self.proxy.respond(scope, receive, endpoint)
+        response = await self.proxy.respond(scope, receive, *found)
         await response(scope, receive, send)

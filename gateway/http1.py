@@ -2,7 +2,7 @@
 
 The gateway's cost per request is dominated by its upstream client (httpx spent more CPU per
 request than all the rest of the gateway together, see README "Performance").  This client does
-only what forwarding needs: a POST with a byte body, the status, the headers, and the body as the
+only what forwarding needs: a POST (or GET) with a byte body, the status, the headers, and the body as the
 chunks arrive (Content-Length or chunked), with TCP_NODELAY and connection reuse.
 """
 
@@ -229,9 +229,11 @@ class Origin:
                 conn.transport.close()
         self.idle.clear()
 
-    def _head(self, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> bytes:
+    def _head(
+        self, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, method: bytes = b"POST"
+    ) -> bytes:
         lines = [
-            b"POST ",
+            method + b" ",
             path,
             b" HTTP/1.1\r\nhost: ",
             self.host_header,
@@ -245,28 +247,39 @@ class Origin:
         return b"".join(lines)
 
     async def post(
-        self, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, sent: Sent | None = None
+        self,
+        path: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        sent: Sent | None = None,
+        method: bytes = b"POST",
     ) -> Response:
-        """Send a POST and wait for the response head. A reused connection that the upstream had
-        closed (no byte of an answer came back) is retried once on a fresh one. ``sent`` is marked
-        as soon as the request's bytes are written."""
+        """Send a POST (or ``method``) and wait for the response head. A reused connection that the
+        upstream had closed (no byte of an answer came back) is retried once on a fresh one. ``sent`` is
+        marked as soon as the request's bytes are written."""
         sent = sent if sent is not None else Sent()
         conn = self._take()
         if conn is not None:
             try:
-                return await self._send(conn, path, headers, body, sent)
+                return await self._send(conn, path, headers, body, sent, method)
             except UpstreamClosed:
                 if conn.got_bytes:
                     raise
                 sent.written = False  # the upstream had closed it: the request never reached it
-        return await self._send(await self._connect(), path, headers, body, sent)
+        return await self._send(await self._connect(), path, headers, body, sent, method)
 
     async def _send(
-        self, conn: _Conn, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, sent: Sent
+        self,
+        conn: _Conn,
+        path: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        sent: Sent,
+        method: bytes = b"POST",
     ) -> Response:
         conn.reset()
         assert conn.transport is not None
-        conn.transport.write(self._head(path, headers, body) + body)
+        conn.transport.write(self._head(path, headers, body, method) + body)
         sent.written = True
         try:
             while not conn.head_done:

@@ -11,11 +11,14 @@ import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
+from redis.exceptions import RedisError
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope
 
 from gateway.admission.base import Lease, Ticket
+from gateway.affinity import response_id_in
 from gateway.context import RequestContext
+from gateway.endpoints import Route
 from gateway.errors import (
     BodyTooLarge,
     ClientClosedRequest,
@@ -31,6 +34,7 @@ from gateway.state import Gateway
 from gateway.steps.finish import finish, stream_usage, usage_of
 from gateway.steps.parse import parse
 from gateway.steps.resolve import resolve
+from gateway.steps.stored import locate, pinned_candidates
 from gateway.steps.tokens import reserve, unused
 from gateway.upstream import (
     FAILURES,
@@ -49,7 +53,15 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 # The request headers any step reads; the rest are never looked at (nor forwarded).
 WANTED_HEADERS = frozenset(
-    {b"authorization", b"x-request-id", b"x-session-id", b"x-priority", b"x-max-wait-s"}
+    {
+        b"authorization",
+        b"x-api-key",
+        b"content-type",
+        b"x-request-id",
+        b"x-session-id",
+        b"x-priority",
+        b"x-max-wait-s",
+    }
 )
 
 
@@ -98,15 +110,16 @@ async def disconnected(receive: Receive) -> None:
 
 
 class Proxy:
-    """Serves /v1/chat/completions, /v1/completions and /v1/embeddings for one gateway."""
+    """Serves every path of the allow-list (gateway/endpoints.py) for one gateway."""
 
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
 
-    async def respond(self, scope: Scope, receive: Receive, endpoint: str) -> Response:
+    async def respond(self, scope: Scope, receive: Receive, api: Route, response_id: str = "") -> Response:
         """The whole request path for one request; always returns a response, never raises."""
         headers = wanted_headers(scope)
-        ctx = RequestContext(request_id(headers), endpoint, b"", headers, time.perf_counter())
+        ctx = RequestContext(request_id(headers), api.name, b"", headers, time.perf_counter())
+        ctx.api, ctx.response_id = api, response_id
         ctx.upstream_id = upstream_id(ctx.request_id, headers)
         try:
             ctx.body = await read_body(receive, self.gw.settings.max_body_bytes)
@@ -122,7 +135,7 @@ class Proxy:
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
         ctx.status, ctx.error = err.status, err.message
         finish(ctx, self.gw.metrics)
-        response = error_response(err)
+        response = error_response(err, ctx.api.dialect)
         response.headers["x-request-id"] = ctx.request_id
         return response
 
@@ -130,7 +143,8 @@ class Proxy:
         gw = self.gw
         ctx.caller = await gw.auth.authenticate(ctx.headers)
         parse(ctx, gw.settings.prefix_chars, gw.settings.prefix_chunk_bytes, gw.settings.prefix_max_chunks)
-        model = resolve(ctx, gw.names)
+        await locate(ctx, gw.names, gw.affinity)
+        model = resolve(ctx, gw.names, gw.lora.adapters)
         ctx.cost = reserve(ctx.cost.prompt, ctx.asked, model.engine.max_model_len)
         ctx.charge = await gw.auth.charge(ctx.caller, model.name, ctx.cost)
         pool = gw.table.pool(model.name)
@@ -232,7 +246,7 @@ class Proxy:
 
     async def _attempt(self, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> Upstream:
         gw = self.gw
-        candidates = pool.candidates(exclude=tried)
+        candidates = self._candidates(ctx, pool, tried)
         if not candidates:
             raise ctx.upstream_error or NoReadyReplica(
                 f"no ready replica of model '{pool.model}'", retry_after=2.0
@@ -247,7 +261,13 @@ class Proxy:
         policy.on_start(ep, ctx.route)
         try:
             up = await open_stream(
-                gw.upstream, ep.url, self._path(ctx), ctx.body, self._headers(ctx), self._wait_s(ctx)
+                gw.upstream,
+                ep.url,
+                self._path(ctx),
+                ctx.body,
+                self._headers(ctx),
+                self._wait_s(ctx),
+                ctx.api.method.encode(),
             )
         except Retryable as failed:
             ctx.upstream_error = failed.error
@@ -271,13 +291,42 @@ class Proxy:
         return max(0.0, ctx.deadline - time.perf_counter())
 
     @staticmethod
+    def _candidates(ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> list[Endpoint]:
+        """The holder of a stored response alone; else the ready replicas, those that loaded the
+        requested runtime LoRA adapter first."""
+        if ctx.pinned is not None:
+            return pinned_candidates(ctx, pool, tried)
+        candidates = pool.candidates(exclude=tried)
+        if ctx.preferred:
+            return [e for e in candidates if e.id in ctx.preferred] or candidates
+        return candidates
+
+    @staticmethod
     def _path(ctx: RequestContext) -> bytes:
-        return b"/v1/" + ctx.endpoint.encode()
+        return ctx.upstream_path
 
     @staticmethod
     def _headers(ctx: RequestContext) -> list[tuple[bytes, bytes]]:
         """Only what the replica needs: hop-by-hop headers and the client's credentials stay here."""
-        return [(b"content-type", b"application/json"), (b"x-request-id", ctx.upstream_id.encode())]
+        return [
+            (b"content-type", ctx.content_type.encode("latin-1")),
+            (b"x-request-id", ctx.upstream_id.encode()),
+        ]
+
+    async def _remember(self, ctx: RequestContext, data: bytes) -> bool:
+        """Record which replica made a stored response (by the id in ``data``); True once recorded or
+        when there is nothing to record, False while the id has not been seen yet."""
+        assert ctx.replica is not None and ctx.model is not None
+        if ctx.api.stored != "create" or ctx.status != 200 or not ctx.model.engine.responses_store:
+            return True
+        rid = response_id_in(data)
+        if not rid:
+            return False
+        try:
+            await self.gw.affinity.record(ctx.model.name, rid, (ctx.replica.id, ctx.replica.record.instance))
+        except (RedisError, OSError) as exc:
+            log.warning("request_id=%s response=%s holder not recorded (Redis: %s)", ctx.request_id, rid, exc)
+        return True
 
     def _done(self, ep: Endpoint, ctx: RequestContext, ok: bool, blame: bool = True) -> None:
         """The attempt on ``ep`` ended; a failure the replica is to blame for counts toward ejection."""
@@ -313,6 +362,7 @@ class Proxy:
         finally:
             self._done(ctx.replica, ctx, ok, blame)
             await lease.release()
+        await self._remember(ctx, body[:4096])
         prompt, completion = usage_of(body)
         await self._settle(ctx, prompt, completion)
         finish(ctx, self.gw.metrics, prompt, completion)
@@ -323,6 +373,7 @@ class Proxy:
         assert ctx.replica is not None and ctx.model is not None
         itl = self.gw.metrics.itl.labels(ctx.model.name)
         events, tail, ok, blame, ended = 0, b"", True, True, False
+        recorded = ctx.api.stored != "create"
 
         def end() -> None:  # the gateway is stopping: break the stream to give it its planned end
             nonlocal ended
@@ -335,6 +386,7 @@ class Proxy:
             while chunk:
                 events += chunk.count(b"data: ")
                 tail = tail[-4096:] + chunk
+                recorded = recorded or events > 8 or await self._remember(ctx, tail)
                 yield chunk
                 chunk = await next_chunk(up, self.gw.settings.chunk_timeout_s)
                 now = time.perf_counter()
@@ -345,7 +397,7 @@ class Proxy:
             err = self._stream_error(exc, ctx.replica.url, ended)
             ctx.error = f"stream broke after it started: {err.message}"
             self.gw.metrics.stream_errors.labels(ctx.model.name).inc()
-            yield event_end(tail) + sse_error_event(err)
+            yield event_end(tail) + sse_error_event(err, ctx.api.dialect)
         finally:
             self.gw.open_requests.close(token)
             up.response.close()

@@ -1,4 +1,5 @@
-"""The HTTP surface: the proxied OpenAI endpoints, the model list, health, readiness and metrics."""
+"""The HTTP surface: the proxied endpoints (gateway/endpoints.py), the model list and one model,
+health, readiness and metrics."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from gateway.discovery import Discovery
-from gateway.fastpath import PROXIED
+from gateway.endpoints import ROUTES, Route
+from gateway.errors import ModelNotFound, error_response
 from gateway.openapi import request_body
 from gateway.proxy import Proxy
 from gateway.state import Gateway
@@ -18,12 +20,24 @@ from gateway.state import Gateway
 JSON = "application/json"
 
 
+def model_entry(name: str, root: str, created: int) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": created, "owned_by": "llm-gateway", "root": root}
+
+
 def model_list(gw: Gateway, created: int) -> dict[str, Any]:
-    data = [
-        {"id": name, "object": "model", "created": created, "owned_by": "llm-gateway", "root": model.name}
-        for name, model in gw.names.items()
-    ]
+    data = [model_entry(name, model.name, created) for name, model in gw.names.items()]
+    data += [model_entry(a.name, a.model, created) for a in gw.lora.adapters.values()]
     return {"object": "list", "data": data}
+
+
+def one_model(gw: Gateway, name: str, created: int) -> Response:
+    """OpenAI's ``GET /v1/models/{model}``: a public name, alias or adapter (fleet or runtime)."""
+    model = gw.names.get(name)
+    adapter = gw.lora.adapters.get(name)
+    root = model.name if model is not None else adapter.model if adapter is not None else None
+    if root is None:
+        return error_response(ModelNotFound(f"The model '{name}' does not exist", param="model"))
+    return Response(orjson.dumps(model_entry(name, root, created)), media_type=JSON)
 
 
 def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
@@ -38,28 +52,34 @@ def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
     return ready, detail
 
 
-def add_proxy_route(app: FastAPI, proxy: Proxy, endpoint: str) -> None:
+def add_proxy_route(app: FastAPI, proxy: Proxy, api: Route) -> None:
     async def handler(request: Request) -> Response:
-        return await proxy.respond(request.scope, request.receive, endpoint)
+        return await proxy.respond(
+            request.scope, request.receive, api, request.path_params.get("response_id", "")
+        )
 
     app.add_api_route(
-        f"/v1/{endpoint}",
+        api.path,
         handler,
-        methods=["POST"],
-        name=endpoint.replace("/", "_"),
-        openapi_extra=request_body(endpoint),
+        methods=[api.method],
+        name=f"{api.method.lower()}_{api.name}".replace("/", "_").replace("{", "").replace("}", ""),
+        openapi_extra=request_body(api),
         response_class=Response,
     )
 
 
 def add_routes(app: FastAPI, gw: Gateway, proxy: Proxy, discovery: Discovery) -> None:
     created = int(time.time())
-    for endpoint in PROXIED:
-        add_proxy_route(app, proxy, endpoint)
+    for api in ROUTES:
+        add_proxy_route(app, proxy, api)
 
     @app.get("/v1/models")
     async def models() -> Response:
         return Response(orjson.dumps(model_list(gw, created)), media_type=JSON)
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str) -> Response:
+        return one_model(gw, model, created)
 
     @app.get("/health")
     async def health() -> Response:

@@ -64,6 +64,9 @@ class GatewaySettings(BaseSettings):
     presence_interval_s: Seconds = 1.0
     auth: bool = False
     auth_cache_s: Seconds = 300.0
+    responses_ttl_s: Seconds = 86400.0
+    admin_key: str = Field(default="", description="the admin API's bearer key (LoRA adapters); empty: off")
+    lora_sync_s: Seconds = 1.0
     log_level: str = "INFO"
 
     @field_validator("fleet_file")

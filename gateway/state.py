@@ -10,10 +10,12 @@ import redis.asyncio as aioredis
 from contract.fleet import Fleet, Model
 from contract.redis_keys import RedisKeys
 from gateway.admission.base import Admission
+from gateway.affinity import ResponseAffinity
 from gateway.auth.base import Authenticator
 from gateway.ejection import Ejection
 from gateway.http1 import ConnectionPool
 from gateway.inflight import InflightShare
+from gateway.lora import AdapterStore
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
 from gateway.routing.base import Policy
@@ -39,4 +41,6 @@ class Gateway:
     ejection: Ejection
     inflight: InflightShare
     open_requests: OpenRequests
+    affinity: ResponseAffinity
+    lora: AdapterStore
     index: SharedIndex | None = None

@@ -65,6 +65,7 @@ async def open_stream(
     body: bytes,
     headers: list[tuple[bytes, bytes]],
     wait_s: float,
+    method: bytes = b"POST",
 ) -> Upstream:
     """Send the request and wait for the status and the first chunk, within ``wait_s`` (the first-byte
     timeout of a stream, what is left of the total deadline of a non-streamed request)."""
@@ -73,7 +74,7 @@ async def open_stream(
     sent = Sent()
     try:
         async with asyncio.timeout(wait_s):
-            response = await origin.post(prefix + path, headers, body, sent)
+            response = await origin.post(prefix + path, headers, body, sent, method)
             first = await response.next_chunk()
     except FAILURES as exc:
         if response is not None:

@@ -73,9 +73,22 @@ def engine_args(model: Model) -> list[str]:
         args += ["--runner", "pooling"]
     else:
         args += ["--max-num-seqs", str(model.concurrency)]
+    if e.lora_modules or e.runtime_lora:
+        args.append("--enable-lora")
     if e.lora_modules:
-        args += ["--enable-lora", "--lora-modules", *(f"{k}={v}" for k, v in e.lora_modules.items())]
+        args += ["--lora-modules", *(f"{k}={v}" for k, v in e.lora_modules.items())]
     return args
+
+
+def feature_env(model: Model) -> dict[str, str]:
+    """vLLM features the fleet file turns on per model: the Responses-API store and runtime LoRA loading
+    (whose endpoints only the gateway's admin API calls; the gateway never forwards them)."""
+    env = {}
+    if model.engine.responses_store:
+        env["VLLM_ENABLE_RESPONSES_API_STORE"] = "1"
+    if model.engine.runtime_lora:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    return env
 
 
 def source_args(model: Model, weights: Path | str) -> list[str]:
@@ -105,6 +118,7 @@ def build_launch(spec: ReplicaSpec, weights: Path | str, python: str = sys.execu
     if spec.device_kind == "cpu":
         argv = ["taskset", "-c", spec.device_list, *argv]
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **device_env(spec)}
+    env.update(feature_env(spec.model))
     return Launch(argv, env)
 
 

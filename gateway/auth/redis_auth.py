@@ -41,10 +41,12 @@ class KeyCaller(Caller):
 
 
 def bearer(headers: Mapping[str, str]) -> str:
+    """The key from ``Authorization: Bearer <key>``, or from Anthropic's ``x-api-key: <key>``."""
     scheme, _, token = headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        raise Unauthorized("no API key given: send the header 'Authorization: Bearer <key>'")
+    token = token.strip() if scheme.lower() == "bearer" else ""
+    token = token or headers.get("x-api-key", "").strip()
+    if not token:
+        raise Unauthorized("no API key given: send the header 'Authorization: Bearer <key>' (or 'x-api-key')")
     return token
 
 

@@ -14,15 +14,19 @@ log = logging.getLogger("llmgw.access")
 
 
 def usage_of(body: bytes) -> tuple[int, int]:
-    """(prompt, completion) tokens from an OpenAI body's usage object; zeros when absent."""
+    """(prompt, completion) tokens from a body's usage object: OpenAI's (prompt/completion_tokens), or the
+    Responses and Messages APIs' (input/output_tokens, in a stream event's ``response`` for Responses);
+    zeros when absent."""
     at = body.rfind(b'"usage"')
     if at < 0:
         return 0, 0
     try:
-        usage = orjson.loads(body).get("usage") or {}
-    except (orjson.JSONDecodeError, AttributeError):
+        payload = orjson.loads(body)
+        usage = payload.get("usage") or (payload.get("response") or {}).get("usage") or {}
+        prompt = usage.get("prompt_tokens") or usage.get("input_tokens") or 0
+        return int(prompt), int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
         return 0, 0
-    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
 def stream_usage(tail: bytes) -> tuple[int, int]:

@@ -70,10 +70,20 @@ def sequences_field(payload: dict[str, Any]) -> int:
     return min(MAX_SEQUENCES, max(valid, default=1))
 
 
+# The endpoints that generate, and the fields that bound what they generate, in the order read.
+# (vLLM's completions endpoint ignores max_completion_tokens.) Every other endpoint generates nothing.
+LIMIT_FIELDS: dict[str, tuple[str, ...]] = {
+    "chat/completions": ("max_completion_tokens", "max_tokens"),
+    "completions": ("max_tokens",),
+    "responses": ("max_output_tokens",),
+    "messages": ("max_tokens",),
+}
+
+
 def asked(payload: dict[str, Any], endpoint: str) -> Asked:
-    if endpoint == "embeddings":
+    names = LIMIT_FIELDS.get(endpoint)
+    if names is None:
         return Asked(max_tokens=0)
-    names = ("max_tokens",) if endpoint == "completions" else ("max_completion_tokens", "max_tokens")
     limits = [limit_field(payload, name) for name in names]
     given = next((v for v in limits if v is not None), None)
     return Asked(given, sequences_field(payload))

@@ -1,6 +1,6 @@
 """Schemathesis over the gateway's own OpenAPI document, against a gateway in front of the FAKE
 ENGINE: wrong types, missing fields, huge values, odd unicode. Zero 5xx answers, and every error in
-OpenAI's shape."""
+the shape of the API called (OpenAI's; Anthropic's on /v1/messages)."""
 
 from __future__ import annotations
 
@@ -53,9 +53,10 @@ def every_model_ready(url: str) -> bool:
 
 def openapi(url: str) -> dict[str, Any]:
     doc: dict[str, Any] = httpx.get(f"{url}/openapi.json").json()
-    for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
-        body = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
-        body["properties"]["model"]["enum"] = MODELS  # so that positive cases reach the engine
+    for ops in doc["paths"].values():
+        content = ops.get("post", {}).get("requestBody", {}).get("content", {})
+        for media in content.values():
+            media["schema"]["properties"]["model"]["enum"] = MODELS  # so that positive cases reach the engine
     return doc
 
 
@@ -71,7 +72,11 @@ def ejected_under_load(response: httpx.Response) -> bool:
 
 def check(response: httpx.Response) -> None:
     assert response.status_code < 500, response.text
-    if response.status_code >= 400:
+    if response.status_code >= 400 and response.request.url.path.startswith("/v1/messages"):
+        body = response.json()
+        assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, body
+        assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    elif response.status_code >= 400:
         error = response.json()["error"]
         assert set(error) == {"message", "type", "param", "code"}, error
         assert isinstance(error["message"], str) and error["message"]

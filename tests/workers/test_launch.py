@@ -66,3 +66,16 @@ def test_pooling_runner_and_external_models() -> None:
     assert [s.model.name for s in specs] == ["e"]
     argv = build_launch(specs[0], "/e").argv
     assert "--runner" in argv and "--max-num-seqs" not in argv
+
+
+def test_responses_store_and_runtime_lora_switches() -> None:
+    fleet = parse_fleet(
+        "models:\n - name: a\n   source: {path: /a}\n   engine: {responses_store: true, runtime_lora: true}\n"
+        " - name: b\n   source: {path: /b}\n   engine: {lora_modules: {b-sql: /ad}}\n"
+    )
+    a, b = (build_launch(s, "/w") for s in plan_replicas(fleet.models, fleet.defaults, 2))
+    assert a.env["VLLM_ENABLE_RESPONSES_API_STORE"] == "1"
+    assert a.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    assert a.argv.count("--enable-lora") == 1 and "--lora-modules" not in a.argv
+    assert "VLLM_ENABLE_RESPONSES_API_STORE" not in b.env and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in b.env
+    assert b.argv.count("--enable-lora") == 1 and b.argv[b.argv.index("--lora-modules") + 1] == "b-sql=/ad"

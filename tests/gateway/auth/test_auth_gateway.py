@@ -87,6 +87,22 @@ async def test_no_model_without_a_valid_key(
     assert (await http.post(url, json=BODY, headers=auth(secret))).status_code == 200
 
 
+async def test_anthropic_x_api_key_and_error_shape(
+    gateways: list[str], http: httpx.AsyncClient, store: KeyStore
+) -> None:
+    """Anthropic's SDK sends its key as ``x-api-key``; refusals on /v1/messages are in Anthropic's shape."""
+    url = f"{gateways[1]}/v1/messages"
+    body = {**BODY, "max_tokens": 3}
+    r = await http.post(url, json=body, headers={"x-api-key": "llmgw-nope-nope"})
+    assert r.status_code == 401, r.text
+    assert r.json()["type"] == "error" and r.json()["error"]["type"] == "authentication_error"
+    secret = await make_key(store)
+    r = await http.post(url, json=body, headers={"x-api-key": secret})
+    assert r.status_code == 200 and r.json()["type"] == "message"
+    r = await http.post(url, json={**body, "model": "closed-model"}, headers={"x-api-key": secret})
+    assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
+
+
 async def test_key_never_reaches_a_model_it_does_not_allow(
     gateways: list[str], http: httpx.AsyncClient, store: KeyStore
 ) -> None:
