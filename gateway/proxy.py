@@ -346,7 +346,8 @@ class Proxy:
                 itl.observe(now - t)
                 t = now
         except FAILURES as exc:
-            ok, blame = False, not ended
+            # a stall is not the replica's failure (it may be busy; a frozen one fails its /health)
+            ok, blame = False, not ended and not isinstance(exc, TimeoutError)
             err = self._stream_error(exc, ctx.replica.url, ended)
             ctx.error = f"stream broke after it started: {err.message}"
             self.gw.metrics.stream_errors.labels(ctx.model.name).inc()
