@@ -18,7 +18,7 @@ A raw asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) so that it cos
 Faults, per request (header ``x-fake-fault``) or for every request (``--fault``):
 ``400`` (a client error), ``500`` (answer 500), ``hang`` (never answer),
 ``die-after-N`` (close the connection after N chunks), ``die-mid-N`` (after N chunks, half an event,
-then close), ``slow-first-MS`` (wait before the first byte),
+then close), ``stall-after-N`` (after N chunks, nothing more), ``slow-first-MS`` (wait before the first byte),
 ``slow-500-MS`` (wait, then answer 500). ``/stats`` counts generations started and served.
 """
 
@@ -310,12 +310,17 @@ class FakeEngine(asyncio.Protocol):
             return self.send(200, completion_body(self.cfg, chat, n, rid))
         die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
         die_mid = int(fault.removeprefix("die-mid-")) if fault.startswith("die-mid-") else -1
-        return await self.stream(chat, n, rid, max(die_after, die_mid), half=die_mid >= 0)
+        stall = int(fault.removeprefix("stall-after-")) if fault.startswith("stall-after-") else -1
+        return await self.stream(chat, n, rid, max(die_after, die_mid), half=die_mid >= 0, stall=stall)
 
-    async def stream(self, chat: bool, n: int, rid: str, die_after: int, half: bool = False) -> bool:
+    async def stream(
+        self, chat: bool, n: int, rid: str, die_after: int, half: bool = False, stall: int = -1
+    ) -> bool:
         self.write(http_head(200, "text/event-stream", None))
         delay = self.cfg.delay_ms / 1000
         for i in range(n):
+            if i == stall:
+                await asyncio.sleep(3600)
             if i == die_after:
                 if half:
                     event = stream_event(self.cfg, chat, i, rid)

@@ -150,8 +150,12 @@ class Proxy:
         pool = gw.table.pool(model.name)
         if not pool.candidates():
             raise NoReadyReplica(f"no ready replica of model '{model.name}'; retry later", retry_after=2.0)
-        lease = await self._admit(ctx, pool, receive)
-        return await self._until_disconnect(self._run(ctx, pool, lease), receive)
+        watch = asyncio.ensure_future(disconnected(receive))  # one watch from admission to the answer
+        try:
+            lease = await self._admit(ctx, pool, watch)
+            return await self._until_disconnect(self._run(ctx, pool, lease), watch)
+        finally:
+            watch.cancel()
 
     async def _settle(self, ctx: RequestContext, prompt: int, completion: int) -> None:
         """Refund what the request reserved but did not use, once, from its usage (zeros: nothing
@@ -169,25 +173,28 @@ class Proxy:
             raise
         return await self._respond(ctx, up, lease)
 
-    async def _until_disconnect(self, work: Coroutine[Any, Any, Response], receive: Receive) -> Response:
-        """Run ``work`` while watching the client: if it leaves first (a non-streamed answer comes
-        only once generation ends), ``work`` is cancelled, which closes the upstream connection (vLLM
-        aborts the request) and releases the lease. The same happens, with a 503 for the client, when a
-        stopping gateway ends its open requests. A started stream is watched by its response."""
+    async def _until_disconnect(
+        self, work: Coroutine[Any, Any, Response], watch: asyncio.Future[None]
+    ) -> Response:
+        """Run ``work`` while watching the client: if it leaves first (``watch`` ends; a non-streamed
+        answer comes only once generation ends), ``work`` is cancelled, which closes the upstream
+        connection (vLLM aborts the request) and releases the lease. The same happens, with a 503 for
+        the client, when a stopping gateway ends its open requests. A started stream is watched by its
+        response."""
         current = asyncio.current_task()
         assert current is not None
         why: list[GatewayError] = []
+        over = False
 
         def end(reason: GatewayError) -> None:
-            if not why:
+            if not why and not over:  # a callback already scheduled may run after the work ended
                 why.append(reason)
                 current.cancel()
 
-        async def watch() -> None:
-            await disconnected(receive)
+        def gone(_: asyncio.Future[None]) -> None:
             end(ClientClosedRequest("the client disconnected before the answer was ready"))
 
-        watcher = asyncio.ensure_future(watch())
+        watch.add_done_callback(gone)
         token = self.gw.open_requests.open(
             lambda: end(ShuttingDown("the gateway is shutting down; retry the request", retry_after=1.0))
         )
@@ -198,7 +205,8 @@ class Proxy:
                 raise
             raise why[0] from None
         finally:
-            watcher.cancel()
+            over = True
+            watch.remove_done_callback(gone)
             self.gw.open_requests.close(token)
 
     @staticmethod
@@ -209,15 +217,12 @@ class Proxy:
         cost = ctx.cost.reserved
         return Ticket(ctx.request_id, m.name, caller.tenant, caller.priority, cost, wait, m.max_queue)
 
-    async def _admit(self, ctx: RequestContext, pool: ModelPool, receive: Receive) -> Lease:
-        """Step 4, admit: wait for a slot, leaving the queue at once if the client disconnects."""
+    async def _admit(self, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None]) -> Lease:
+        """Step 4, admit: wait for a slot, leaving the queue at once if the client disconnects
+        (``watch`` ends)."""
         ticket = self._ticket(ctx)
         acquire = asyncio.ensure_future(self.gw.admission.acquire(ticket, max(1, pool.capacity)))
-        watch = asyncio.ensure_future(disconnected(receive))
-        try:
-            await asyncio.wait((acquire, watch), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watch.cancel()
+        await asyncio.wait((acquire, watch), return_when=asyncio.FIRST_COMPLETED)
         if not acquire.done():
             acquire.cancel()
             await asyncio.gather(acquire, return_exceptions=True)
@@ -393,7 +398,8 @@ class Proxy:
                 itl.observe(now - t)
                 t = now
         except FAILURES as exc:
-            ok, blame = False, not ended
+            # a stall is not the replica's failure (it may be busy; a frozen one fails its /health)
+            ok, blame = False, not ended and not isinstance(exc, TimeoutError)
             err = self._stream_error(exc, ctx.replica.url, ended)
             ctx.error = f"stream broke after it started: {err.message}"
             self.gw.metrics.stream_errors.labels(ctx.model.name).inc()

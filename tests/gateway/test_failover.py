@@ -31,6 +31,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc
         "hang": start_fake_engine(tmp, "--fault", "hang"),
         "die": start_fake_engine(tmp, "--fault", "die-after-3"),
         "die_mid": start_fake_engine(tmp, "--fault", "die-mid-2"),
+        "stall": start_fake_engine(tmp, "--fault", "stall-after-2"),
         "err400": start_fake_engine(tmp, "--fault", "400"),
         "slow": start_fake_engine(tmp, "--latency-ms", "1500"),
         "slow2": start_fake_engine(tmp, "--latency-ms", "1500"),
@@ -127,6 +128,20 @@ async def test_stream_broken_mid_event_gets_its_error_event_apart(
     assert_error_shape(error)
     assert error["error"]["type"] == "upstream_error"
     assert events[2].startswith('data: {"id"') and "error" not in events[2]
+
+
+async def test_stream_stalled_mid_way_ends_with_error_event_and_no_ejection(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    settings = {"chunk_timeout_s": 0.3, "health_interval_s": 60}
+    async with gateway(tmp_path, redis_url, [engines["stall"].url], **settings) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "stream": True})
+            metrics = (await c.get(f"{gw}/metrics")).text
+    events = r.text.split("\n\n")
+    assert events[-2] == "data: [DONE]"
+    assert json.loads(events[-3].removeprefix("data: "))["error"]["code"] == "upstream_timeout"
+    assert "llmgw_ejections_total{" not in metrics
 
 
 async def test_client_4xx_from_replica_passes_through_and_never_ejects(
