@@ -1,0 +1,199 @@
+"""Reconcile decisions (pure, no I/O): the desired fleet against the running replicas gives the actions
+that converge them: start, stop (a drain, then a stop) and replace.
+
+Rules:
+
+* a running replica keeps its id, port and device whatever else changes in the fleet;
+* each model's replicas fill *slots* ``0 .. replicas-1``; a slot's device is ``placement.devices[slot %
+  len]`` when the model is placed, else the least used device; a replica whose launch-relevant
+  configuration (:func:`fingerprint`) or placed device differs from the fleet's is replaced;
+* new ports come from a ledger of the ports in use (:class:`PortLedger`): the lowest free one from the
+  fleet's ``base_port``, so an untouched replica never moves and a replacement gets a new port;
+* a replacement takes its old replica's slot, a new replica id (the lowest index the model does not use)
+  and a new instance id (given at start);
+* at most one replace per model per pass (a rolling replace); the executor runs the actions of one
+  device one after another (:func:`device_key`), and re-plans after each pass until nothing is left;
+* a replace already tried and failed for the same configuration (``refused``) is not tried again;
+  neither is a slot whose replica is FAILED with the fleet's current configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from contract.fleet import Fleet, Model
+from contract.registry import ReplicaState
+from workers.launch import ReplicaSpec
+
+LAUNCH_FIELDS = frozenset({"name", "aliases", "source", "engine", "budget", "concurrency"})
+"""The fields of a model that reach vLLM's command line: a change to any of them needs a new process."""
+
+
+def fingerprint(model: Model) -> str:
+    """What a replica was started with, as far as vLLM sees it (policy or queue limits do not count)."""
+    return model.model_dump_json(include=set(LAUNCH_FIELDS))
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A replica as the reconciler sees it."""
+
+    spec: ReplicaSpec
+    slot: int
+    state: ReplicaState = ReplicaState.READY
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def model(self) -> str:
+        return self.spec.model.name
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    spec: ReplicaSpec
+    slot: int
+    reason: str
+    kind: str = "start"
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    replica: str
+    reason: str
+    kind: str = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class Replace:
+    replica: str
+    spec: ReplicaSpec
+    slot: int
+    reason: str
+    kind: str = "replace"
+
+
+Action = Start | Stop | Replace
+
+
+def device_key(device_kind: str, device: int) -> tuple[str, int]:
+    """Actions with the same key run one after another: one GPU each; every CPU replica shares one key
+    (vLLM's CPU starts are slow and share the host's memory)."""
+    return ("gpu", device) if device_kind == "gpu" else ("cpu", 0)
+
+
+@dataclass(slots=True)
+class PortLedger:
+    """The ports in use; :meth:`allocate` hands out the lowest free one from ``base``."""
+
+    base: int
+    used: set[int] = field(default_factory=set)
+
+    def allocate(self) -> int:
+        port = self.base
+        while port in self.used:
+            port += 1
+        self.used.add(port)
+        return port
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A replace (or start) that failed: replica (or model/slot) and the configuration it failed with."""
+
+    replica: str
+    fingerprint: str
+
+
+def plan(
+    fleet: Fleet,
+    running: Sequence[Running],
+    n_devices: int,
+    refused: Iterable[Refusal] = (),
+) -> list[Action]:
+    """Every action that moves ``running`` toward ``fleet``, in fleet order (stops of removed models
+    last).  Pure: the same inputs give the same actions."""
+    planner = _Planner(fleet, running, n_devices, frozenset(refused))
+    for model in fleet.models:
+        if model.managed:
+            planner.model(model)
+    wanted = {m.name for m in fleet.models if m.managed}
+    for r in running:
+        if r.model not in wanted:
+            planner.actions.append(Stop(r.id, f"model {r.model} is no longer in the fleet"))
+    return planner.actions
+
+
+class _Planner:
+    def __init__(
+        self, fleet: Fleet, running: Sequence[Running], n_devices: int, refused: frozenset[Refusal]
+    ) -> None:
+        self.fleet, self.running, self.refused = fleet, running, refused
+        self.n_devices = max(1, n_devices)
+        self.ports = PortLedger(fleet.defaults.base_port, {r.spec.port for r in running})
+        self.load = {d: 0 for d in range(self.n_devices)}
+        for r in running:
+            self.load[r.spec.device] = self.load.get(r.spec.device, 0) + 1
+        self.actions: list[Action] = []
+
+    def model(self, model: Model) -> None:
+        mine = sorted((r for r in self.running if r.model == model.name), key=lambda r: (r.slot, r.id))
+        indices = {r.spec.index for r in mine}
+        by_slot: dict[int, Running] = {}
+        for r in mine:
+            if r.slot < model.replicas and r.slot not in by_slot:
+                by_slot[r.slot] = r
+            else:
+                self.actions.append(Stop(r.id, f"surplus: {model.name} wants {model.replicas} replicas"))
+        replaced = False
+        for slot in range(model.replicas):
+            current = by_slot.get(slot)
+            if current is None:
+                self.start(model, slot, indices)
+            elif not replaced:
+                replaced = self.replace(model, current, indices)
+
+    def spec(self, model: Model, slot: int, indices: set[int], device: int | None = None) -> ReplicaSpec:
+        index = next(i for i in range(len(indices) + 1) if i not in indices)
+        indices.add(index)
+        if device is None:
+            device = self.device_for(model, slot)
+        self.load[device] = self.load.get(device, 0) + 1
+        d = self.fleet.defaults
+        budget = model.budget.gpu_memory_utilization
+        return ReplicaSpec(model, index, self.ports.allocate(), device, d.host, d.device, budget)
+
+    def device_for(self, model: Model, slot: int) -> int:
+        placed = model.placement.devices
+        if placed:
+            return placed[slot % len(placed)]
+        return min(self.load, key=lambda d: (self.load[d], d))
+
+    def start(self, model: Model, slot: int, indices: set[int]) -> None:
+        spec = self.spec(model, slot, indices)
+        self.actions.append(Start(spec, slot, f"{model.name} wants {model.replicas} replicas (slot {slot})"))
+
+    def replace(self, model: Model, current: Running, indices: set[int]) -> bool:
+        """Append a Replace when ``current`` differs from the fleet; True when it did."""
+        why = self.difference(model, current)
+        if why is None or Refusal(current.id, fingerprint(model)) in self.refused:
+            return False
+        placed = model.placement.devices
+        device = placed[current.slot % len(placed)] if placed else current.spec.device
+        spec = self.spec(model, current.slot, indices, device)
+        self.actions.append(Replace(current.id, spec, current.slot, why))
+        return True
+
+    @staticmethod
+    def difference(model: Model, current: Running) -> str | None:
+        """Why ``current`` must be replaced to match ``model``, or None when it matches."""
+        if fingerprint(current.spec.model) != fingerprint(model):
+            changed = sorted(f for f in LAUNCH_FIELDS if getattr(current.spec.model, f) != getattr(model, f))
+            return f"{', '.join(changed)} changed"
+        placed = model.placement.devices
+        if placed and current.spec.device != placed[current.slot % len(placed)]:
+            return f"placement moved slot {current.slot} to device {placed[current.slot % len(placed)]}"
+        return None
