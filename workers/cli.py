@@ -8,18 +8,22 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import redis.asyncio as aioredis
 
-from contract.fleet import Fleet, FleetError, load_fleet
+from contract.fleet import FleetError, load_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
-from workers.launch import build_launch, plan_replicas
+from workers.gpu import nvidia_smi_probe
+from workers.headroom import headroom_probe
+from workers.launch import Launch, ReplicaSpec, build_launch
 from workers.observe import Observer
-from workers.supervisor import Replica, Supervisor, SupervisorOptions
+from workers.reconciler import FleetWatch, Reconciler
+from workers.supervisor import Supervisor, SupervisorOptions
 from workers.weights import weights_for
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -46,12 +50,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def build_replicas(fleet: Fleet, args: argparse.Namespace) -> list[Replica]:
-    specs = plan_replicas(fleet.models, fleet.defaults, args.devices)
-    return [Replica(s, build_launch(s, weights_for(s.model, args.models_dir)), args.log_dir) for s in specs]
+def launcher(args: argparse.Namespace) -> Callable[[ReplicaSpec], Launch]:
+    def launch_for(spec: ReplicaSpec) -> Launch:
+        return build_launch(spec, weights_for(spec.model, args.models_dir))
+
+    return launch_for
 
 
-async def serve(fleet: Fleet, args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace) -> None:
     redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     timing = RegistryTiming(drain_grace_s=args.drain_grace)
     options = SupervisorOptions(ready_deadline_s=args.ready_deadline, timing=timing)
@@ -59,13 +65,17 @@ async def serve(fleet: Fleet, args: argparse.Namespace) -> None:
     server = await serve_metrics(metrics, "127.0.0.1", args.metrics_port)
     registry = RegistryWriter(redis, RedisKeys(args.redis_prefix), timing)
     async with httpx.AsyncClient() as client:
-        sup = Supervisor(
-            build_replicas(fleet, args), registry, client, options, Observer(metrics, args.sd_file)
-        )
+        sup = Supervisor([], registry, client, options, Observer(metrics, args.sd_file), metrics=metrics)
+        watch = FleetWatch(args.fleet)
+        headroom = headroom_probe(args.models_dir, nvidia_smi_probe, options.gpu_reserve_bytes)
+        rec = Reconciler(sup, watch, launcher(args), headroom, args.log_dir, args.devices, metrics)
         loop = asyncio.get_running_loop()
         drained = asyncio.Event()
+        reconciling = asyncio.create_task(rec.run())
 
         async def drain() -> None:
+            reconciling.cancel()
+            await asyncio.gather(reconciling, return_exceptions=True)
             await sup.drain()
             drained.set()
 
@@ -73,6 +83,7 @@ async def serve(fleet: Fleet, args: argparse.Namespace) -> None:
             loop.add_signal_handler(
                 sig, lambda: asyncio.ensure_future(drain()) if not sup.stopping.is_set() else None
             )
+        loop.add_signal_handler(signal.SIGHUP, lambda: watch.request("SIGHUP"))
         await sup.run()
         await drained.wait()
     server.close()
@@ -84,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
     try:
-        fleet = load_fleet(args.fleet)
+        load_fleet(args.fleet)
     except FleetError as exc:
         print(f"llmgw-workers: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(fleet, args))
+    asyncio.run(serve(args))
     return 0
 
 

@@ -3,9 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from workers.gpu import MemoryProbe
+from workers.launch import ReplicaSpec
+from workers.oom import VLLM_DEFAULT_BUDGET, needed_bytes
+from workers.weights import weights_for
 
 GIB = 1 << 30
 CPU_OVERHEAD_BYTES = 1 * GIB
@@ -64,3 +71,22 @@ class Headroom:
 def cpu_need_bytes(kv_cache_gib: float, weights: int, overhead: int = CPU_OVERHEAD_BYTES) -> int:
     """What a vLLM CPU replica takes from the host: its KV cache, its weights and the overhead."""
     return int(kv_cache_gib * GIB) + weights + overhead
+
+
+def headroom_probe(
+    models_dir: Path | None, gpu_probe: MemoryProbe, gpu_reserve_bytes: int
+) -> Callable[[ReplicaSpec], Awaitable[Headroom]]:
+    """What the reconciler asks before a replace: can ``spec`` start beside the replica it replaces?"""
+
+    async def probe(spec: ReplicaSpec) -> Headroom:
+        if spec.device_kind == "gpu":
+            mem = await asyncio.to_thread(gpu_probe, spec.device)
+            if mem is None:
+                return Headroom(None, 0)
+            budget = spec.gpu_memory_utilization or VLLM_DEFAULT_BUDGET
+            return Headroom(mem.free_bytes, needed_bytes(budget, mem.total_bytes, gpu_reserve_bytes))
+        weights = await asyncio.to_thread(weights_bytes, weights_for(spec.model, models_dir))
+        kv = spec.model.budget.kv_cache_gib or 1
+        return Headroom(await asyncio.to_thread(host_available_bytes), cpu_need_bytes(kv, weights))
+
+    return probe
