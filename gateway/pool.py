@@ -79,6 +79,12 @@ class ReplicaTable:
     def __init__(self, models: Iterable[str]) -> None:
         self._pools = {m: ModelPool(m) for m in models}
 
+    def set_models(self, models: Iterable[str]) -> None:
+        """Follow a reloaded fleet: a pool for each new model, none for a removed one (requests in flight
+        keep the pool they hold); the pools of the models kept are untouched."""
+        wanted = list(models)
+        self._pools = {m: self._pools.get(m) or ModelPool(m) for m in wanted}
+
     def pool(self, model: str) -> ModelPool:
         return self._pools[model]
 
