@@ -145,6 +145,9 @@ class Reconciler:
 
     async def converge(self, fleet: Fleet) -> None:
         """Passes of plan-then-act until the plan is empty (or the supervisor stops)."""
+        for m in fleet.models:  # at 0 from the start, so that the first failure is an increase
+            for action in ("start", "replace"):
+                self.metrics.actions.labels(action, m.name, "failed")
         for _ in range(MAX_PASSES):
             if self.sup.stopping.is_set():
                 return
