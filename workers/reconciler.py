@@ -103,10 +103,19 @@ class Reconciler:
                 fleet = self.load()
                 if fleet is not None:
                     self.fleet = fleet
+                    await self.forget_failures()
                     await self.converge(fleet)
         finally:
             poller.cancel()
             await asyncio.gather(poller, return_exceptions=True)
+
+    async def forget_failures(self) -> None:
+        """A new read of the file (a save, SIGHUP) tries again what failed: refused replaces, and replicas
+        left FAILED (a failed start, a crash loop that gave up), which are withdrawn to be started anew."""
+        self.refused.clear()
+        for r in [r for r in self.sup.replicas if r.state is ReplicaState.FAILED]:
+            log.info("reconcile replica=%s was failed: withdrawn, to be started again", r.spec.id)
+            await self.sup.retire(r)
 
     def load(self) -> Fleet | None:
         try:
