@@ -179,7 +179,7 @@ def test_device_keys_serialise_each_gpu_and_all_cpus() -> None:
 
 
 def test_running_view_names_its_model() -> None:
-    spec = ReplicaSpec(fleet().models[0], 0, 8100, 0)
+    spec = ReplicaSpec(fleet().models[0], 0, 8100, (0,))
     assert Running(spec, 0).model == "a" and Running(spec, 0).id == "a-0"
 
 
