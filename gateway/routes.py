@@ -33,7 +33,8 @@ def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
     ready = any(p.ready_count for p in gw.table.pools())
     redis = "ok" if discovery.redis_ok else "unreachable"
     degraded = gw.admission.degraded or not discovery.redis_ok
-    detail = {"ready": ready, "redis": redis, "degraded": degraded, "models": models}
+    index = gw.index.mode if gw.index is not None else "off"
+    detail = {"ready": ready, "redis": redis, "degraded": degraded, "prefix_index": index, "models": models}
     return ready, detail
 
 

@@ -17,6 +17,7 @@ from gateway.inflight import InflightShare
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
 from gateway.routing.base import Policy
+from gateway.routing.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests
 
@@ -38,3 +39,4 @@ class Gateway:
     ejection: Ejection
     inflight: InflightShare
     open_requests: OpenRequests
+    index: SharedIndex | None = None
