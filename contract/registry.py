@@ -125,6 +125,17 @@ async def read_registry(redis: aioredis.Redis, keys: RedisKeys) -> list[ReplicaR
     return parse_records(await redis.mget(names))
 
 
+async def redis_run_id(redis: aioredis.Redis) -> str | None:
+    """The Redis server's ``run_id`` (INFO server): a new one means a new, possibly empty, server.
+    None when Redis is unreachable."""
+    try:
+        info = await redis.info("server")
+    except (RedisError, OSError):
+        return None
+    run_id = info.get("run_id")
+    return str(run_id) if run_id else None
+
+
 class RegistryWriter:
     """:func:`publish` and :func:`remove` bound to one Redis, key prefix and timing."""
 
@@ -136,3 +147,6 @@ class RegistryWriter:
 
     async def remove(self, record: ReplicaRecord) -> None:
         await remove(self.redis, self.keys, record)
+
+    async def run_id(self) -> str | None:
+        return await redis_run_id(self.redis)

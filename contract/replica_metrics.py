@@ -37,6 +37,31 @@ class SupervisorMetrics:
             registry=r,
         )
 
+        self.actions = Counter(
+            "llmgw_supervisor_actions",
+            "Reconcile actions (start, stop, replace, restart) by outcome (ok, failed, gave_up).",
+            ["action", "model", "outcome"],
+            registry=r,
+        )
+        self.fleet_reloads = Counter(
+            "llmgw_supervisor_fleet_reloads",
+            "Fleet file reads: applied, or refused as invalid (the running fleet keeps serving).",
+            ["outcome"],
+            registry=r,
+        )
+        self.republished = Counter(
+            "llmgw_supervisor_registry_republished",
+            "Times every replica was republished at once because Redis came back as a new server.",
+            registry=r,
+        )
+
+    def forget(self, model: str, replica: str) -> None:
+        """Drop a retired replica's series (its id will not come back)."""
+        series: list[Gauge | Counter] = [self.state, self.budget, self.startup, self.restarts]
+        for metric in series:
+            for labels in [k for k in metric._metrics if k[:2] == (model, replica)]:
+                metric.remove(*labels)
+
     def set_state(self, model: str, replica: str, state: ReplicaState) -> None:
         for s in STATES:
             self.state.labels(model, replica, s).set(1 if s == state.value else 0)

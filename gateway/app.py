@@ -32,6 +32,7 @@ from gateway.errors import (
     error_response,
 )
 from gateway.fastpath import FastPath
+from gateway.fleet_reload import FleetReload
 from gateway.http1 import ConnectionPool
 from gateway.inflight import InflightShare
 from gateway.lora import AdapterStore
@@ -108,7 +109,9 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
 def start_background(gw: Gateway, discovery: Discovery) -> Background:
     s = gw.settings
     monitor = Monitor(gw.client, gw.table, gw.ejection, gw.metrics)
+    reload = FleetReload(gw, discovery, lambda m: build_policy(m.policy, policy_options(m, s)))
     bg = Background()
+    bg.start(s.registry_poll_s, reload.tick)
     bg.start(s.registry_poll_s, discovery.tick)
     bg.start(s.health_interval_s, monitor.health_tick)
     bg.start(s.load_scrape_interval_s, monitor.load_tick)

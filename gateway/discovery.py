@@ -1,9 +1,15 @@
 """Follows the replica registry in Redis (and the fleet's external endpoints) into the ReplicaTable;
-what belonged to a replica that left (its metric series, its upstream connections) goes with it."""
+what belonged to a replica that left (its metric series, its upstream connections) goes with it.
+
+When Redis comes back as a new server (its ``run_id`` changed: restarted or replaced, and so empty),
+a model whose registry reads empty keeps its last known replicas for up to ``hold_s`` (one registry TTL),
+until the supervisor and sidecars republish, instead of dropping every model at once.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 
 import redis.asyncio as aioredis
@@ -11,7 +17,7 @@ from redis.exceptions import RedisError
 
 from contract.fleet import Fleet
 from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, read_registry
+from contract.registry import RegistryTiming, ReplicaRecord, read_registry, redis_run_id
 from gateway.http1 import ConnectionPool
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
@@ -44,12 +50,35 @@ class Discovery:
         metrics: GatewayMetrics,
         upstream: ConnectionPool,
         index: SharedIndex | None = None,
+        hold_s: float = RegistryTiming().ttl_s,
     ) -> None:
         self.redis, self.keys, self.fleet, self.table, self.metrics = redis, keys, fleet, table, metrics
         self.upstream = upstream
         self.index = index
         self.redis_ok = False
         self._external = external_records(fleet)
+        self.hold_s = hold_s
+        self.run_id: str | None = None
+        self.hold_until = 0.0
+
+    def set_fleet(self, fleet: Fleet) -> None:
+        """Follow a reloaded fleet file (the table's pools are changed by the same reload)."""
+        self.fleet, self._external = fleet, external_records(fleet)
+
+    @property
+    def holding(self) -> bool:
+        return time.monotonic() < self.hold_until
+
+    def note_run_id(self, run_id: str | None) -> None:
+        """Start holding the last known replicas when Redis's run id changed."""
+        if run_id is not None and self.run_id is not None and run_id != self.run_id:
+            self.hold_until = time.monotonic() + self.hold_s
+            log.warning(
+                "redis restarted (run id %s -> %s): keeping the last known replicas of models the registry "
+                "lacks for up to %.0f s",
+                self.run_id, run_id, self.hold_s,
+            )  # fmt: skip
+        self.run_id = run_id or self.run_id
 
     def apply(self, records: list[ReplicaRecord]) -> dict[str, list[str]]:
         """Sync every model's pool; returns the models that changed, each with its replica ids."""
@@ -57,8 +86,11 @@ class Discovery:
         for rec in records:
             by_model[rec.model].append(rec)
         changed: dict[str, list[str]] = {}
+        holding = self.holding
         for m in self.fleet.models:
             wanted = self._external[m.name] if not m.managed else by_model.get(m.name, [])
+            if m.managed and holding and not wanted and self.table.pool(m.name).endpoints:
+                continue  # an emptied registry after a Redis restart: keep serving what was known
             if self._sync(m.name, wanted):
                 states = ", ".join(f"{r.id}={r.state.value}" for r in wanted) or "none"
                 log.info("model=%s replicas changed: %s", m.name, states)
@@ -93,6 +125,7 @@ class Discovery:
             self.apply_external_only()
             return
         self.redis_ok = True
+        self.note_run_id(await redis_run_id(self.redis))
         await self.forget_departed(self.apply(records))
 
     def apply_external_only(self) -> None:

@@ -81,6 +81,12 @@ class ReplicaTable:
     def __init__(self, models: Iterable[str]) -> None:
         self._pools = {m: ModelPool(m) for m in models}
 
+    def set_models(self, models: Iterable[str]) -> None:
+        """Follow a reloaded fleet: a pool for each new model, none for a removed one (requests in flight
+        keep the pool they hold); the pools of the models kept are untouched."""
+        wanted = list(models)
+        self._pools = {m: self._pools.get(m) or ModelPool(m) for m in wanted}
+
     def pool(self, model: str) -> ModelPool:
         return self._pools[model]
 
@@ -91,14 +97,15 @@ class ReplicaTable:
         return [e for p in self._pools.values() for e in p.endpoints]
 
     def sync(self, model: str, records: Iterable[ReplicaRecord]) -> bool:
-        """Replace a model's records, keeping each surviving replica's live counters. True if changed."""
+        """Replace a model's records, keeping each surviving replica's live counters (same id and same
+        instance; a restarted replica starts afresh, its ejection forgotten). True if changed."""
         pool = self._pools[model]
         old = {e.id: e for e in pool.endpoints}
         new: list[Endpoint] = []
         for rec in sorted(records, key=lambda r: r.id):
             ep = old.get(rec.id)
-            if ep is None:
-                ep = Endpoint(rec)
+            if ep is None or ep.record.instance != rec.instance:
+                ep = Endpoint(rec)  # a new start of the replica: nothing of the old one carries over
             else:
                 ep.record = rec
             new.append(ep)

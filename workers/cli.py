@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -18,11 +18,14 @@ from contract.fleet import Fleet, FleetError, load_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
+from workers.adopt import StateFile, check_entries
 from workers.budgets import BudgetError, PlannedBudgets, arithmetic, needs_plan, planned_budgets
-from workers.gpu import ProbeError, gpu_memory
-from workers.launch import ReplicaSpec, build_launch, plan_replicas
+from workers.gpu import ProbeError, gpu_memory, nvidia_smi_probe
+from workers.headroom import headroom_probe
+from workers.launch import Launch, ReplicaSpec, build_launch
 from workers.observe import Observer
 from workers.planner import make_config_loader
+from workers.reconciler import FleetWatch, Reconciler
 from workers.supervisor import Replica, Supervisor, SupervisorOptions
 from workers.weights import weights_for
 
@@ -48,6 +51,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sd-file", type=Path, default=None, help="Prometheus file_sd JSON of the ready replicas")
     p.add_argument("--metrics-port", type=int, default=9400, help="port of the supervisor's own /metrics")
     p.add_argument("--ready-deadline", type=float, default=600.0, help="seconds a replica may take to start")
+    p.add_argument(
+        "--state-file",
+        type=Path,
+        default=Path(".run/workers-state.json"),
+        help="the running replicas (pid, port, id), for a restarted supervisor to adopt",
+    )
     return p.parse_args(argv)
 
 
@@ -65,21 +74,16 @@ def auto_budgets(fleet: Fleet, models_dir: Path | None) -> PlannedBudgets:
     return planned
 
 
-def replica(spec: ReplicaSpec, planned: PlannedBudgets, args: argparse.Namespace) -> Replica:
-    """One replica, with the planner's budget and back-off floor where its model's budget is ``auto``."""
-    plan = planned.get((spec.model.name, spec.index)) if spec.model.budget.auto else None
-    if plan is not None:
-        spec = dataclasses.replace(spec, gpu_memory_utilization=plan.gpu_memory_utilization)
-    launch = build_launch(spec, weights_for(spec.model, args.models_dir))
-    return Replica(spec, launch, args.log_dir, floor=plan.backoff_floor if plan else None)
+def launcher(args: argparse.Namespace) -> Callable[[ReplicaSpec], Launch]:
+    def launch_for(spec: ReplicaSpec) -> Launch:
+        return build_launch(spec, weights_for(spec.model, args.models_dir))
+
+    return launch_for
 
 
-def build_replicas(fleet: Fleet, args: argparse.Namespace) -> list[Replica]:
-    planned = auto_budgets(fleet, args.models_dir)
-    return [replica(s, planned, args) for s in plan_replicas(fleet.models, fleet.defaults, args.devices)]
-
-
-async def serve(replicas: list[Replica], args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], Launch] | None = None) -> None:
+    """Adopt what a previous supervisor left running, converge to the fleet file, drain on SIGTERM.
+    ``launch_for`` builds each replica's command (vLLM's, from the fleet, unless given)."""
     redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     timing = RegistryTiming(drain_grace_s=args.drain_grace)
     options = SupervisorOptions(ready_deadline_s=args.ready_deadline, timing=timing)
@@ -87,11 +91,26 @@ async def serve(replicas: list[Replica], args: argparse.Namespace) -> None:
     server = await serve_metrics(metrics, "127.0.0.1", args.metrics_port)
     registry = RegistryWriter(redis, RedisKeys(args.redis_prefix), timing)
     async with httpx.AsyncClient() as client:
-        sup = Supervisor(replicas, registry, client, options, Observer(metrics, args.sd_file))
+        observer, state = Observer(metrics, args.sd_file), StateFile(args.state_file)
+
+        def on_change(r: Replica) -> None:
+            observer(r)
+            state.save(rec.entries())
+
+        sup = Supervisor([], registry, client, options, on_change, metrics=metrics)
+        watch = FleetWatch(args.fleet)
+        headroom = headroom_probe(args.models_dir, nvidia_smi_probe, options.gpu_reserve_bytes)
+        launch = launch_for or launcher(args)
+        rec = Reconciler(sup, watch, launch, headroom, args.log_dir, args.devices, metrics)
+        rec.budgets = lambda fleet: auto_budgets(fleet, args.models_dir)
+        await rec.adopt(await check_entries(state.load(), client))
         loop = asyncio.get_running_loop()
         drained = asyncio.Event()
+        reconciling = asyncio.create_task(rec.run())
 
         async def drain() -> None:
+            reconciling.cancel()
+            await asyncio.gather(reconciling, return_exceptions=True)
             await sup.drain()
             drained.set()
 
@@ -99,8 +118,10 @@ async def serve(replicas: list[Replica], args: argparse.Namespace) -> None:
             loop.add_signal_handler(
                 sig, lambda: asyncio.ensure_future(drain()) if not sup.stopping.is_set() else None
             )
+        loop.add_signal_handler(signal.SIGHUP, lambda: watch.request("SIGHUP"))
         await sup.run()
         await drained.wait()
+        state.save([])
     server.close()
     await redis.aclose()
 
@@ -110,11 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
     try:
-        replicas = build_replicas(load_fleet(args.fleet), args)
+        auto_budgets(load_fleet(args.fleet), args.models_dir)
     except (FleetError, BudgetError) as exc:
         print(f"llmgw-workers: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(replicas, args))
+    asyncio.run(serve(args))
     return 0
 
 

@@ -17,6 +17,7 @@ class ReplicaView(Protocol):
     state: ReplicaState
     restarts: int
     startup_s: float
+    retired: bool
 
 
 def write_targets(path: Path, targets: list[tuple[str, str, str]]) -> None:
@@ -41,6 +42,9 @@ class Observer:
 
     def __call__(self, replica: ReplicaView) -> None:
         spec, model = replica.spec, replica.spec.model.name
+        if replica.retired:
+            self.forget(replica)
+            return
         self.metrics.set_state(model, spec.id, replica.state)
         self.metrics.startup.labels(model, spec.id).set(replica.startup_s)
         kind, value = budget_of(replica)
@@ -50,12 +54,23 @@ class Observer:
         self._restarts[spec.id] = replica.restarts
         self._update_targets(replica)
 
+    def forget(self, replica: ReplicaView) -> None:
+        """A retired replica: its series and its scrape target go."""
+        spec = replica.spec
+        self.metrics.forget(spec.model.name, spec.id)
+        self._restarts.pop(spec.id, None)
+        self._targets.pop(spec.id, None)
+        self._write()
+
     def _update_targets(self, replica: ReplicaView) -> None:
         spec = replica.spec
-        if replica.state is ReplicaState.STARTING:
+        if replica.state in (ReplicaState.STARTING, ReplicaState.FAILED):
             self._targets.pop(spec.id, None)
         else:
             self._targets[spec.id] = (f"{spec.host}:{spec.port}", spec.model.name, spec.id)
+        self._write()
+
+    def _write(self) -> None:
         if self.sd_file is not None:
             write_targets(self.sd_file, sorted(self._targets.values()))
 

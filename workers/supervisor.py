@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,16 @@ import httpx
 
 from contract.backoff import Backoff
 from contract.drain import wait_until_idle
-from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, new_instance_id
+from contract.registry import (
+    ROUTABLE,
+    RegistryTiming,
+    RegistryWriter,
+    ReplicaRecord,
+    ReplicaState,
+    new_instance_id,
+)
+from contract.replica_metrics import SupervisorMetrics
+from workers.adopt import AdoptedProcess
 from workers.gpu import DeviceMemory, MemoryProbe, gib, nvidia_smi_probe
 from workers.launch import Launch, ReplicaSpec, with_budget
 from workers.oom import (
@@ -44,11 +54,16 @@ log = logging.getLogger("llmgw.workers")
 
 @dataclass(frozen=True, slots=True)
 class RestartBackoff:
-    """Delay before the n-th consecutive restart (:class:`Backoff`); reset after a healthy run."""
+    """Delay before the n-th consecutive restart (:class:`Backoff`); reset after a healthy run.
+
+    Consecutive counts every restart since the replica last ran ``healthy_after_s``, failed starts
+    included; past ``give_up_after`` the replica is left FAILED (a fleet change may replace it).
+    """
 
     base_s: float = 1.0
     max_s: float = 30.0
     healthy_after_s: float = 60.0
+    give_up_after: int = 10
 
     def delay(self, consecutive: int) -> float:
         return Backoff(self.base_s, self.max_s).delay(consecutive)
@@ -69,6 +84,8 @@ class SupervisorOptions:
     """What a vLLM process takes beyond its budget (CUDA context, graphs): part of the free-memory gate."""
     free_memory_deadline_s: float = 120.0
     free_memory_poll_s: float = 1.0
+    redis_check_s: float = 0.5
+    """How often Redis's run id is read, to republish at once after a Redis restart."""
 
 
 class NotEnoughMemory(Exception):
@@ -84,8 +101,20 @@ class Replica:
     ``budget.min_gpu_memory_utilization`` unless a plan gives one (``ReplicaPlan.backoff_floor``).
     """
 
-    def __init__(self, spec: ReplicaSpec, launch: Launch, log_dir: Path, floor: float | None = None) -> None:
+    def __init__(
+        self,
+        spec: ReplicaSpec,
+        launch: Launch,
+        log_dir: Path,
+        floor: float | None = None,
+        slot: int | None = None,
+    ) -> None:
         self.spec = spec
+        self.slot = spec.index if slot is None else slot
+        """The model's replica position it fills (workers.reconcile); a replacement takes the old one's."""
+        self.retired = False
+        """Set once the reconciler stops it for good: its watch ends, nothing restarts it."""
+        self.watcher: asyncio.Task[None] | None = None
         self.process = ReplicaProcess(launch, log_dir / f"{spec.id}.log")
         self.state = ReplicaState.STARTING
         self.restarts = 0
@@ -132,13 +161,16 @@ class Supervisor:
         options: SupervisorOptions,
         on_change: Callable[[Replica], None] = lambda r: None,
         memory_probe: MemoryProbe = nvidia_smi_probe,
+        metrics: SupervisorMetrics | None = None,
     ) -> None:
         self.replicas, self.registry, self.client, self.options = replicas, registry, client, options
+        self.metrics = metrics or SupervisorMetrics()
         self.on_change = on_change
         self.probe = memory_probe
         self.stopping = asyncio.Event()
         self.device_locks: dict[int, asyncio.Lock] = {}
         self.watchers: list[asyncio.Task[None]] = []
+        self.republished = 0
 
     async def set_state(self, r: Replica, state: ReplicaState) -> None:
         r.state = state
@@ -161,6 +193,11 @@ class Supervisor:
         if r.on_gpu:
             r.budgets_tried.append(r.budget)
         r.instance = new_instance_id()
+        if port_taken(r.spec.host, r.spec.port):
+            raise StartFailed(
+                f"port {r.spec.port} is already taken by another process: not starting (whatever answers "
+                "there was not started by this supervisor and is never published)"
+            )
         await r.process.start()
         r.startup_s = await r.process.wait_until_listed(
             r.spec.url, r.spec.model.name, self.options.ready_deadline_s, self.client
@@ -284,6 +321,8 @@ class Supervisor:
             oom = detect_oom(tail) if r.on_gpu else None
             if oom is None:
                 failures += 1
+                if failures < self.options.max_start_attempts:
+                    await asyncio.sleep(self.options.backoff.delay(failures))
                 continue
             lower = next_budget(oom, r.budget, r.floor, self.options.oom_step)
             if lower is None:
@@ -296,53 +335,125 @@ class Supervisor:
         return False
 
     async def watch(self, r: Replica) -> None:
-        """Restart the replica each time it dies, with back-off, until the supervisor stops."""
+        """Restart the replica each time it dies (:meth:`_watch`); an unexpected error is logged and leaves
+        the replica FAILED, never a silently dead watch."""
+        try:
+            await self._watch(r)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("replica=%s watch failed: the replica is left failed", r.spec.id)
+            await r.process.stop(1.0)
+            await self.set_state(r, ReplicaState.FAILED)
+
+    def ended(self, r: Replica) -> bool:
+        return self.stopping.is_set() or r.retired
+
+    async def _watch(self, r: Replica) -> None:
+        """Wait for the process to die, then restart it with a back-off that grows over consecutive
+        failures (failed starts included) until a start succeeds or ``give_up_after`` is passed."""
+        policy = self.options.backoff
         consecutive = 0
-        while not self.stopping.is_set():
-            assert r.process.proc is not None
-            await r.process.proc.wait()
-            if self.stopping.is_set():
+        while not self.ended(r):
+            await exited(r.process)
+            if self.ended(r):
                 return
             ran = time.monotonic() - r.started_at
-            consecutive = self.options.backoff.consecutive_after(consecutive, ran)
-            delay = self.options.backoff.delay(consecutive)
-            r.restarts += 1
-            log.warning(
-                "replica=%s died (exit %s) after %.0f s; restart %d in %.1f s",
-                r.spec.id,
-                r.process.returncode(),
-                ran,
-                r.restarts,
-                delay,
-            )
-            await self.set_state(r, ReplicaState.STARTING)
-            await r.process.stop(1.0)
-            await asyncio.sleep(delay)
-            if not self.stopping.is_set():
-                await self.start_with_retries(r)
+            if ran >= policy.healthy_after_s:
+                consecutive = 0
+            log.warning("replica=%s died (exit %s) after %.0f s", r.spec.id, r.process.returncode(), ran)
+            while True:
+                consecutive += 1
+                if consecutive > policy.give_up_after:
+                    log.error(
+                        "replica=%s gave up after %d consecutive failed restarts: left failed",
+                        r.spec.id, consecutive - 1,
+                    )  # fmt: skip
+                    self.metrics.actions.labels("restart", r.spec.model.name, "gave_up").inc()
+                    await self.set_state(r, ReplicaState.FAILED)
+                    return
+                if not await self.restart(r, policy.delay(consecutive)):
+                    if self.ended(r):
+                        return
+                    continue
+                break
+
+    async def restart(self, r: Replica, delay: float) -> bool:
+        """One restart after ``delay``; True when the replica is ready again."""
+        r.restarts += 1
+        log.warning("replica=%s restart %d in %.1f s", r.spec.id, r.restarts, delay)
+        await self.set_state(r, ReplicaState.STARTING)
+        await r.process.stop(1.0)
+        await asyncio.sleep(delay)
+        if self.ended(r):
+            return False
+        ok = await self.start_with_retries(r)
+        self.metrics.actions.labels("restart", r.spec.model.name, "ok" if ok else "failed").inc()
+        return ok
+
+    def begin_watch(self, r: Replica) -> None:
+        r.watcher = asyncio.create_task(self.watch(r))
+        self.watchers.append(r.watcher)
+
+    async def retire(self, r: Replica) -> None:
+        """Take a replica out for good: publish DRAINING, let its work finish, stop it, withdraw it."""
+        if r.watcher is not None:
+            r.watcher.cancel()
+            await asyncio.gather(r.watcher, return_exceptions=True)
+            self.watchers.remove(r.watcher)
+        if r.process.alive and r.state in ROUTABLE:
+            await self.set_state(r, ReplicaState.DRAINING)
+            await wait_until_idle(self.client, [r.spec.url], self.options.timing)
+        await r.process.stop()
+        r.retired = True
+        await self.registry.remove(r.record())
+        if r in self.replicas:
+            self.replicas.remove(r)
+        self.on_change(r)
 
     async def heartbeat(self) -> None:
         interval = self.options.timing.heartbeat_s
         while not self.stopping.is_set():
-            for r in self.replicas:
-                if r.state is not ReplicaState.STARTING and r.process.alive:
-                    await self.registry.publish(r.record())
+            await self.publish_all()
             await asyncio.sleep(interval)
+
+    async def publish_all(self) -> int:
+        """Publish every live replica's record now; returns how many."""
+        live = [r for r in self.replicas if r.state is not ReplicaState.STARTING and r.process.alive]
+        for r in live:
+            await self.registry.publish(r.record())
+        return len(live)
+
+    async def follow_redis(self) -> None:
+        """Republish every replica at once when Redis comes back as a new server (its run id changed):
+        an emptied registry is refilled at once instead of one heartbeat later."""
+        known: str | None = None
+        while not self.stopping.is_set():
+            current = await self.registry.run_id()
+            if current is not None and known is not None and current != known:
+                n = await self.publish_all()
+                self.republished += 1
+                self.metrics.republished.inc()
+                log.warning("redis restarted (run id %s -> %s): republished %d replicas", known, current, n)
+            known = current or known
+            await asyncio.sleep(self.options.redis_check_s)
 
     async def start_group(self, group: Sequence[Replica]) -> None:
         for r in group:
             if self.stopping.is_set():
                 return
             if await self.start_with_retries(r):
-                self.watchers.append(asyncio.create_task(self.watch(r)))
+                self.begin_watch(r)
 
     async def run(self) -> None:
         """Start the replicas (one after another on each device; devices side by side), then watch them
         until stop() is called."""
         heartbeat = asyncio.create_task(self.heartbeat())
-        await asyncio.gather(*(self.start_group(g) for g in start_groups(self.replicas)))
+        redis_watch = asyncio.create_task(self.follow_redis())
+        idle = [r for r in self.replicas if r.watcher is None and not r.process.alive]  # not adopted ones
+        await asyncio.gather(*(self.start_group(g) for g in start_groups(idle)))
         await self.stopping.wait()
-        tasks = [heartbeat, *self.watchers]
+        tasks = [heartbeat, redis_watch, *self.watchers]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -368,3 +479,22 @@ def start_groups(replicas: Sequence[Replica]) -> list[list[Replica]]:
         key = ("gpu", r.spec.device) if r.on_gpu else ("cpu", 0)
         groups.setdefault(key, []).append(r)
     return list(groups.values())
+
+
+async def exited(process: ReplicaProcess) -> None:
+    """Return once the replica's process has exited (at once when there is none)."""
+    if isinstance(process, AdoptedProcess):
+        await process.wait_exit()
+    elif process.proc is not None:
+        await process.proc.wait()
+
+
+def port_taken(host: str, port: int) -> bool:
+    """True when something already listens on ``host:port`` (a bind with SO_REUSEADDR fails only then)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False

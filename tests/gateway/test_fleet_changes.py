@@ -1,0 +1,130 @@
+"""A gateway while the fleet changes: a Redis restart empties the registry (real redis-server, killed and
+replaced by an empty one) and the gateway keeps its replicas; the fleet file changes and the gateway
+learns added models and forgets removed ones without a restart (FAKE ENGINE replicas)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from contract.fleet import parse_fleet
+from contract.redis_keys import RedisKeys
+from contract.registry import ReplicaRecord
+from gateway.discovery import Discovery
+from gateway.http1 import ConnectionPool
+from gateway.metrics import GatewayMetrics
+from gateway.pool import ReplicaTable
+from tests.support.gateway import fleet_yaml, register, serve_gateway
+from tests.support.procs import free_port, running, start_fake_engine, start_redis
+
+FLEET = "models:\n - name: m\n   source: {path: /m}\n - name: n\n   source: {path: /n}\n"
+
+
+async def until(check: Callable[[], object], deadline_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while loop.time() < end:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError("condition not met")
+
+
+async def publish(redis: aioredis.Redis, keys: RedisKeys, rec: ReplicaRecord) -> None:
+    await redis.set(keys.replica(rec.model, rec.id), rec.model_dump_json(), px=60_000)
+
+
+def ids(table: ReplicaTable, model: str) -> list[str]:
+    return [e.id for e in table.pool(model).endpoints]
+
+
+async def refreshed(d: Discovery) -> bool:
+    await d.refresh()
+    return d.redis_ok
+
+
+async def test_a_redis_restart_keeps_the_last_known_replicas_until_republished(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    port = free_port()
+    server = start_redis(tmp_path / "r1", port)
+    redis = aioredis.Redis.from_url(f"redis://127.0.0.1:{port}/0", socket_timeout=2.0)
+    keys = RedisKeys("rr")
+    fleet = parse_fleet(FLEET)
+    table = ReplicaTable(m.name for m in fleet.models)
+    d = Discovery(redis, keys, fleet, table, GatewayMetrics(), ConnectionPool(8, 1.0), hold_s=30)
+    try:
+        await publish(redis, keys, ReplicaRecord(id="m-0", model="m", url="http://127.0.0.1:1"))
+        await publish(redis, keys, ReplicaRecord(id="n-0", model="n", url="http://127.0.0.1:2"))
+        await d.refresh()
+        assert ids(table, "m") == ["m-0"] and ids(table, "n") == ["n-0"]
+        await redis.delete(keys.replica("n", "n-0"))  # same server: a withdrawn replica goes at once
+        await d.refresh()
+        assert ids(table, "n") == []
+        server.kill()
+        server = start_redis(tmp_path / "r2", port)  # a new, empty Redis
+        await until(lambda: refreshed(d))
+        assert ids(table, "m") == ["m-0"] and d.holding
+        assert "redis restarted" in caplog.text
+        await publish(redis, keys, ReplicaRecord(id="m-1", model="m", url="http://127.0.0.1:3"))
+        await d.refresh()
+        assert ids(table, "m") == ["m-1"]  # republished: the registry is followed again
+        d.hold_until = 0.0  # the hold is over (its length is hold_s, one registry TTL)
+        await redis.delete(keys.replica("m", "m-1"))
+        await d.refresh()
+        assert ids(table, "m") == []
+    finally:
+        await redis.aclose()
+        server.stop()
+
+
+async def test_the_gateway_learns_added_and_forgets_removed_models_without_a_restart(
+    tmp_path: Path, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    prefix = f"fc{uuid.uuid4().hex[:6]}"
+    one = fleet_yaml([{"name": "m", "source": {"path": "/m"}}])
+    two = fleet_yaml([{"name": "m", "source": {"path": "/m"}}, {"name": "added", "source": {"path": "/a"}}])
+    fleet_file = tmp_path / f"fleet-{prefix}.yaml"
+    with (
+        running(start_fake_engine(tmp_path, "--model", "m")) as m,
+        running(start_fake_engine(tmp_path, "--model", "added")) as added,
+    ):
+        await register(redis_url, prefix, "m", m.url, "m-0")
+        await register(redis_url, prefix, "added", added.url, "added-0")
+        async with serve_gateway(tmp_path, one, redis_url, prefix) as gw, httpx.AsyncClient() as c:
+
+            async def chat(model: str) -> httpx.Response:
+                body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+                return await c.post(f"{gw}/v1/chat/completions", json=body)
+
+            assert (await chat("added")).status_code == 404
+            fleet_file.write_text(two)
+            await until(lambda: _status(chat("added"), 200))
+            listed = {d["id"] for d in (await c.get(f"{gw}/v1/models")).json()["data"]}
+            assert listed == {"m", "added"}
+            fleet_file.write_text("models: []\n")  # invalid: refused, the fleet stays
+            await until(lambda: "fleet change refused" in caplog.text)
+            assert "models: List should have at least 1 item" in caplog.text
+            assert (await chat("added")).status_code == 200
+            fleet_file.write_text(one)
+            await until(lambda: _status(chat("added"), 404))
+            err = (await chat("added")).json()["error"]
+            assert err["code"] == "model_not_found"
+            assert (await chat("m")).status_code == 200
+
+
+async def _status(pending: object, status: int) -> bool:
+    response = await pending  # type: ignore[misc]
+    assert isinstance(response, httpx.Response)
+    return response.status_code == status
