@@ -247,7 +247,12 @@ class Proxy:
         policy.on_start(ep, ctx.route)
         try:
             up = await open_stream(
-                gw.upstream, ep.url, self._path(ctx), ctx.body, self._headers(ctx), self._wait_s(ctx)
+                gw.upstream,
+                ep.url,
+                self._path(ctx),
+                ctx.body,
+                self._headers(ctx) + gw.upstream_headers,
+                self._wait_s(ctx),
             )
         except Retryable as failed:
             ctx.upstream_error = failed.error

@@ -11,6 +11,7 @@ from contract.fleet import Fleet, Model
 from contract.redis_keys import RedisKeys
 from gateway.admission.base import Admission
 from gateway.auth.base import Authenticator
+from gateway.auth.keys import KeyStore
 from gateway.ejection import Ejection
 from gateway.http1 import ConnectionPool
 from gateway.inflight import InflightShare
@@ -39,4 +40,7 @@ class Gateway:
     ejection: Ejection
     inflight: InflightShare
     open_requests: OpenRequests
+    key_store: KeyStore
+    # Headers every request to a replica carries besides its own (vLLM's API key when one is set).
+    upstream_headers: list[tuple[bytes, bytes]]
     index: SharedIndex | None = None

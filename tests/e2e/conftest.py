@@ -29,6 +29,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         fleet_file=test_fleet(tmp),
         run_dir=tmp / "run",
         redis_port=free_port(),
+        keys_redis_port=free_port(),
         gateway_ports=(free_port(), free_port()),
         nginx_port=free_port(),
         prometheus_port=free_port(),

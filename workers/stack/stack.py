@@ -27,6 +27,7 @@ class StackConfig:
     run_dir: Path = REPO / ".run"
     models_dir: Path | None = None
     redis_port: int = 6390
+    keys_redis_port: int = 6391
     gateway_ports: tuple[int, ...] = (9001, 9002)
     nginx_port: int = 8080
     prometheus_port: int = 9090
@@ -40,6 +41,10 @@ class StackConfig:
     @property
     def redis_url(self) -> str:
         return f"redis://{self.host}:{self.redis_port}/0"
+
+    @property
+    def keys_redis_url(self) -> str:
+        return f"redis://{self.host}:{self.keys_redis_port}/0"
 
     @property
     def nginx_url(self) -> str:
@@ -68,11 +73,21 @@ class Stack:
         return self.config.run_dir / "logs"
 
     def redis(self) -> Service:
+        """The state Redis: registry, admission, in-flight counts, rate counters; never persisted."""
         c = self.config
         data = c.run_dir / "redis"
         data.mkdir(parents=True, exist_ok=True)
         argv = redis_server_argv(tool("redis-server"), c.redis_port, data, c.host)
         return Service("redis", argv, self.logs / "redis.log", tcp_probe(c.host, c.redis_port))
+
+    def keys_redis(self) -> Service:
+        """The key store: API keys only, every write appended to run_dir/redis-keys (survives restarts)."""
+        c = self.config
+        data = c.run_dir / "redis-keys"
+        data.mkdir(parents=True, exist_ok=True)
+        argv = redis_server_argv(tool("redis-server"), c.keys_redis_port, data, c.host, persistent=True)
+        probe = tcp_probe(c.host, c.keys_redis_port)
+        return Service("redis-keys", argv, self.logs / "redis-keys.log", probe)
 
     def workers(self) -> Service:
         c = self.config
@@ -101,6 +116,7 @@ class Stack:
         env = {
             "LLMGW_FLEET_FILE": str(c.fleet_file),
             "LLMGW_REDIS_URL": c.redis_url,
+            "LLMGW_KEYS_REDIS_URL": c.keys_redis_url,
             "LLMGW_GATEWAY_ID": f"gateway-{index}",
             "LLMGW_SHUTDOWN_GRACE_S": f"{c.gateway_grace_s:g}",
             **c.gateway_env,
@@ -164,6 +180,7 @@ class Stack:
         c = self.config
         self.logs.mkdir(parents=True, exist_ok=True)
         await self.launch(self.redis())
+        await self.launch(self.keys_redis())
         await self.launch(self.workers())
         for i, port in enumerate(c.gateway_ports, start=1):
             await self.launch(self.gateway(i, port))
@@ -171,6 +188,21 @@ class Stack:
         if c.prometheus_port:
             await self.launch(self.prometheus())
         await self.wait_for_fleet()
+
+    def service(self, name: str) -> Service:
+        """A running service by name (``redis``, ``redis-keys``, ``gateway-1``, ``nginx``, ...)."""
+        for s in self.services:
+            if s.name == name:
+                return s
+        raise KeyError(f"no service {name!r}; have {', '.join(s.name for s in self.services)}")
+
+    async def restart(self, name: str, deadline_s: float = 60.0) -> None:
+        """Start a service again with its own command line (after a crash or a kill); wait until ready."""
+        service = self.service(name)
+        await service.stop()
+        await service.start()
+        await service.wait_ready(deadline_s)
+        log.info("%s restarted", name)
 
     def expected(self) -> dict[str, int]:
         return {m.name: m.replicas if m.managed else 1 for m in self.fleet.models}
