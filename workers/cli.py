@@ -11,13 +11,13 @@ import signal
 import sys
 from pathlib import Path
 
-import httpx
 import redis.asyncio as aioredis
 
 from contract.fleet import Fleet, FleetError, load_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
+from contract.vllm_probe import probe_client
 from workers.budgets import BudgetError, PlannedBudgets, arithmetic, needs_plan, planned_budgets
 from workers.gpu import ProbeError, gpu_memory
 from workers.launch import ReplicaSpec, build_launch, plan_replicas
@@ -86,7 +86,7 @@ async def serve(replicas: list[Replica], args: argparse.Namespace) -> None:
     metrics = SupervisorMetrics()
     server = await serve_metrics(metrics, "127.0.0.1", args.metrics_port)
     registry = RegistryWriter(redis, RedisKeys(args.redis_prefix), timing)
-    async with httpx.AsyncClient() as client:
+    async with probe_client() as client:
         sup = Supervisor(replicas, registry, client, options, Observer(metrics, args.sd_file))
         loop = asyncio.get_running_loop()
         drained = asyncio.Event()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import shutil
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from contract.fleet import Fleet, load_fleet
+from contract.vllm_probe import API_KEY_ENV
 from workers.process import redis_server_argv
 from workers.stack.render import nginx_conf, prometheus_conf
 from workers.stack.services import Service, http_probe, tcp_probe
@@ -37,6 +39,8 @@ class StackConfig:
     drain_grace_s: float = 30.0
     gateway_grace_s: float = 5.0
     gateway_env: dict[str, str] = field(default_factory=dict)
+    # vLLM's API key, fresh for each stack: only the gateways and the supervisor hold it.
+    vllm_api_key: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
 
     @property
     def redis_url(self) -> str:
@@ -109,7 +113,10 @@ class Stack:
         if c.models_dir is not None:
             argv += ["--models-dir", str(c.models_dir)]
         probe = tcp_probe(c.host, c.supervisor_metrics_port)
-        return Service("workers", argv, self.logs / "workers.log", probe, stop_grace_s=c.drain_grace_s + 20)
+        env = {API_KEY_ENV: c.vllm_api_key}  # vLLM reads it as its --api-key; the supervisor's probes send it
+        return Service(
+            "workers", argv, self.logs / "workers.log", probe, env, stop_grace_s=c.drain_grace_s + 20
+        )
 
     def gateway(self, index: int, port: int) -> Service:
         c = self.config
@@ -119,6 +126,7 @@ class Stack:
             "LLMGW_KEYS_REDIS_URL": c.keys_redis_url,
             "LLMGW_GATEWAY_ID": f"gateway-{index}",
             "LLMGW_SHUTDOWN_GRACE_S": f"{c.gateway_grace_s:g}",
+            "LLMGW_VLLM_API_KEY": c.vllm_api_key,
             **c.gateway_env,
         }
         argv = [script("llmgw-gateway"), "--host", c.host, "--port", str(port)]
