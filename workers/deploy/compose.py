@@ -76,6 +76,7 @@ class ComposeOptions:
     shared_gpu_fraction: float = 0.9  # split among replicas on one GPU whose model gives no budget
     sizing: GpuSizing = field(default_factory=GpuSizing)  # for budgets left `auto`
     shm_per_gpu_gib: int = 2
+    trusted_proxies: tuple[str, ...] = ()  # a load balancer in front of nginx that sets X-Forwarded-For
 
 
 def literal(text: str) -> str:
@@ -365,7 +366,7 @@ def render_compose(
         COMPOSE_FILE: header("The stack on one GPU host: `docker compose up -d`. See README.md, Deploy.")
         + to_yaml(compose(fleet, fleet_path, o)),
         f"{CONFIG_DIR}/nginx.conf": note.format("nginx/nginx.conf.template")
-        + container_nginx_conf(NGINX_TEMPLATE, gateways),
+        + container_nginx_conf(NGINX_TEMPLATE, gateways, trusted_proxies=o.trusted_proxies),
         f"{CONFIG_DIR}/prometheus.yml": note.format("prometheus/prometheus.yml.template") + prom,
         f"{CONFIG_DIR}/workers.json": worker_targets(plan(fleet, o)),
     }
