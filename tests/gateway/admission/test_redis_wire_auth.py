@@ -3,6 +3,7 @@ and TLS (``rediss://``), against a real redis-server configured that way (the de
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,9 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError
 
-from gateway.admission.redis_queue import fast_client
+from contract.redis_keys import RedisKeys
+from gateway.admission.base import Ticket
+from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
 from gateway.admission.redis_wire import PipelinedRedis, RedisReplyError
 from tests.support.procs import Proc, free_port, start_redis
 
@@ -94,3 +97,21 @@ async def test_tls_refuses_an_untrusted_server(tls_redis: Proc) -> None:
     finally:
         lean.close()
         await client.aclose()
+
+
+async def test_shared_queue_through_an_acl_user_over_tls(tls_redis: Proc, certs: Path) -> None:
+    """The whole admission (its redis-py clients, blocking pool and lean connection) on a secured Redis:
+    a slot is taken, a second request waits, the release hands the slot over."""
+    url = f"rediss://gw:s3cret-pw@localhost:{tls_redis.port}/0?ssl_ca_certs={certs / 'cert.pem'}"
+    adm = RedisAdmission(
+        fast_client(url, 2.0), blocking_client(url, 2.0, 8), RedisKeys("acl"), "gw", 30.0, io_timeout_s=2.0
+    )
+    await adm.start()
+    try:
+        first, _ = await adm.acquire(Ticket("a", "m", "t", 0, 1, 10, 10), 1)
+        second = asyncio.create_task(adm.acquire(Ticket("b", "m", "t", 0, 1, 10, 10), 1))
+        await first.release()
+        lease, _ = await asyncio.wait_for(second, 10)
+        await lease.release()
+    finally:
+        await adm.stop()
