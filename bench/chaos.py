@@ -8,8 +8,12 @@ with SIGSTOP for longer than the gateways' timeouts. Between phases the stack ge
 
 Every request ends as one of: **answered** (a complete answer: JSON with choices/data, or a stream that
 ends with ``data: [DONE]``), **clear error** (an error in OpenAI's shape with its status, or a stream that
-ends with an SSE error event and ``[DONE]``), or **lost** (anything else: a reset, a client timeout, a
-truncated stream, a body that is not an answer). Lost must be 0; the exit status is 1 otherwise.
+ends with an SSE error event and ``[DONE]``), **cut** (the HTTP exchange itself failed where the client
+sees it: a connection reset, a chunked body that ends without its last chunk; only a process killed -9
+while it was sending, a gateway, can leave this, because nginx cannot append an error to a body it has
+started), or **lost** (silent or hung: a stream that ends cleanly without ``[DONE]``, a 200 without an
+answer, a body that is not in the error shape, a client timeout). Lost must be 0; the exit status is 1
+otherwise.
 
     python -m bench.chaos                        # its own stack on free ports (several minutes to start)
     python -m bench.chaos --phase-s 20 --concurrency 4   # shorter
@@ -46,7 +50,7 @@ from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from workers.stack.stack import REPO, Stack, StackConfig
 
 log = logging.getLogger("llmgw.chaos")
-ANSWERED, CLEAR, LOST = "answered", "clear error", "lost"
+ANSWERED, CLEAR, CUT, LOST = "answered", "clear error", "cut", "lost"
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,8 @@ class Tally:
 
     def add(self, kind: str, outcome: str, detail: str = "") -> None:
         self.counts[(kind, outcome)] += 1
-        if outcome == LOST and len(self.lost) < 10:
-            self.lost.append(f"{kind}: {detail}")
+        if outcome in (LOST, CUT) and len(self.lost) < 10:
+            self.lost.append(f"{outcome} {kind}: {detail}")
 
     def total(self, outcome: str) -> int:
         return sum(n for (_, o), n in self.counts.items() if o == outcome)
@@ -156,8 +160,10 @@ async def send(client: httpx.AsyncClient, url: str, req: Request) -> tuple[str, 
                 if line.startswith("data:")
             ]
             return judge_stream(events)
+    except httpx.TimeoutException as exc:
+        return LOST, f"client timeout ({type(exc).__name__})"
     except httpx.HTTPError as exc:
-        return LOST, f"{type(exc).__name__}: {exc}"
+        return CUT, f"{type(exc).__name__}: {exc}"
 
 
 async def load(
@@ -200,9 +206,9 @@ class Chaos:
             records = [r for r in await read_registry(redis, RedisKeys()) if r.model == model and r.routable]
         finally:
             await redis.aclose()
-        workers = self.stack.service("workers").proc
+        workers = self.stack.service("workers").pid
         assert workers is not None
-        children = psutil.Process(workers.pid).children(recursive=True)
+        children = psutil.Process(workers).children(recursive=True)
         for rec in sorted(records, key=lambda r: r.id):
             port = rec.url.rsplit(":", 1)[-1]
             for p in children:
@@ -219,9 +225,7 @@ class Chaos:
         return max(models, key=lambda m: m.replicas).name
 
     async def kill_restart(self, name: str) -> str:
-        proc = self.stack.service(name).proc
-        assert proc is not None
-        signal_group(proc.pid, signal.SIGKILL)
+        self.stack.service(name).signal_group(signal.SIGKILL)
         await asyncio.sleep(self.plan.down_s)
         await self.stack.restart(name)
         return f"{name} killed -9, started again after {self.plan.down_s:g} s"
@@ -296,11 +300,12 @@ async def run_phase(
 
 
 def table(results: list[PhaseResult]) -> str:
-    rows = [f"{'phase':<24} {'answered':>9} {'clear error':>12} {'lost':>5}  what happened"]
+    rows = [f"{'phase':<24} {'answered':>9} {'clear error':>12} {'cut':>4} {'lost':>5}  what happened"]
     for r in results:
         t = r.tally
-        rows.append(f"{r.name:<24} {t.total(ANSWERED):>9} {t.total(CLEAR):>12} {t.total(LOST):>5}  {r.note}")
-        rows += [f"{'':<24} lost: {line}" for line in t.lost]
+        counts = f"{t.total(ANSWERED):>9} {t.total(CLEAR):>12} {t.total(CUT):>4} {t.total(LOST):>5}"
+        rows.append(f"{r.name:<24} {counts}  {r.note}")
+        rows += [f"{'':<24} {line}" for line in t.lost]
     return "\n".join(rows)
 
 
@@ -327,10 +332,8 @@ async def run_chaos(stack: Stack, plan: Plan, phases: list[str] | None = None) -
             continue  # keys off: nothing reads the key store
         result = await run_phase(chaos, name, PHASES[name], reqs, headers)
         t = result.tally
-        print(
-            f"{name}: answered {t.total(ANSWERED)}, clear error {t.total(CLEAR)}, lost {t.total(LOST)}",
-            flush=True,
-        )
+        counts = ", ".join(f"{o} {t.total(o)}" for o in (ANSWERED, CLEAR, CUT, LOST))
+        print(f"{name}: {counts}", flush=True)
         results.append(result)
     print(table(results), flush=True)
     return results

@@ -209,7 +209,7 @@ class Stack:
         service = self.service(name)
         await service.stop()
         await service.start()
-        await service.wait_ready(deadline_s)
+        await service.wait_until_ready(deadline_s)
         log.info("%s restarted", name)
 
     def expected(self) -> dict[str, int]:
