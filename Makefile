@@ -19,6 +19,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
 	@echo "make test    run every test (unit, real Redis/nginx/vLLM end-to-end)"
+	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost"
 	@echo "make lint    ruff and mypy --strict"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
