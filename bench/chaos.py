@@ -71,10 +71,13 @@ class Tally:
     """Outcomes of one phase, by kind of request, with the first few lost ones described."""
 
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)  # clear errors by status and code
     lost: list[str] = field(default_factory=list)
 
     def add(self, kind: str, outcome: str, detail: str = "") -> None:
         self.counts[(kind, outcome)] += 1
+        if outcome == CLEAR:
+            self.errors[detail] += 1
         if outcome in (LOST, CUT) and len(self.lost) < 10:
             self.lost.append(f"{outcome} {kind}: {detail}")
 
@@ -120,13 +123,16 @@ def is_error_shape(body: bytes) -> bool:
     return isinstance(err, dict) and bool(err.get("message")) and "type" in err
 
 
+def error_code(body: bytes) -> str:
+    err = json.loads(body)["error"]
+    return str(err.get("code") or err.get("type"))
+
+
 def judge_whole(status: int, body: bytes) -> tuple[str, str]:
     if status >= 400:
-        return (
-            (CLEAR, "")
-            if is_error_shape(body)
-            else (LOST, f"{status} not in the error shape: {body[:120]!r}")
-        )
+        if is_error_shape(body):
+            return CLEAR, f"{status} {error_code(body)}"
+        return LOST, f"{status} not in the error shape: {body[:120]!r}"
     try:
         data = json.loads(body)
     except ValueError:
@@ -140,7 +146,7 @@ def judge_stream(events: list[bytes]) -> tuple[str, str]:
     done = bool(events) and events[-1] == b"[DONE]"
     errored = any(is_error_shape(e) for e in events if e != b"[DONE]")
     if done and errored:
-        return CLEAR, ""
+        return CLEAR, "stream " + next(error_code(e) for e in events if e != b"[DONE]" and is_error_shape(e))
     if done:
         return ANSWERED, ""
     return LOST, f"stream cut after {len(events)} events without [DONE]"
@@ -305,6 +311,10 @@ def table(results: list[PhaseResult]) -> str:
         t = r.tally
         counts = f"{t.total(ANSWERED):>9} {t.total(CLEAR):>12} {t.total(CUT):>4} {t.total(LOST):>5}"
         rows.append(f"{r.name:<24} {counts}  {r.note}")
+        if t.errors:
+            rows.append(
+                f"{'':<24} clear errors: " + ", ".join(f"{k} x{n}" for k, n in t.errors.most_common())
+            )
         rows += [f"{'':<24} {line}" for line in t.lost]
     return "\n".join(rows)
 
