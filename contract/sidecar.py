@@ -29,7 +29,7 @@ from contract.drain import wait_until_idle
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, new_instance_id
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
-from contract.vllm_probe import listed
+from contract.vllm_probe import listed, probe_client
 
 log = logging.getLogger("llmgw.register")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -170,7 +170,7 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with httpx.AsyncClient() as client:
+    async with probe_client() as client:
         reg = Sidecar([Watched(r) for r in args.record], registry, client, metrics, options)
         for w in reg.watched:
             reg.show(w)

@@ -1,10 +1,31 @@
-"""What a replica's managing agent asks a vLLM server: is it serving the model, is it still busy."""
+"""What a replica's managing agent asks a vLLM server: is it serving the model, is it still busy.
+
+vLLM started with an API key (its ``--api-key``, or the ``VLLM_API_KEY`` variable it reads) refuses
+``/v1/*`` without it; the managing agents (supervisor, registration sidecar) read the same variable and
+send it on every probe (:func:`probe_client`).
+"""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
 
 import httpx
 
 from contract.vllm_metrics import running_and_waiting
+
+API_KEY_ENV = "VLLM_API_KEY"
+
+
+def api_key_headers(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``Authorization: Bearer <VLLM_API_KEY>`` when the variable is set, else nothing."""
+    key = (os.environ if env is None else env).get(API_KEY_ENV, "")
+    return {"authorization": f"Bearer {key}"} if key else {}
+
+
+def probe_client(env: Mapping[str, str] | None = None) -> httpx.AsyncClient:
+    """The HTTP client a managing agent probes its vLLM servers with (the API key on every request)."""
+    return httpx.AsyncClient(headers=api_key_headers(env))
 
 
 async def listed(client: httpx.AsyncClient, url: str, served: str) -> bool:

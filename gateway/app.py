@@ -20,7 +20,7 @@ from contract.redis_keys import RedisKeys
 from gateway.admin import add_admin_routes
 from gateway.admission import build_admission
 from gateway.affinity import ResponseAffinity
-from gateway.auth.redis_auth import build_auth
+from gateway.auth.redis_auth import build_auth, key_store
 from gateway.discovery import Discovery
 from gateway.ejection import Ejection
 from gateway.errors import (
@@ -76,6 +76,12 @@ def shared_index(settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMet
     return SharedIndex(redis, keys, settings.session_ttl_s, settings.prefix_index_retry_s, metrics=metrics)
 
 
+def vllm_auth(settings: GatewaySettings) -> dict[str, str]:
+    """The Authorization header vLLM's --api-key asks for, or none."""
+    key = settings.vllm_api_key.get_secret_value() if settings.vllm_api_key else ""
+    return {"authorization": f"Bearer {key}"} if key else {}
+
+
 def build_gateway(settings: GatewaySettings) -> Gateway:
     fleet = load_routable_fleet(settings.fleet_file)
     metrics = GatewayMetrics()
@@ -84,6 +90,8 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     share = InflightShare(redis, keys, settings.gateway_id, table, settings.load_share_max_age_s)
     index = shared_index(settings, keys, metrics)
+    store = key_store(settings, keys)
+    upstream_auth = vllm_auth(settings)
     return Gateway(
         settings=settings,
         fleet=fleet,
@@ -91,8 +99,8 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         table=table,
         policies={m.name: build_policy(m.policy, policy_options(m, settings, index)) for m in fleet.models},
         admission=build_admission(settings, keys, metrics),
-        auth=build_auth(settings, keys, metrics),
-        client=httpx.AsyncClient(timeout=settings.connect_timeout_s),
+        auth=build_auth(settings, keys, metrics, store),
+        client=httpx.AsyncClient(timeout=settings.connect_timeout_s, headers=upstream_auth),
         upstream=ConnectionPool(settings.max_connections, settings.connect_timeout_s),
         redis=redis,
         keys=keys,
@@ -100,6 +108,8 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s)),
         inflight=share,
         open_requests=OpenRequests(settings.shutdown_grace_s),
+        key_store=store,
+        upstream_headers=[(k.encode(), v.encode()) for k, v in upstream_auth.items()],
         index=index,
         affinity=ResponseAffinity(redis, keys, settings.responses_ttl_s),
         lora=AdapterStore(redis, keys, fleet.models),
@@ -135,6 +145,7 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
         await gw.inflight.leave()
         await gw.admission.stop()
         await gw.auth.aclose()
+        await gw.key_store.redis.aclose()
         gw.upstream.close()
         await gw.client.aclose()
         await gw.redis.aclose()

@@ -270,7 +270,7 @@ class Proxy:
                 ep.url,
                 self._path(ctx),
                 ctx.body,
-                self._headers(ctx),
+                self._headers(ctx) + gw.upstream_headers,
                 self._wait_s(ctx),
                 ctx.api.method.encode(),
             )

@@ -74,7 +74,8 @@ def add_routes(app: FastAPI, gw: Gateway, proxy: Proxy, discovery: Discovery) ->
         add_proxy_route(app, proxy, api)
 
     @app.get("/v1/models")
-    async def models() -> Response:
+    async def models(request: Request) -> Response:
+        await gw.auth.authenticate(request.headers)  # keys on: the list too needs a key
         return Response(orjson.dumps(model_list(gw, created)), media_type=JSON)
 
     @app.get("/v1/models/{model:path}")

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Seconds = Annotated[float, Field(gt=0)]
@@ -22,6 +22,8 @@ class GatewaySettings(BaseSettings):
 
     fleet_file: Path = Field(description="The fleet YAML file that declares every model.")
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # API keys live in a Redis that persists (AOF); the state in redis_url is ephemeral. Unset: redis_url.
+    keys_redis_url: str | None = None
     redis_prefix: str = "llmgw"
     gateway_id: str = Field(default_factory=_default_gateway_id)
 
@@ -63,11 +65,31 @@ class GatewaySettings(BaseSettings):
     admission_blocking_connections: Annotated[int, Field(ge=1)] = 1024
     presence_interval_s: Seconds = 1.0
     auth: bool = False
-    auth_cache_s: Seconds = 300.0
+    # While the key store is unreachable, a key verified within this long still passes (a revoked key
+    # stops working on every gateway within it, even one cut off from the key store).
+    auth_cache_s: Seconds = 5.0
+    # The one credential that may manage keys (/admin/*); unset: the admin endpoints are off.
+    admin_key: SecretStr | None = None
+    # Sent to vLLM as `Authorization: Bearer` (requests, health and metrics) when its --api-key is set.
+    vllm_api_key: SecretStr | None = None
     responses_ttl_s: Seconds = 86400.0
-    admin_key: str = Field(default="", description="the admin API's bearer key (LoRA adapters); empty: off")
     lora_sync_s: Seconds = 1.0
     log_level: str = "INFO"
+
+    @property
+    def key_store_url(self) -> str:
+        """The Redis that stores the API keys."""
+        return self.keys_redis_url or self.redis_url
+
+    @field_validator("admin_key", "vllm_api_key")
+    @classmethod
+    def _secret(cls, value: SecretStr | None) -> SecretStr | None:
+        """An empty secret is no secret; one shorter than 16 characters is refused (guessable)."""
+        if value is None or not value.get_secret_value():
+            return None
+        if len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters (e.g. `openssl rand -hex 32`)")
+        return value
 
     @field_validator("fleet_file")
     @classmethod

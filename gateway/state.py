@@ -12,6 +12,7 @@ from contract.redis_keys import RedisKeys
 from gateway.admission.base import Admission
 from gateway.affinity import ResponseAffinity
 from gateway.auth.base import Authenticator
+from gateway.auth.keys import KeyStore
 from gateway.ejection import Ejection
 from gateway.http1 import ConnectionPool
 from gateway.inflight import InflightShare
@@ -43,4 +44,7 @@ class Gateway:
     open_requests: OpenRequests
     affinity: ResponseAffinity
     lora: AdapterStore
+    key_store: KeyStore
+    # Headers every request to a replica carries besides its own (vLLM's API key when one is set).
+    upstream_headers: list[tuple[bytes, bytes]]
     index: SharedIndex | None = None

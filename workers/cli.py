@@ -11,13 +11,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import redis.asyncio as aioredis
 
 from contract.fleet import Fleet, FleetError, load_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
+from contract.vllm_probe import probe_client
 from workers.adopt import StateFile, check_entries
 from workers.budgets import BudgetError, PlannedBudgets, arithmetic, needs_plan, planned_budgets
 from workers.gpu import ProbeError, gpu_memory, nvidia_smi_probe
@@ -90,7 +90,7 @@ async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], La
     metrics = SupervisorMetrics()
     server = await serve_metrics(metrics, "127.0.0.1", args.metrics_port)
     registry = RegistryWriter(redis, RedisKeys(args.redis_prefix), timing)
-    async with httpx.AsyncClient() as client:
+    async with probe_client() as client:
         observer, state = Observer(metrics, args.sd_file), StateFile(args.state_file)
 
         def on_change(r: Replica) -> None:

@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
+import ssl
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.connection import SSLConnection
 from redis.exceptions import RedisError
 
 Reply = int | bytes | str | list[Any] | None
@@ -123,21 +126,54 @@ class _Protocol(asyncio.Protocol):
                 fut.set_exception(self.lost)
 
 
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where and how to connect: the server, its database, ACL credentials and TLS (``rediss://``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 6379
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    tls: ssl.SSLContext | None = None
+
+    @classmethod
+    def of(cls, client: aioredis.Redis) -> Endpoint:
+        """The endpoint a redis-py client connects to, TLS context included (built by redis-py itself)."""
+        pool = client.connection_pool
+        kw = pool.connection_kwargs
+        tls = None
+        if issubclass(pool.connection_class, SSLConnection):
+            tls = pool.connection_class(**kw).ssl_context.get()
+        return cls(
+            kw.get("host", "127.0.0.1"),
+            int(kw.get("port", 6379)),
+            int(kw.get("db", 0)),
+            kw.get("username"),
+            kw.get("password"),
+            tls,
+        )
+
+    def auth(self) -> list[bytes | str | int | float] | None:
+        """The AUTH command for these credentials (``AUTH user pass`` with an ACL user), or None."""
+        if not self.password:
+            return None
+        return ["AUTH", self.username, self.password] if self.username else ["AUTH", self.password]
+
+
 class PipelinedRedis:
     """One lazily (re)opened connection; calls are pipelined and bounded by a timeout."""
 
-    def __init__(self, host: str, port: int, db: int, password: str | None, timeout_s: float) -> None:
-        self.host, self.port, self.db, self.password = host, port, db, password
+    def __init__(self, endpoint: Endpoint, timeout_s: float) -> None:
+        self.endpoint = endpoint
         self.timeout_s = timeout_s
         self._proto: _Protocol | None = None
         self._connecting: asyncio.Lock | None = None
 
     @classmethod
     def like(cls, client: aioredis.Redis, timeout_s: float) -> PipelinedRedis:
-        """A lean connection to the same server, database and credentials as a redis-py client."""
-        kw = client.connection_pool.connection_kwargs
-        host, port = kw.get("host", "127.0.0.1"), int(kw.get("port", 6379))
-        return cls(host, port, int(kw.get("db", 0)), kw.get("password"), timeout_s)
+        """A lean connection to the same server, database, credentials and TLS as a redis-py client."""
+        return cls(Endpoint.of(client), timeout_s)
 
     async def _connection(self) -> _Protocol:
         proto = self._proto
@@ -150,12 +186,21 @@ class PipelinedRedis:
             return self._proto
 
     async def _open(self) -> _Protocol:
-        loop = asyncio.get_running_loop()
-        _, proto = await loop.create_connection(_Protocol, self.host, self.port)
-        if self.password:
-            await self._send(proto, ["AUTH", self.password])
-        if self.db:
-            await self._send(proto, ["SELECT", self.db])
+        e, loop = self.endpoint, asyncio.get_running_loop()
+        server_hostname = e.host if e.tls is not None else None
+        _, proto = await loop.create_connection(
+            _Protocol, e.host, e.port, ssl=e.tls, server_hostname=server_hostname
+        )
+        try:
+            auth = e.auth()
+            if auth is not None:
+                await self._send(proto, auth)
+            if e.db:
+                await self._send(proto, ["SELECT", e.db])
+        except BaseException:
+            if proto.transport is not None:
+                proto.transport.close()
+            raise
         return proto
 
     async def _send(self, proto: _Protocol, parts: list[bytes | str | int | float]) -> Reply:

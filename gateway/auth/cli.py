@@ -1,6 +1,8 @@
-"""``llmgw-keys``: create, list and revoke the gateway's API keys in Redis.
+"""``llmgw-keys``: create, list, revoke, export and import the gateway's API keys in their Redis.
 
 ``create`` prints the secret once (only its sha256 is stored); ``list`` never shows secrets or hashes.
+``export`` writes one JSON line per key (the sha256 of its secret and its record, never a secret) and
+``import`` reads such lines back: a backup, or a move to another key store.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ import datetime
 import os
 import sys
 from collections.abc import Sequence
+from typing import TextIO
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
-from gateway.auth.keys import ApiKey, KeyStore, new_secret
+from gateway.auth.keys import ApiKey, KeyStore, StoredKey, new_secret
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 
@@ -27,8 +30,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--redis-url",
-        default=os.environ.get("LLMGW_REDIS_URL", DEFAULT_REDIS),
-        help="Redis URL (default: LLMGW_REDIS_URL or %(default)s)",
+        default=os.environ.get("LLMGW_KEYS_REDIS_URL") or os.environ.get("LLMGW_REDIS_URL", DEFAULT_REDIS),
+        help="the key store's Redis (default: LLMGW_KEYS_REDIS_URL, else LLMGW_REDIS_URL, else %(default)s)",
     )
     p.add_argument(
         "--prefix",
@@ -57,6 +60,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     sub.add_parser("list", help="list keys (never their secrets)")
     r = sub.add_parser("revoke", help="revoke a key by its id")
     r.add_argument("key_id")
+    e = sub.add_parser("export", help="write every key as JSON lines (hashes, never secrets)")
+    e.add_argument("file", nargs="?", type=argparse.FileType("w"), default=sys.stdout)
+    i = sub.add_parser("import", help="read keys from JSON lines written by export (same id: replaced)")
+    i.add_argument("file", nargs="?", type=argparse.FileType("r"), default=sys.stdin)
     return p.parse_args(argv)
 
 
@@ -114,11 +121,45 @@ async def dispatch(args: argparse.Namespace, store: KeyStore) -> int:
         for k in await store.list():
             print(describe(k))
         return 0
+    if args.command == "export":
+        return await export_keys(store, args.file)
+    if args.command == "import":
+        return await import_keys(store, args.file)
     if await store.revoke(args.key_id):
         print(f"revoked key {args.key_id}")
         return 0
     print(f"llmgw-keys: no key with id {args.key_id}", file=sys.stderr)
     return 1
+
+
+async def export_keys(store: KeyStore, out: TextIO) -> int:
+    stored = await store.export()
+    for s in stored:
+        out.write(s.to_line().decode() + "\n")
+    out.flush()
+    print(f"exported {len(stored)} keys", file=sys.stderr)
+    return 0
+
+
+def read_lines(source: TextIO) -> list[StoredKey]:
+    """Every key of an export, checked whole before anything is written; a bad line names its number."""
+    out = []
+    for number, line in enumerate(source, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(StoredKey.from_line(line))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"line {number}: {exc}") from None
+    return out
+
+
+async def import_keys(store: KeyStore, source: TextIO) -> int:
+    stored = read_lines(source)
+    for s in stored:
+        await store.put(s)
+    print(f"imported {len(stored)} keys", file=sys.stderr)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,6 +7,7 @@ JSON; ``RedisKeys.api_key_index()`` maps each key id to its hash, for listing an
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import secrets
 import time
@@ -71,12 +72,38 @@ class ApiKey:
         return cls(**data)
 
 
+@dataclass(frozen=True, slots=True)
+class StoredKey:
+    """A key as the store holds it: the sha256 of its secret and its record (an export line)."""
+
+    digest: str
+    key: ApiKey
+
+    def to_line(self) -> bytes:
+        return orjson.dumps({"hash": self.digest, "key": asdict(self.key)})
+
+    @classmethod
+    def from_line(cls, line: bytes | str) -> StoredKey:
+        data: dict[str, Any] = orjson.loads(line)
+        digest = data.get("hash")
+        if not isinstance(digest, str) or len(digest) != 64 or not all(c in HEX for c in digest):
+            raise ValueError("an exported key needs 'hash', the 64 hex digits of its secret's sha256")
+        return cls(digest, ApiKey.from_json(orjson.dumps(data.get("key"))))
+
+
+HEX = frozenset("0123456789abcdef")
+
+
 class KeyStore:
     def __init__(self, redis: aioredis.Redis, keys: RedisKeys) -> None:
         self.redis, self.keys = redis, keys
 
     async def create(self, key: ApiKey, secret: str) -> None:
-        digest = hash_secret(secret)
+        await self.put(StoredKey(hash_secret(secret), key))
+
+    async def put(self, stored: StoredKey) -> None:
+        """Write one key record and its index entry at once (create, and import)."""
+        digest, key = stored.digest, stored.key
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self.keys.api_key(digest), key.to_json())
             pipe.hset(self.keys.api_key_index(), key.key_id, digest)
@@ -87,12 +114,19 @@ class KeyStore:
         return ApiKey.from_json(raw) if raw is not None else None
 
     async def list(self) -> list[ApiKey]:
+        return [s.key for s in await self.export()]
+
+    async def export(self) -> builtins.list[StoredKey]:
+        """Every key with its secret's hash, by tenant then age (what ``llmgw-keys export`` writes)."""
         index = await self.redis.hgetall(self.keys.api_key_index())
         if not index:
             return []
-        raws = await self.redis.mget([self.keys.api_key(text(h)) for h in index.values()])
-        found = [ApiKey.from_json(r) for r in raws if r is not None]
-        return sorted(found, key=lambda k: (k.tenant, k.created))
+        digests = [text(h) for h in index.values()]
+        raws = await self.redis.mget([self.keys.api_key(d) for d in digests])
+        found = [
+            StoredKey(d, ApiKey.from_json(r)) for d, r in zip(digests, raws, strict=True) if r is not None
+        ]
+        return sorted(found, key=lambda s: (s.key.tenant, s.key.created))
 
     async def revoke(self, key_id: str) -> bool:
         digest = await self.redis.hget(self.keys.api_key_index(), key_id)

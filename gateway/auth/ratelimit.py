@@ -89,7 +89,7 @@ def seconds_left(now_s: float, window_s: int = WINDOW_S) -> float:
 
 class RateLimiter:
     def __init__(self, redis: aioredis.Redis, keys: RedisKeys, window_s: int = WINDOW_S) -> None:
-        self.keys, self.window_s = keys, window_s
+        self.redis, self.keys, self.window_s = redis, keys, window_s
         self._charge = redis.register_script(CHARGE_LUA)
         self._refund = redis.register_script(REFUND_LUA)
 

@@ -2,8 +2,11 @@
 
 The secret is hashed at once and never logged; log lines name the public key id. A key may raise its
 request's priority with ``x-priority`` up to its ``max_priority``, and shorten (never lengthen) its
-queue wait with ``x-max-wait-s``. While Redis is unreachable, keys seen valid within ``cache_s`` still
-pass, and rate limits are not enforced (fail open, logged): serving beats refusing every caller.
+queue wait with ``x-max-wait-s``. Every request looks its key up in the key store (one GET), so a revoked
+key is refused at once by every gateway that reaches the store. While the store is unreachable, keys
+verified within ``cache_s`` (5 s by default) still pass: a revoked key stops working everywhere within that
+bound, even on a gateway cut off from the store. Rate limits live in the ephemeral Redis; while it is
+unreachable they are not enforced (fail open, logged): serving beats refusing every caller.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
@@ -113,7 +115,7 @@ class RedisAuth:
         store: KeyStore,
         limiter: RateLimiter,
         metrics: GatewayMetrics,
-        cache_s: float = 300.0,
+        cache_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store, self.limiter, self.metrics = store, limiter, metrics
@@ -121,8 +123,8 @@ class RedisAuth:
         self._seen: dict[str, tuple[ApiKey, float]] = {}
 
     async def aclose(self) -> None:
-        """Close the key store's Redis client (the lifespan's shutdown)."""
-        await self.store.redis.aclose()
+        """Close the rate limiter's Redis client (the key store belongs to the gateway's lifespan)."""
+        await self.limiter.redis.aclose()
 
     async def authenticate(self, headers: Mapping[str, str]) -> Caller:
         key = await self._lookup(bearer(headers))
@@ -188,12 +190,15 @@ def charged_tokens(cost: TokenCost, tpm: int) -> int:
     return min(cost.reserved, max(cost.prompt, tpm))
 
 
-def auth_client(settings: GatewaySettings) -> aioredis.Redis:
-    return fast_client(settings.redis_url, settings.admission_redis_timeout_s)
+def key_store(settings: GatewaySettings, keys: RedisKeys) -> KeyStore:
+    """The API keys, in their persistent Redis (``LLMGW_KEYS_REDIS_URL``, else ``LLMGW_REDIS_URL``)."""
+    return KeyStore(fast_client(settings.key_store_url, settings.admission_redis_timeout_s), keys)
 
 
-def build_auth(settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMetrics) -> Authenticator:
+def build_auth(
+    settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMetrics, store: KeyStore
+) -> Authenticator:
     if not settings.auth:
         return OpenAuth()
-    redis = auth_client(settings)
-    return RedisAuth(KeyStore(redis, keys), RateLimiter(redis, keys), metrics, settings.auth_cache_s)
+    limits = fast_client(settings.redis_url, settings.admission_redis_timeout_s)
+    return RedisAuth(store, RateLimiter(limits, keys), metrics, settings.auth_cache_s)

@@ -58,10 +58,9 @@ def test_every_service_has_a_healthcheck_and_waits_for_healthy_dependencies(comp
             assert cond == {"condition": expected}, f"{name} -> {dep}"
     assert set(services["nginx"]["depends_on"]) == {"gateway-1", "gateway-2", "tls-init"}
     assert services["grafana"]["depends_on"] == {"prometheus": {"condition": "service_healthy"}}
-    assert all(
-        services[g]["depends_on"] == {"redis": {"condition": "service_healthy"}}
-        for g in ("gateway-1", "register")
-    )
+    healthy = {"condition": "service_healthy"}
+    assert services["gateway-1"]["depends_on"] == {"redis": healthy, "redis-keys": healthy}
+    assert services["register"]["depends_on"] == {"redis": healthy}
 
 
 def workers(compose: Obj) -> dict[str, Obj]:
@@ -117,3 +116,36 @@ def test_project_dockerfile_passes_hadolint() -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
     text = dockerfile.read_text()
     assert "USER 10001:10001" in text and "openssl" in text  # non-root; tls-init needs openssl
+
+
+def required(name: str) -> str:
+    return f"${{{name}:?set {name} in .env, see README Deploy}}"
+
+
+def test_secure_by_default_with_secrets_compose_insists_on(compose: Obj) -> None:
+    """Keys on with an admin key, Redis with a password, vLLM with an API key: all three secrets come from
+    .env, with `${NAME:?...}` so that compose refuses to start without them (no default secret)."""
+    from workers.process import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
+
+    services = compose["services"]
+    password = required("LLMGW_REDIS_PASSWORD")
+    for name, mode in (("redis", EPHEMERAL_REDIS_ARGS), ("redis-keys", KEYS_REDIS_ARGS)):
+        s = services[name]
+        assert s["command"] == ["redis-server", *mode, "--requirepass", password], name
+        assert s["environment"] == {"REDISCLI_AUTH": password}, name
+    assert services["redis-keys"]["volumes"] == ["redis-keys:/data"] and "redis-keys" in compose["volumes"]
+    assert "volumes" not in services["redis"]
+    for g in ("gateway-1", "gateway-2"):
+        env = services[g]["environment"]
+        assert env["LLMGW_AUTH"] == "true"
+        assert env["LLMGW_ADMIN_KEY"] == required("LLMGW_ADMIN_KEY")
+        assert env["LLMGW_VLLM_API_KEY"] == required("LLMGW_VLLM_API_KEY")
+        assert env["LLMGW_REDIS_URL"] == f"redis://:{password}@redis:6379/0"
+        assert env["LLMGW_KEYS_REDIS_URL"] == f"redis://:{password}@redis-keys:6379/0"
+    register = services["register"]
+    assert register["environment"]["LLMGW_REDIS_URL"] == f"redis://:{password}@redis:6379/0"
+    assert register["environment"]["VLLM_API_KEY"] == required("LLMGW_VLLM_API_KEY")
+    assert "--redis-url" not in register["command"]
+    for name, w in workers(compose).items():
+        assert w["environment"]["VLLM_API_KEY"] == required("LLMGW_VLLM_API_KEY"), name
+        assert "--api-key" not in w["command"] and "ports" not in w, name

@@ -79,7 +79,7 @@ def test_kustomize_builds_the_whole_stack(objects: list[Obj]) -> None:
     }
     assert models == set(managed_models())
     assert set(of_kind(objects, "ScaledObject")) == {n for n in deployments if n.startswith("vllm-")}
-    assert set(of_kind(objects, "Service")) == {"redis", "gateway", "nginx", "prometheus"}
+    assert set(of_kind(objects, "Service")) == {"redis", "redis-keys", "gateway", "nginx", "prometheus"}
     assert set(of_kind(objects, "HorizontalPodAutoscaler")) == {"gateway"}
     assert {"gateway", "nginx"} <= set(of_kind(objects, "PodDisruptionBudget"))
     assert {n.rsplit("-", 1)[0] for n in of_kind(objects, "ConfigMap")} == {
@@ -208,7 +208,11 @@ def test_registration_sidecar_publishes_a_replica_record_of_its_pod(objects: lis
             continue
         register = next(c for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "register")
         assert register["command"] == ["python"] and register["args"][:2] == ["-m", "contract.sidecar"]
-        env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in register["env"]}
+        env = {
+            e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+            for e in register["env"]
+            if "fieldRef" in e["valueFrom"]
+        }
         assert env == {"POD_NAME": "metadata.name", "POD_IP": "status.podIP"}
         text = register["args"][register["args"].index("--record") + 1]
         record = ReplicaRecord.model_validate_json(
@@ -216,7 +220,9 @@ def test_registration_sidecar_publishes_a_replica_record_of_its_pod(objects: lis
         )
         assert record.model == d["metadata"]["annotations"]["llmgw.io/model"]
         assert record.id == "p" and record.url == "http://10.1.2.3:8000"
-        assert register["args"][register["args"].index("--redis-url") + 1] == "redis://redis:6379/0"
+        redis_url = register["args"][register["args"].index("--redis-url") + 1]
+        assert redis_url == "redis://:$(REDIS_PASSWORD)@redis:6379/0"
+        assert secret_refs(register) == {"REDIS_PASSWORD": "redis-password", "VLLM_API_KEY": "vllm-api-key"}
 
 
 def test_each_model_scales_on_its_queue_depth_from_the_namespace_prometheus(objects: list[Obj]) -> None:
@@ -300,3 +306,107 @@ def test_model_deployments_roll_a_new_pod_in_before_an_old_one_drains(objects: l
         vllm = next(c for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")
         assert vllm["lifecycle"]["preStop"]["exec"]["command"][:3] == ["python3", "-c", DRAIN_SCRIPT]
         assert vllm["readinessProbe"]["httpGet"]["path"] in {"/health", "/v1/models"}, name
+
+
+def secret_refs(container: Obj) -> dict[str, str]:
+    """The container's env variables read from the Secret llmgw-secrets, by the Secret's key."""
+    out = {}
+    for e in container.get("env", []):
+        ref = e.get("valueFrom", {}).get("secretKeyRef")
+        if ref is not None:
+            assert ref["name"] == "llmgw-secrets", e
+            out[e["name"]] = ref["key"]
+    return out
+
+
+def env_values(container: Obj) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+def test_gateways_run_with_keys_on_the_admin_key_and_vllms_key(objects: list[Obj]) -> None:
+    (c,) = of_kind(objects, "Deployment")["gateway"]["spec"]["template"]["spec"]["containers"]
+    assert env_values(c)["LLMGW_AUTH"] == "true"
+    assert secret_refs(c) == {
+        "REDIS_PASSWORD": "redis-password",
+        "LLMGW_ADMIN_KEY": "admin-key",
+        "LLMGW_VLLM_API_KEY": "vllm-api-key",
+    }
+    names = [e["name"] for e in c["env"]]
+    assert names.index("REDIS_PASSWORD") < names.index("LLMGW_REDIS_URL")  # $(...) sees earlier vars only
+    assert env_values(c)["LLMGW_REDIS_URL"] == "redis://:$(REDIS_PASSWORD)@redis:6379/0"
+    assert env_values(c)["LLMGW_KEYS_REDIS_URL"] == "redis://:$(REDIS_PASSWORD)@redis-keys:6379/0"
+
+
+def test_vllm_starts_with_an_api_key_from_the_secret(objects: list[Obj]) -> None:
+    for name, _, c in containers(objects):
+        if c["name"] == "vllm":
+            assert secret_refs(c) == {"VLLM_API_KEY": "vllm-api-key"}, name  # vLLM's --api-key variable
+            assert "--api-key" not in c["args"], "the key stays out of the command line"
+
+
+def redis_args(objects: list[Obj], name: str) -> list[str]:
+    (c,) = [c for w, _, c in containers(objects) if w == name]
+    assert secret_refs(c) == {"REDIS_PASSWORD": "redis-password", "REDISCLI_AUTH": "redis-password"}
+    args: list[str] = c["args"]
+    assert args[-2:] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    return args
+
+
+def test_redis_has_a_password_and_only_the_key_store_persists(objects: list[Obj]) -> None:
+    from workers.process import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
+
+    state = redis_args(objects, "redis")
+    assert state[1 : 1 + len(EPHEMERAL_REDIS_ARGS)] == list(EPHEMERAL_REDIS_ARGS)
+    keys = redis_args(objects, "redis-keys")
+    assert keys[1 : 1 + len(KEYS_REDIS_ARGS)] == list(KEYS_REDIS_ARGS)
+    store = of_kind(objects, "StatefulSet")["redis-keys"]
+    (claim,) = store["spec"]["volumeClaimTemplates"]
+    (mount,) = store["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    assert mount == {"name": claim["metadata"]["name"], "mountPath": "/data"}
+
+
+def pod_labels(objects: list[Obj]) -> dict[str, dict[str, str]]:
+    return {
+        o["metadata"]["name"]: o["spec"]["template"]["metadata"]["labels"]
+        for o in objects
+        if o["kind"] in WORKLOADS
+    }
+
+
+def admitted(policies: list[Obj], dest: dict[str, str], src: dict[str, str], port: int) -> bool:
+    """NetworkPolicy semantics for ingress within the namespace: open unless a policy selects the pod,
+    then only what one of the selecting policies allows."""
+    selecting = [p for p in policies if p["spec"]["podSelector"]["matchLabels"].items() <= dest.items()]
+    if not selecting:
+        return True
+    for p in selecting:
+        for rule in p["spec"]["ingress"]:
+            ports = {x["port"] for x in rule.get("ports", [])}
+            peers = [f["podSelector"]["matchLabels"] for f in rule["from"]]
+            if (not ports or port in ports) and any(m.items() <= src.items() for m in peers):
+                return True
+    return False
+
+
+def test_network_policies_fence_vllm_and_redis(objects: list[Obj]) -> None:
+    policies = list(of_kind(objects, "NetworkPolicy").values())
+    pods = pod_labels(objects)
+    models = {n for n in pods if n.startswith("vllm-")}
+    model = min(models)
+    allowed = {
+        (model, 8000): {"gateway", "prometheus"},  # not even another model's pod
+        ("redis", 6379): {"gateway", *models},  # the model pods' registration sidecars
+        ("redis-keys", 6379): {"gateway"},
+    }
+    for (dest, port), sources in allowed.items():
+        for src in pods:
+            ok = admitted(policies, pods[dest], pods[src], port)
+            assert ok == (src in sources), f"{src} -> {dest}:{port}: {'open' if ok else 'closed'}"
+    supervisor = {"app.kubernetes.io/name": "llmgw-workers"}
+    assert admitted(policies, pods["redis"], supervisor, 6379)
+    assert not admitted(policies, pods["redis-keys"], supervisor, 6379)
+
+
+def test_nginx_service_keeps_the_clients_address(objects: list[Obj]) -> None:
+    svc = of_kind(objects, "Service")["nginx"]
+    assert svc["spec"]["type"] == "LoadBalancer" and svc["spec"]["externalTrafficPolicy"] == "Local"

@@ -52,19 +52,28 @@ def check_config(conf: Path, run: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=20)
 
 
-def write_conf(run: Path, upstreams: list[str], port: int, rate: str, burst: int, tls: str) -> Path:
+def write_conf(
+    run: Path, upstreams: list[str], port: int, rate: str, burst: int, tls: str, trusted: tuple[str, ...] = ()
+) -> Path:
     run.mkdir(parents=True, exist_ok=True)
     conf = run / "nginx.conf"
-    conf.write_text(nginx_conf(NGINX_TEMPLATE, f"127.0.0.1:{port}", upstreams, run, rate, burst, tls))
+    conf.write_text(
+        nginx_conf(NGINX_TEMPLATE, f"127.0.0.1:{port}", upstreams, run, rate, burst, tls, trusted)
+    )
     return conf
 
 
 @contextlib.contextmanager
 def nginx(
-    run: Path, upstreams: list[str], rate: str = "500r/s", burst: int = 1000, tls: str = ""
+    run: Path,
+    upstreams: list[str],
+    rate: str = "500r/s",
+    burst: int = 1000,
+    tls: str = "",
+    trusted: tuple[str, ...] = (),
 ) -> Iterator[Nginx]:
     port = free_port()
-    conf = write_conf(run, upstreams, port, rate, burst, tls)
+    conf = write_conf(run, upstreams, port, rate, burst, tls, trusted)
     checked = check_config(conf, run)
     assert checked.returncode == 0, checked.stderr
     proc = spawn([tool("nginx"), "-c", str(conf), "-p", str(run), "-g", "daemon off;"], port, run / "out.log")
@@ -243,6 +252,55 @@ async def test_rate_limit_answers_429_in_openai_shape(tmp_path: Path, gateways: 
     assert limited[0].headers["content-type"] == "application/json"
     assert_openai_error(limited[0].content, "rate_limit_exceeded")
     assert health.status_code == 200  # health and readiness are outside the limit
+
+
+async def burst(client: httpx.AsyncClient, url: str, n: int, forwarded_for: list[str]) -> list[int]:
+    replies = await asyncio.gather(
+        *(
+            client.get(url, headers={"x-forwarded-for": forwarded_for[i % len(forwarded_for)]})
+            for i in range(n)
+        )
+    )
+    return [r.status_code for r in replies]
+
+
+async def test_rate_limit_is_per_client_behind_a_trusted_proxy(tmp_path: Path, gateways: list[Proc]) -> None:
+    """Behind a trusted proxy (127.0.0.1 here, a load balancer's range in a cluster) each client has its own
+    budget, by the address the proxy put in X-Forwarded-For; a client that is not a trusted proxy
+    (127.0.0.2) cannot escape its own budget by sending that header itself."""
+    upstream = [f"127.0.0.1:{gateways[0].port}"]
+    with nginx(tmp_path, upstream, rate="1r/m", burst=2, trusted=("127.0.0.1/32",)) as n:
+        url = f"{n.url}/v1/models"
+        async with httpx.AsyncClient(timeout=20) as proxy:
+            first = await burst(proxy, url, 8, ["203.0.113.1"])
+            # Another client behind the same proxy: a budget of its own, untouched by the first one's.
+            second = await burst(proxy, url, 3, ["203.0.113.2"])
+        untrusted = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+        async with httpx.AsyncClient(timeout=20, transport=untrusted) as spoofer:
+            spoofed = await burst(spoofer, url, 8, [f"198.51.100.{i}" for i in range(8)])
+        log = n.access_log
+    assert first.count(200) == 3 and first.count(429) == 5  # 1 + burst 2, then limited
+    assert second == [200, 200, 200]
+    assert spoofed.count(200) == 3 and spoofed.count(429) == 5  # one budget, whatever the header says
+    clients = {line.split(" ", 1)[0] for line in log.splitlines() if "/v1/models" in line}
+    assert clients == {"203.0.113.1", "203.0.113.2", "127.0.0.2"}  # the access log names the real client
+
+
+def test_rendered_configs_keep_the_client_address() -> None:
+    from contract.fleet import load_fleet
+    from workers.deploy.compose import ComposeOptions, render_compose
+    from workers.deploy.k8s import K8sOptions, render_k8s
+    from workers.deploy.nginx import container_nginx_conf
+
+    plain = container_nginx_conf(NGINX_TEMPLATE, ["gateway:9000"])
+    assert "\n    set_real_ip_from" not in plain and "limit_req_zone $binary_remote_addr" in plain
+    behind = container_nginx_conf(NGINX_TEMPLATE, ["gateway:9000"], trusted_proxies=["10.0.0.0/8"])
+    assert "set_real_ip_from 10.0.0.0/8;" in behind and "real_ip_header X-Forwarded-For;" in behind
+    fleet = load_fleet(REPO / "fleet.yaml")
+    k8s = render_k8s(fleet, "", K8sOptions(trusted_proxies=("10.0.0.0/8",)))
+    assert "set_real_ip_from 10.0.0.0/8;" in k8s["nginx/nginx.conf"]
+    compose = render_compose(fleet, o=ComposeOptions(trusted_proxies=("10.0.0.0/8",)))
+    assert "set_real_ip_from 10.0.0.0/8;" in compose["deploy/compose/nginx.conf"]
 
 
 def test_tls_server_block_serves_the_api(

@@ -13,6 +13,11 @@ from tests.support.procs import REPO, free_port
 from workers.stack.stack import Stack, StackConfig
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The chaos run goes last: it kills and freezes parts of the shared stack (and restores them)."""
+    items.sort(key=lambda item: "test_chaos.py" in item.nodeid)
+
+
 def test_fleet(tmp: Path) -> Path:
     """The default fleet.yaml, moved to ports of its own so a running `make run` is left alone."""
     data = yaml.safe_load((REPO / "fleet.yaml").read_text())
@@ -29,12 +34,16 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         fleet_file=test_fleet(tmp),
         run_dir=tmp / "run",
         redis_port=free_port(),
+        keys_redis_port=free_port(),
         gateway_ports=(free_port(), free_port()),
         nginx_port=free_port(),
         prometheus_port=free_port(),
         supervisor_metrics_port=free_port(),
         ready_deadline_s=900,
         drain_grace_s=10,
+        # Short enough that the chaos test's frozen replica (25 s) outlasts them; far above what the
+        # small requests of these tests take.
+        gateway_env={"LLMGW_FIRST_BYTE_TIMEOUT_S": "20", "LLMGW_CHUNK_TIMEOUT_S": "10"},
     )
     s = Stack(config)
     try:

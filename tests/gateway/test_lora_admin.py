@@ -91,7 +91,7 @@ async def served(http: httpx.AsyncClient, engine: Proc) -> int:
 async def test_admin_api_is_guarded(gateways: list[str], http: httpx.AsyncClient) -> None:
     g1, _, no_admin = gateways
     r = await http.post(f"{no_admin}/admin/lora", json=ADAPTER, headers=BEARER)
-    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    assert r.status_code == 403 and r.json()["error"]["code"] == "admin_disabled"
     for headers in ({}, {"authorization": "Bearer wrong"}):
         r = await http.post(f"{g1}/admin/lora", json=ADAPTER, headers=headers)
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"

@@ -76,11 +76,15 @@ def spawn(argv: list[str], port: int, log: Path, env: dict[str, str] | None = No
     return Proc(popen, port, log)
 
 
-def start_redis(tmp: Path, port: int | None = None) -> Proc:
+def start_redis(tmp: Path, port: int | None = None, extra: list[str] | None = None) -> Proc:
+    """A real redis-server on loopback; ``extra`` arguments (ACL users, TLS, persistence) go last."""
     port = port or free_port()
     tmp.mkdir(parents=True, exist_ok=True)
-    proc = spawn(redis_server_argv("redis-server", port, tmp), port, tmp / "redis.log")
-    wait_until(lambda: port_open(port), 10, "redis-server")
+    argv = redis_server_argv("redis-server", port, tmp) + (extra or [])
+    proc = spawn(argv, port, tmp / "redis.log")
+    wait_until(lambda: port_open(port) or proc.popen.poll() is not None, 10, "redis-server")
+    if proc.popen.poll() is not None:
+        raise RuntimeError(f"redis-server exited at start; see {tmp / 'redis.log'}")
     return proc
 
 

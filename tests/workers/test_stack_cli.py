@@ -22,6 +22,7 @@ def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path) -> Non
         "port": free_port(),
         "gateway-port": free_port(),
         "redis-port": free_port(),
+        "keys-redis-port": free_port(),
         "prometheus-port": free_port(),
         "supervisor-port": free_port(),
     }

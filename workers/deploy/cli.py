@@ -38,6 +38,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--models-dir", type=Path, default=Path(".cache/models"), help="where config.json files are"
     )
+    p.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="a load balancer in front of nginx whose X-Forwarded-For names the client (repeatable)",
+    )
     return p.parse_args(argv)
 
 
@@ -76,12 +83,12 @@ def renderings(args: argparse.Namespace) -> list[tuple[Path, dict[str, str], boo
     fleet = load_fleet(args.fleet)
     out: list[tuple[Path, dict[str, str], bool]] = []
     if args.target in ("k8s", "all"):
-        k8s = K8sOptions(sizing=sizing(args))
+        k8s = K8sOptions(sizing=sizing(args), trusted_proxies=tuple(args.trusted_proxy))
         out.append((args.k8s_out, render_k8s(fleet, args.fleet.read_text(), k8s), True))
     if args.target in ("compose", "all"):
         rel = os.path.relpath(args.fleet.resolve(), args.compose_out.resolve())
         mount = rel if rel.startswith("..") else f"./{rel}"
-        compose = ComposeOptions(sizing=sizing(args))
+        compose = ComposeOptions(sizing=sizing(args), trusted_proxies=tuple(args.trusted_proxy))
         out.append((args.compose_out, render_compose(fleet, mount, compose), False))
     return out
 

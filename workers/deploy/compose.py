@@ -4,6 +4,11 @@ The whole file is generated so that it cannot drift from the fleet: Redis, one v
 (GPU reservation, /dev/shm, the prepared model folder, a health check sized for model load; replicas
 that share a GPU start one after another), one registration service that publishes them in Redis, the
 gateways, nginx (plain and TLS), Prometheus and Grafana provisioned from grafana/.
+
+Secure by default: API keys on with an admin key, Redis with a password (the state Redis never persists;
+the key store ``redis-keys`` appends every write to its volume), vLLM with an API key only the gateways
+and the registration service hold. The three secrets come from ``.env`` (README, Deploy); compose refuses
+to start without them. vLLM publishes no port: only the services of this project reach it.
 """
 
 from __future__ import annotations
@@ -34,12 +39,25 @@ from workers.deploy.common import (
 )
 from workers.deploy.nginx import CONTAINER_TLS_DIR, HTTP_PORT, HTTPS_PORT, START_NGINX, container_nginx_conf
 from workers.launch import ReplicaSpec, plan_replicas
+from workers.process import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
 from workers.stack.render import prometheus_conf
 
 Obj = dict[str, Any]
 COMPOSE_FILE = "compose.yaml"
 CONFIG_DIR = "deploy/compose"
 HEALTHY = {"condition": "service_healthy"}
+SECRETS = ("LLMGW_REDIS_PASSWORD", "LLMGW_ADMIN_KEY", "LLMGW_VLLM_API_KEY")
+
+
+def required(name: str) -> str:
+    """A secret from .env (or the environment): compose stops with this message when it is not set."""
+    return f"${{{name}:?set {name} in .env, see README Deploy}}"
+
+
+def redis_url(host: str) -> str:
+    return f"redis://:{required('LLMGW_REDIS_PASSWORD')}@{host}:6379/0"
+
+
 PROJECT_BUILD = {"context": ".", "dockerfile": "deploy/docker/Dockerfile.gateway"}
 
 
@@ -58,6 +76,7 @@ class ComposeOptions:
     shared_gpu_fraction: float = 0.9  # split among replicas on one GPU whose model gives no budget
     sizing: GpuSizing = field(default_factory=GpuSizing)  # for budgets left `auto`
     shm_per_gpu_gib: int = 2
+    trusted_proxies: tuple[str, ...] = ()  # a load balancer in front of nginx that sets X-Forwarded-For
 
 
 def literal(text: str) -> str:
@@ -125,7 +144,9 @@ def worker(spec: ReplicaSpec, after: str | None, o: ComposeOptions) -> Obj:
         "image": o.vllm_image,
         "entrypoint": launch.command,
         "command": [literal(a) for a in launch.args],
-        "environment": {k: literal(v) for k, v in sorted(launch.env.items())},
+        # VLLM_API_KEY is vLLM's --api-key (read from the variable: the key stays out of the command line).
+        "environment": {k: literal(v) for k, v in sorted(launch.env.items())}
+        | {"VLLM_API_KEY": required("LLMGW_VLLM_API_KEY")},
         "volumes": [f"{o.models_dir}:/models:ro"],
         "shm_size": f"{o.shm_per_gpu_gib * len(gpus)}gb",
         "deploy": {
@@ -164,7 +185,7 @@ def project_service(o: ComposeOptions) -> Obj:
 
 
 def sidecar_service(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
-    args = ["python", "-m", "contract.sidecar", "--redis-url", "redis://redis:6379/0"]
+    args = ["python", "-m", "contract.sidecar"]
     for s in specs:
         args += ["--record", literal(record(s))]
     args += ["--drain-grace", f"{o.drain.drain_grace_s:g}", "--drain-settle", f"{o.drain.drain_settle_s:g}"]
@@ -172,6 +193,10 @@ def sidecar_service(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
     return {
         **project_service(o),
         "command": args,
+        "environment": {
+            "LLMGW_REDIS_URL": redis_url("redis"),
+            "VLLM_API_KEY": required("LLMGW_VLLM_API_KEY"),
+        },
         "depends_on": {"redis": HEALTHY},
         "healthcheck": healthcheck(python_check(f"http://127.0.0.1:{REGISTER_METRICS_PORT}/metrics")),
         "read_only": True,
@@ -186,13 +211,17 @@ def gateway(index: int, fleet_path: str, o: ComposeOptions) -> Obj:
         "command": ["llmgw-gateway", "--host", "0.0.0.0", "--port", str(GATEWAY_PORT)],
         "environment": {
             "LLMGW_FLEET_FILE": "/etc/llmgw/fleet.yaml",
-            "LLMGW_REDIS_URL": "redis://redis:6379/0",
+            "LLMGW_REDIS_URL": redis_url("redis"),
+            "LLMGW_KEYS_REDIS_URL": redis_url("redis-keys"),
             "LLMGW_GATEWAY_ID": f"gateway-{index}",
+            "LLMGW_AUTH": "true",
+            "LLMGW_ADMIN_KEY": required("LLMGW_ADMIN_KEY"),
+            "LLMGW_VLLM_API_KEY": required("LLMGW_VLLM_API_KEY"),
         },
         "volumes": [f"{fleet_path}:/etc/llmgw/fleet.yaml:ro"],
         "tmpfs": ["/tmp"],
         "read_only": True,
-        "depends_on": {"redis": HEALTHY},
+        "depends_on": {"redis": HEALTHY, "redis-keys": HEALTHY},
         "healthcheck": healthcheck(python_check(f"http://127.0.0.1:{GATEWAY_PORT}/health")),
         # uvicorn's graceful shutdown: LLMGW_SHUTDOWN_GRACE_S (120 s) + 10 s for the planned ends, + margin
         "stop_grace_period": "140s",
@@ -269,13 +298,20 @@ def grafana(o: ComposeOptions) -> Obj:
     }
 
 
-def redis(o: ComposeOptions) -> Obj:
-    return {
+def redis(o: ComposeOptions, persistent: bool = False) -> Obj:
+    """The state Redis (never persisted), or the key store (every write appended to its volume)."""
+    mode = KEYS_REDIS_ARGS if persistent else EPHEMERAL_REDIS_ARGS
+    password = required("LLMGW_REDIS_PASSWORD")
+    service: Obj = {
         "image": o.redis_image,
-        "command": ["redis-server", "--save", "", "--appendonly", "no"],
+        "command": ["redis-server", *mode, "--requirepass", password],
+        "environment": {"REDISCLI_AUTH": password},  # redis-cli in the healthcheck authenticates with it
         "healthcheck": healthcheck(["CMD", "redis-cli", "ping"], interval_s=5, start_s=10),
         "restart": "unless-stopped",
     }
+    if persistent:
+        service["volumes"] = ["redis-keys:/data"]
+    return service
 
 
 def workers(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
@@ -291,13 +327,14 @@ def workers(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
 
 def compose(fleet: Fleet, fleet_path: str, o: ComposeOptions) -> Obj:
     specs = plan(fleet, o)
-    services: Obj = {"redis": redis(o), "tls-init": tls_init(o), **workers(specs, o)}
+    services: Obj = {"redis": redis(o), "redis-keys": redis(o, persistent=True), "tls-init": tls_init(o)}
+    services.update(workers(specs, o))
     if specs:
         services["register"] = sidecar_service(specs, o)
     for i in range(1, o.gateways + 1):
         services[f"gateway-{i}"] = gateway(i, fleet_path, o)
     services.update(nginx=nginx(o), prometheus=prometheus(o), grafana=grafana(o))
-    volumes: Obj = {"tls": {}, "prometheus-data": {}, "grafana-data": {}}
+    volumes: Obj = {"tls": {}, "redis-keys": {}, "prometheus-data": {}, "grafana-data": {}}
     return {"name": "llmgw", "services": services, "volumes": volumes}
 
 
@@ -329,7 +366,7 @@ def render_compose(
         COMPOSE_FILE: header("The stack on one GPU host: `docker compose up -d`. See README.md, Deploy.")
         + to_yaml(compose(fleet, fleet_path, o)),
         f"{CONFIG_DIR}/nginx.conf": note.format("nginx/nginx.conf.template")
-        + container_nginx_conf(NGINX_TEMPLATE, gateways),
+        + container_nginx_conf(NGINX_TEMPLATE, gateways, trusted_proxies=o.trusted_proxies),
         f"{CONFIG_DIR}/prometheus.yml": note.format("prometheus/prometheus.yml.template") + prom,
         f"{CONFIG_DIR}/workers.json": worker_targets(plan(fleet, o)),
     }

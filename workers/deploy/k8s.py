@@ -4,6 +4,12 @@ Each model the fleet supervises gets a Deployment (a vLLM container with build_l
 registration sidecar, GPUs, /dev/shm, the shared model volume, probes sized for model load and a preStop
 drain), a PodDisruptionBudget and a KEDA ScaledObject that scales it on the gateways' queue depth.
 Models served elsewhere (``endpoints``) need no manifest: the gateway routes to their URLs.
+
+Secure by default: vLLM runs with an API key and the sidecar reaches Redis with its password, both from
+the Secret ``llmgw-secrets`` (keys ``vllm-api-key``, ``redis-password``, ``admin-key``) that the operator
+creates; NetworkPolicies (``networkpolicy.yaml``) let only the gateways, Prometheus and a model's own pod
+reach vLLM, only the gateways and the sidecars (and a supervisor, should one run here) reach the state
+Redis, and only the gateways reach the key store.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 from contract.drain import drain_argv
 from contract.fleet import Fleet, Model
 from contract.registry import RegistryTiming
+from contract.vllm_probe import API_KEY_ENV
 from workers.deploy.common import (
     ALERT_RULES,
     DEPLOY_TIMING,
@@ -44,7 +51,9 @@ class K8sOptions:
     namespace: str = "llmgw"
     vllm_image: str = "vllm"  # mapped to a real image by `images:` in deploy/k8s/kustomization.yaml
     project_image: str = "llmgw-gateway"
-    redis_url: str = "redis://redis:6379/0"
+    # $(REDIS_PASSWORD) is expanded by the kubelet from the container's env (the Secret).
+    redis_url: str = "redis://:$(REDIS_PASSWORD)@redis:6379/0"
+    secret: str = "llmgw-secrets"
     models_claim: str = "llmgw-models"
     startup_s: int = 1200  # weights from the shared volume, CUDA graphs, KV-cache profiling
     drain: RegistryTiming = DEPLOY_TIMING  # in-flight generations may finish within drain.drain_grace_s
@@ -54,6 +63,7 @@ class K8sOptions:
     cpu_per_gpu: int = 4
     memory_per_gpu_gib: int = 24
     shm_per_gpu_gib: int = 2
+    trusted_proxies: tuple[str, ...] = ()  # a load balancer in front of nginx that sets X-Forwarded-For
 
     @property
     def prometheus_url(self) -> str:
@@ -89,6 +99,11 @@ def metadata(model: Model) -> Obj:
     }
 
 
+def secret_env(name: str, key: str, o: K8sOptions) -> Obj:
+    """An env variable read from a key of the stack's Secret."""
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": o.secret, "key": key}}}
+
+
 def http_probe(path: str, port: str, period_s: int, failures: int, timeout_s: int = 5) -> Obj:
     return {
         "httpGet": {"path": path, "port": port},
@@ -109,7 +124,9 @@ def vllm_container(model: Model, o: K8sOptions) -> Obj:
         "imagePullPolicy": "IfNotPresent",
         "command": launch.command,
         "args": launch.args,
-        "env": [{"name": k, "value": v} for k, v in sorted(launch.env.items())],
+        # VLLM_API_KEY is vLLM's --api-key (read from the variable: the key stays out of the command line).
+        "env": [{"name": k, "value": v} for k, v in sorted(launch.env.items())]
+        + [secret_env(API_KEY_ENV, "vllm-api-key", o)],
         "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
         "resources": {
             "requests": {"cpu": str(o.cpu_per_gpu * gpus), "memory": memory, "nvidia.com/gpu": str(gpus)},
@@ -160,7 +177,8 @@ def sidecar_container(model: Model, o: K8sOptions) -> Obj:
         "imagePullPolicy": "IfNotPresent",
         "command": ["python"],
         "args": args,
-        "env": [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}} for k, v in field.items()],
+        "env": [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}} for k, v in field.items()]
+        + [secret_env("REDIS_PASSWORD", "redis-password", o), secret_env(API_KEY_ENV, "vllm-api-key", o)],
         "ports": [{"name": "metrics", "containerPort": REGISTER_METRICS_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}},
         "readinessProbe": http_probe("/metrics", "metrics", 10, 3),
@@ -281,6 +299,46 @@ def models_kustomization(files: list[str]) -> Obj:
     }
 
 
+GATEWAY_PODS = {"app.kubernetes.io/name": "llmgw-gateway"}
+PROMETHEUS_PODS = {"app.kubernetes.io/name": "prometheus"}
+MODEL_PODS = {"app.kubernetes.io/name": "vllm"}
+SUPERVISOR_PODS = {"app.kubernetes.io/name": "llmgw-workers"}
+STATE_REDIS_PODS = {"app.kubernetes.io/name": "redis"}
+KEY_STORE_PODS = {"app.kubernetes.io/name": "redis-keys"}
+REDIS_PORT = 6379
+
+
+def ingress_policy(name: str, pods: dict[str, str], sources: list[dict[str, str]], ports: list[int]) -> Obj:
+    """Only pods with one of ``sources``' labels (same namespace) may open ``ports`` of ``pods``."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "podSelector": {"matchLabels": pods},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": src}} for src in sources],
+                    "ports": [{"protocol": "TCP", "port": p} for p in ports],
+                }
+            ],
+        },
+    }
+
+
+def network_policies() -> list[Obj]:
+    """vLLM: the gateways and Prometheus (its own sidecar talks over the pod's loopback, which no policy
+    filters); the state Redis: gateways, sidecars, a supervisor; the key store: the gateways only."""
+    vllm_ports = [VLLM_PORT, REGISTER_METRICS_PORT]
+    state_clients = [GATEWAY_PODS, MODEL_PODS, SUPERVISOR_PODS]
+    return [
+        ingress_policy("vllm", MODEL_PODS, [GATEWAY_PODS, PROMETHEUS_PODS], vllm_ports),
+        ingress_policy("redis", STATE_REDIS_PODS, state_clients, [REDIS_PORT]),
+        ingress_policy("redis-keys", KEY_STORE_PODS, [GATEWAY_PODS], [REDIS_PORT]),
+    ]
+
+
 def render_k8s(fleet: Fleet, fleet_text: str, o: K8sOptions | None = None) -> dict[str, str]:
     """Every generated file under deploy/k8s, by path relative to it."""
     o = o or K8sOptions()
@@ -296,8 +354,10 @@ def render_k8s(fleet: Fleet, fleet_text: str, o: K8sOptions | None = None) -> di
         models_kustomization(files)
     )
     out[f"{MODELS_DIR}/{FLEET_FILE}"] = fleet_text
-    nginx = container_nginx_conf(NGINX_TEMPLATE, ["gateway:9000"])
+    nginx = container_nginx_conf(NGINX_TEMPLATE, ["gateway:9000"], trusted_proxies=o.trusted_proxies)
     out["nginx/nginx.conf"] = "# GENERATED by `llmgw-render` from deploy/nginx/nginx.conf.template.\n" + nginx
+    what = "NetworkPolicies: who may reach vLLM, the state Redis and the key store"
+    out["networkpolicy.yaml"] = header(what) + to_yaml_docs(network_policies())
     rules = "# GENERATED by `llmgw-render`: a copy of deploy/prometheus/rules/llmgw.yml.\n"
     out["prometheus/llmgw-rules.yml"] = rules + ALERT_RULES.read_text()
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from workers.stack.render import nginx_conf
@@ -36,7 +37,16 @@ def tls_lines(listen: str, cert: Path, key: Path) -> str:
     return "\n".join(f"        {line}" for line in lines)
 
 
-def container_nginx_conf(template: Path, upstreams: list[str], rate: str = "200r/s", burst: int = 400) -> str:
-    """nginx.conf for the nginx container of compose and Kubernetes: 8080 plain, 8443 TLS."""
+def container_nginx_conf(
+    template: Path,
+    upstreams: list[str],
+    rate: str = "200r/s",
+    burst: int = 400,
+    trusted_proxies: Sequence[str] = (),
+) -> str:
+    """nginx.conf for the nginx container of compose and Kubernetes: 8080 plain, 8443 TLS. Behind a load
+    balancer that adds X-Forwarded-For, pass its address range as ``trusted_proxies``."""
     tls = tls_lines(str(HTTPS_PORT), CONTAINER_TLS_DIR / "tls.crt", CONTAINER_TLS_DIR / "tls.key")
-    return nginx_conf(template, str(HTTP_PORT), upstreams, CONTAINER_RUN_DIR, rate, burst, tls)
+    return nginx_conf(
+        template, str(HTTP_PORT), upstreams, CONTAINER_RUN_DIR, rate, burst, tls, trusted_proxies
+    )

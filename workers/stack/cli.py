@@ -26,7 +26,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=8080, help="nginx port (the public endpoint)")
     p.add_argument("--gateways", type=int, default=2, help="number of gateway replicas")
     p.add_argument("--gateway-port", type=int, default=9001, help="port of the first gateway replica")
-    p.add_argument("--redis-port", type=int, default=6390)
+    p.add_argument("--redis-port", type=int, default=6390, help="the state Redis (never persisted)")
+    p.add_argument(
+        "--keys-redis-port",
+        type=int,
+        default=6391,
+        help="the API key store (persisted in RUN_DIR/redis-keys)",
+    )
     p.add_argument("--prometheus-port", type=int, default=9090)
     p.add_argument("--supervisor-port", type=int, default=9400, help="the supervisor's /metrics")
     p.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus")
@@ -86,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         gateway_ports=ports,
         prometheus_port=0 if args.no_prometheus else args.prometheus_port,
         redis_port=args.redis_port,
+        keys_redis_port=args.keys_redis_port,
         supervisor_metrics_port=args.supervisor_port,
     )
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 PLACEHOLDER = re.compile(r"\{\{[A-Z_]+\}\}")
@@ -18,6 +18,15 @@ def fill(template: str, values: Mapping[str, str]) -> str:
     return template
 
 
+def real_ip_lines(trusted: Sequence[str]) -> str:
+    """nginx's realip lines: the client address from X-Forwarded-For, believed only from ``trusted``."""
+    if not trusted:
+        return "    # no trusted proxy in front: $remote_addr is the client's own address"
+    lines = [f"set_real_ip_from {cidr};" for cidr in trusted]
+    lines += ["real_ip_header X-Forwarded-For;", "real_ip_recursive on;"]
+    return "\n".join(f"    {line}" for line in lines)
+
+
 def nginx_conf(
     template: Path,
     listen: str,
@@ -26,6 +35,7 @@ def nginx_conf(
     rate: str = "200r/s",
     burst: int = 400,
     tls: str = "",
+    trusted_proxies: Sequence[str] = (),
 ) -> str:
     servers = "\n".join(f"        server {u} max_fails=1 fail_timeout=2s;" for u in upstreams)
     return fill(
@@ -37,6 +47,7 @@ def nginx_conf(
             "RATE_LIMIT": rate,
             "RATE_BURST": str(burst),
             "TLS": tls,
+            "REAL_IP": real_ip_lines(trusted_proxies),
         },
     )
 

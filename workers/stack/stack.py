@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import shutil
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from contract.fleet import Fleet, load_fleet
+from contract.vllm_probe import API_KEY_ENV
 from workers.process import redis_server_argv
 from workers.stack.keeper import KeepPolicy, keep
 from workers.stack.render import nginx_conf, prometheus_conf
@@ -28,6 +30,7 @@ class StackConfig:
     run_dir: Path = REPO / ".run"
     models_dir: Path | None = None
     redis_port: int = 6390
+    keys_redis_port: int = 6391
     gateway_ports: tuple[int, ...] = (9001, 9002)
     nginx_port: int = 8080
     prometheus_port: int = 9090
@@ -37,10 +40,16 @@ class StackConfig:
     drain_grace_s: float = 30.0
     gateway_grace_s: float = 5.0
     gateway_env: dict[str, str] = field(default_factory=dict)
+    # vLLM's API key, fresh for each stack: only the gateways and the supervisor hold it.
+    vllm_api_key: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
 
     @property
     def redis_url(self) -> str:
         return f"redis://{self.host}:{self.redis_port}/0"
+
+    @property
+    def keys_redis_url(self) -> str:
+        return f"redis://{self.host}:{self.keys_redis_port}/0"
 
     @property
     def nginx_url(self) -> str:
@@ -69,11 +78,21 @@ class Stack:
         return self.config.run_dir / "logs"
 
     def redis(self) -> Service:
+        """The state Redis: registry, admission, in-flight counts, rate counters; never persisted."""
         c = self.config
         data = c.run_dir / "redis"
         data.mkdir(parents=True, exist_ok=True)
         argv = redis_server_argv(tool("redis-server"), c.redis_port, data, c.host)
         return Service("redis", argv, self.logs / "redis.log", tcp_probe(c.host, c.redis_port))
+
+    def keys_redis(self) -> Service:
+        """The key store: API keys only, every write appended to run_dir/redis-keys (survives restarts)."""
+        c = self.config
+        data = c.run_dir / "redis-keys"
+        data.mkdir(parents=True, exist_ok=True)
+        argv = redis_server_argv(tool("redis-server"), c.keys_redis_port, data, c.host, persistent=True)
+        probe = tcp_probe(c.host, c.keys_redis_port)
+        return Service("redis-keys", argv, self.logs / "redis-keys.log", probe)
 
     def workers(self) -> Service:
         c = self.config
@@ -97,15 +116,20 @@ class Stack:
         if c.models_dir is not None:
             argv += ["--models-dir", str(c.models_dir)]
         probe = tcp_probe(c.host, c.supervisor_metrics_port)
-        return Service("workers", argv, self.logs / "workers.log", probe, stop_grace_s=c.drain_grace_s + 20)
+        env = {API_KEY_ENV: c.vllm_api_key}  # vLLM reads it as its --api-key; the supervisor's probes send it
+        return Service(
+            "workers", argv, self.logs / "workers.log", probe, env, stop_grace_s=c.drain_grace_s + 20
+        )
 
     def gateway(self, index: int, port: int) -> Service:
         c = self.config
         env = {
             "LLMGW_FLEET_FILE": str(c.fleet_file),
             "LLMGW_REDIS_URL": c.redis_url,
+            "LLMGW_KEYS_REDIS_URL": c.keys_redis_url,
             "LLMGW_GATEWAY_ID": f"gateway-{index}",
             "LLMGW_SHUTDOWN_GRACE_S": f"{c.gateway_grace_s:g}",
+            "LLMGW_VLLM_API_KEY": c.vllm_api_key,
             **c.gateway_env,
         }
         argv = [script("llmgw-gateway"), "--host", c.host, "--port", str(port)]
@@ -167,6 +191,7 @@ class Stack:
         c = self.config
         self.logs.mkdir(parents=True, exist_ok=True)
         await self.launch(self.redis())
+        await self.launch(self.keys_redis())
         await self.launch(self.workers())
         for i, port in enumerate(c.gateway_ports, start=1):
             await self.launch(self.gateway(i, port))
@@ -174,6 +199,21 @@ class Stack:
         if c.prometheus_port:
             await self.launch(self.prometheus())
         await self.wait_for_fleet()
+
+    def service(self, name: str) -> Service:
+        """A running service by name (``redis``, ``redis-keys``, ``gateway-1``, ``nginx``, ...)."""
+        for s in self.services:
+            if s.name == name:
+                return s
+        raise KeyError(f"no service {name!r}; have {', '.join(s.name for s in self.services)}")
+
+    async def restart(self, name: str, deadline_s: float = 60.0) -> None:
+        """Start a service again with its own command line (after a crash or a kill); wait until ready."""
+        service = self.service(name)
+        await service.stop()
+        await service.start()
+        await service.wait_until_ready(deadline_s)
+        log.info("%s restarted", name)
 
     def expected(self) -> dict[str, int]:
         return {m.name: m.replicas if m.managed else 1 for m in self.fleet.models}
