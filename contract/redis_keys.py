@@ -61,6 +61,16 @@ class RedisKeys:
         """A tombstone left by a cancelled acquire, so a late acquire of the same ticket does nothing."""
         return f"{self.prefix}:adm:{{{model}}}:gone:{ticket}"
 
+    # models on demand: one wake request per model (SET NX by the first gateway that sees demand, read
+    # and cleared by the supervisor), and the channel on which a woken model is announced ready
+    def wake_request(self, model: str) -> str:
+        return f"{self.prefix}:adm:{{{model}}}:wake_request"
+
+    @property
+    def ready_channel(self) -> str:
+        """Pub/sub: the supervisor publishes a model's name here the moment a woken replica is ready."""
+        return f"{self.prefix}:ready"
+
     # API keys and rate limits
     def api_key(self, key_hash: str) -> str:
         return f"{self.prefix}:apikey:{key_hash}"

@@ -42,6 +42,7 @@ from gateway.routes import add_routes
 from gateway.routing import PolicyOptions, build_policy, load_routable_fleet
 from gateway.settings import GatewaySettings
 from gateway.state import Gateway
+from gateway.wake import ReadyNotices, Wakes
 
 log = logging.getLogger("llmgw.app")
 
@@ -74,10 +75,11 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         metrics=metrics,
         ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s)),
         inflight=share,
+        wakes=Wakes(redis, keys, settings.gateway_id),
     )
 
 
-def start_background(gw: Gateway, discovery: Discovery) -> Background:
+def start_background(gw: Gateway, discovery: Discovery, notices: ReadyNotices) -> Background:
     s = gw.settings
     monitor = Monitor(gw.client, gw.table, gw.ejection, gw.metrics)
     reload = FleetReload(gw, discovery, lambda m: build_policy(m.policy, policy_options(m, s)))
@@ -87,6 +89,7 @@ def start_background(gw: Gateway, discovery: Discovery) -> Background:
     bg.start(s.health_interval_s, monitor.health_tick)
     bg.start(s.load_scrape_interval_s, monitor.load_tick)
     bg.start(s.load_share_interval_s, gw.inflight.tick)
+    bg.start(0.0, notices.step)
     return bg
 
 
@@ -94,12 +97,19 @@ def start_background(gw: Gateway, discovery: Discovery) -> Background:
 async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]:
     await discovery.refresh()
     await gw.admission.start()
-    bg = start_background(gw, discovery)
+
+    async def on_ready(model: str) -> None:
+        await discovery.refresh()
+        gw.wakes.notify()
+
+    notices = ReadyNotices(gw.redis, gw.keys, on_ready)
+    bg = start_background(gw, discovery, notices)
     log.info("gateway %s up: models=%s", gw.settings.gateway_id, ",".join(m.name for m in gw.fleet.models))
     try:
         yield
     finally:
         await bg.close()
+        await notices.close()
         await gw.inflight.leave()
         await gw.admission.stop()
         await gw.auth.aclose()

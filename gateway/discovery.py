@@ -19,6 +19,7 @@ from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, ReplicaRecord, read_registry, redis_run_id
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
+from gateway.wake import MODEL_STATES, model_state
 
 log = logging.getLogger("llmgw.discovery")
 
@@ -107,3 +108,6 @@ class Discovery:
         await self.refresh()
         for pool in self.table.pools():
             self.metrics.ready_replicas.labels(pool.model).set(pool.ready_count)
+            state = model_state(pool)
+            for s in MODEL_STATES:
+                self.metrics.model_state.labels(pool.model, s).set(1 if s == state else 0)

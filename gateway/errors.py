@@ -101,6 +101,12 @@ class NoReadyReplica(GatewayError):
     code = "no_ready_replica"
 
 
+class WakeTimeout(NoReadyReplica):
+    """An on-demand model did not wake within its ``wake_timeout_s``."""
+
+    code = "wake_timeout"
+
+
 class UpstreamError(GatewayError):
     status = 502
     type = "upstream_error"

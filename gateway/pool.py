@@ -101,8 +101,8 @@ class ReplicaTable:
         new: list[Endpoint] = []
         for rec in sorted(records, key=lambda r: r.id):
             ep = old.get(rec.id)
-            if ep is None:
-                ep = Endpoint(rec)
+            if ep is None or ep.record.instance != rec.instance:
+                ep = Endpoint(rec)  # a new start of the replica (woken, restarted): nothing carried over
             else:
                 ep.record = rec
             new.append(ep)

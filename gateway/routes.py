@@ -14,23 +14,36 @@ from gateway.fastpath import PROXIED
 from gateway.openapi import request_body
 from gateway.proxy import Proxy
 from gateway.state import Gateway
+from gateway.wake import model_state
 
 JSON = "application/json"
 
 
 def model_list(gw: Gateway, created: int) -> dict[str, Any]:
+    """Every public name; ``state`` is the serving model's (awake, waking, asleep, unavailable) and
+    ``activation`` says whether a request wakes it (on_demand) or it always runs."""
     data = [
-        {"id": name, "object": "model", "created": created, "owned_by": "llm-gateway", "root": model.name}
+        {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "llm-gateway",
+            "root": model.name,
+            "state": model_state(gw.table.pool(model.name)),
+            "activation": model.activation,
+        }
         for name, model in gw.names.items()
     ]
     return {"object": "list", "data": data}
 
 
 def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
+    """Ready when some model is awake, or an on-demand one can be woken (asleep or waking)."""
     models = {
-        p.model: {"ready_replicas": p.ready_count, "replicas": len(p.endpoints)} for p in gw.table.pools()
+        p.model: {"ready_replicas": p.ready_count, "replicas": len(p.endpoints), "state": model_state(p)}
+        for p in gw.table.pools()
     }
-    ready = any(p.ready_count for p in gw.table.pools())
+    ready = any(m["state"] in ("awake", "asleep", "waking") for m in models.values())
     redis = "ok" if discovery.redis_ok else "unreachable"
     degraded = gw.admission.degraded or not discovery.redis_ok
     detail = {"ready": ready, "redis": redis, "degraded": degraded, "models": models}

@@ -18,6 +18,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
 from gateway.routing.base import Policy
 from gateway.settings import GatewaySettings
+from gateway.wake import Wakes
 
 
 @dataclass(slots=True)
@@ -36,3 +37,4 @@ class Gateway:
     metrics: GatewayMetrics
     ejection: Ejection
     inflight: InflightShare
+    wakes: Wakes
