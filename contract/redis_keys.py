@@ -62,14 +62,15 @@ class RedisKeys:
         return f"{self.prefix}:adm:{{{model}}}:gone:{ticket}"
 
     # models on demand: one wake request per model (SET NX by the first gateway that sees demand, read
-    # and cleared by the supervisor), and the channel on which a woken model is announced ready
+    # and cleared by the supervisor), and the channel on which a model's state change is announced
     def wake_request(self, model: str) -> str:
         return f"{self.prefix}:adm:{{{model}}}:wake_request"
 
     @property
-    def ready_channel(self) -> str:
-        """Pub/sub: the supervisor publishes a model's name here the moment a woken replica is ready."""
-        return f"{self.prefix}:ready"
+    def state_channel(self) -> str:
+        """Pub/sub: the supervisor publishes a model's name here the moment a woken replica is ready, and
+        when one starts to drain for sleep; every gateway re-reads the registry at once."""
+        return f"{self.prefix}:model_state"
 
     # API keys and rate limits
     def api_key(self, key_hash: str) -> str:

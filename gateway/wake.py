@@ -3,7 +3,7 @@
 A request for an on-demand model with no ready replica sets the model's wake request in Redis
 (``SET NX`` on :meth:`RedisKeys.wake_request`, so however many gateways see demand, one wake is asked
 for); the supervisor reads it and starts the replica. The supervisor publishes the model's name on
-:attr:`RedisKeys.ready_channel` once the woken replica has decoded a token; :class:`ReadyNotices`
+:attr:`RedisKeys.state_channel` once the woken replica has decoded a token; :class:`ReadyNotices`
 re-reads the registry at that moment, so the waiting requests go on without waiting for the next poll.
 """
 
@@ -68,7 +68,7 @@ class Wakes:
 
 
 class ReadyNotices:
-    """A background step: one message of the ready channel at most per call, then ``on_ready(model)``.
+    """A background step: one message of the model state channel at most per call, then ``on_ready(model)``.
     Subscribes on first use and again after a Redis failure."""
 
     def __init__(
@@ -85,18 +85,18 @@ class ReadyNotices:
         try:
             model = await self._next()
         except (RedisError, OSError) as exc:
-            log.warning("ready notices interrupted (%s); subscribing again", exc)
+            log.warning("model state notices interrupted (%s); subscribing again", exc)
             await self.close()
             await asyncio.sleep(self.listen_s)
             return
         if model is not None:
-            log.info("model=%s announced ready: registry re-read", model)
+            log.info("model=%s state change announced: registry re-read", model)
             await self.on_ready(model)
 
     async def _next(self) -> str | None:
         if self._pubsub is None:
             pubsub = self.redis.pubsub()
-            await pubsub.subscribe(self.keys.ready_channel)
+            await pubsub.subscribe(self.keys.state_channel)
             self._pubsub = pubsub
         msg = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=self.listen_s)
         if msg is None or msg.get("type") != "message":

@@ -18,12 +18,13 @@ from contract.fleet import FleetError, load_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
+from workers.activator import Activator
 from workers.gpu import nvidia_smi_probe
-from workers.headroom import headroom_probe
+from workers.headroom import cpu_need_bytes, headroom_probe, host_available_bytes, weights_bytes
 from workers.launch import Launch, ReplicaSpec, build_launch
 from workers.observe import Observer
 from workers.reconciler import FleetWatch, Reconciler
-from workers.supervisor import Supervisor, SupervisorOptions
+from workers.supervisor import Replica, Supervisor, SupervisorOptions
 from workers.weights import weights_for
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -57,6 +58,16 @@ def launcher(args: argparse.Namespace) -> Callable[[ReplicaSpec], Launch]:
     return launch_for
 
 
+def estimator(args: argparse.Namespace) -> Callable[[Replica], int]:
+    """What a replica is expected to take before it was ever measured: KV cache, weights, overhead."""
+
+    def estimate(r: Replica) -> int:
+        weights = weights_bytes(weights_for(r.spec.model, args.models_dir))
+        return cpu_need_bytes(r.spec.model.budget.kv_cache_gib or 1, weights)
+
+    return estimate
+
+
 async def serve(args: argparse.Namespace) -> None:
     redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     timing = RegistryTiming(drain_grace_s=args.drain_grace)
@@ -72,10 +83,14 @@ async def serve(args: argparse.Namespace) -> None:
         loop = asyncio.get_running_loop()
         drained = asyncio.Event()
         reconciling = asyncio.create_task(rec.run())
+        keys = RedisKeys(args.redis_prefix)
+        act = Activator(sup, keys, lambda: rec.fleet, estimator(args), host_available_bytes, metrics)
+        activating = asyncio.create_task(act.run())
 
         async def drain() -> None:
             reconciling.cancel()
-            await asyncio.gather(reconciling, return_exceptions=True)
+            activating.cancel()
+            await asyncio.gather(reconciling, activating, return_exceptions=True)
             await sup.drain()
             drained.set()
 

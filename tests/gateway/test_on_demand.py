@@ -1,8 +1,8 @@
 """On-demand models at the gateway: a request for an asleep model waits in the shared queue (real Redis)
 while the model wakes, exactly one wake is asked for however many gateways see demand, a wake that does
 not come in time is a 503 with Retry-After. The replica is the FAKE ENGINE; the test plays the
-supervisor: it reads the wake request, publishes the replica READY and announces it on the ready channel.
-The gateways poll the registry only every 30 s here, so only the notice can tell them in time."""
+supervisor: it reads the wake request, publishes the replica READY and announces it on the model state
+channel. The gateways poll the registry only every 30 s here, so only the notice can tell them in time."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class FakeSupervisor:
 
     async def wake(self) -> None:
         await self.publish(ReplicaState.READY)
-        await self.redis.publish(self.keys.ready_channel, "sleepy")
+        await self.redis.publish(self.keys.state_channel, "sleepy")
         await self.redis.delete(self.keys.wake_request("sleepy"))
 
     async def queued(self) -> int:
