@@ -19,6 +19,7 @@ from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
 from workers.activator import Activator
+from workers.adopt import StateFile, check_entries
 from workers.gpu import nvidia_smi_probe
 from workers.headroom import cpu_need_bytes, headroom_probe, host_available_bytes, weights_bytes
 from workers.launch import Launch, ReplicaSpec, build_launch
@@ -48,6 +49,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sd-file", type=Path, default=None, help="Prometheus file_sd JSON of the ready replicas")
     p.add_argument("--metrics-port", type=int, default=9400, help="port of the supervisor's own /metrics")
     p.add_argument("--ready-deadline", type=float, default=600.0, help="seconds a replica may take to start")
+    p.add_argument(
+        "--state-file",
+        type=Path,
+        default=Path(".run/workers-state.json"),
+        help="the running replicas (pid, port, id), for a restarted supervisor to adopt",
+    )
     return p.parse_args(argv)
 
 
@@ -68,7 +75,9 @@ def estimator(args: argparse.Namespace) -> Callable[[Replica], int]:
     return estimate
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], Launch] | None = None) -> None:
+    """Adopt what a previous supervisor left running, converge to the fleet file, drain on SIGTERM.
+    ``launch_for`` builds each replica's command (vLLM's, from the fleet, unless given)."""
     redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     timing = RegistryTiming(drain_grace_s=args.drain_grace)
     options = SupervisorOptions(ready_deadline_s=args.ready_deadline, timing=timing)
@@ -76,10 +85,18 @@ async def serve(args: argparse.Namespace) -> None:
     server = await serve_metrics(metrics, "127.0.0.1", args.metrics_port)
     registry = RegistryWriter(redis, RedisKeys(args.redis_prefix), timing)
     async with httpx.AsyncClient() as client:
-        sup = Supervisor([], registry, client, options, Observer(metrics, args.sd_file), metrics=metrics)
+        observer, state = Observer(metrics, args.sd_file), StateFile(args.state_file)
+
+        def on_change(r: Replica) -> None:
+            observer(r)
+            state.save(rec.entries())
+
+        sup = Supervisor([], registry, client, options, on_change, metrics=metrics)
         watch = FleetWatch(args.fleet)
         headroom = headroom_probe(args.models_dir, nvidia_smi_probe, options.gpu_reserve_bytes)
-        rec = Reconciler(sup, watch, launcher(args), headroom, args.log_dir, args.devices, metrics)
+        launch = launch_for or launcher(args)
+        rec = Reconciler(sup, watch, launch, headroom, args.log_dir, args.devices, metrics)
+        await rec.adopt(await check_entries(state.load(), client))
         loop = asyncio.get_running_loop()
         drained = asyncio.Event()
         reconciling = asyncio.create_task(rec.run())
@@ -101,6 +118,7 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signal.SIGHUP, lambda: watch.request("SIGHUP"))
         await sup.run()
         await drained.wait()
+        state.save([])
     server.close()
     await redis.aclose()
 

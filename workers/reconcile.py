@@ -19,7 +19,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from contract.fleet import Fleet, Model
@@ -85,16 +85,22 @@ def device_key(device_kind: str, device: int) -> tuple[str, int]:
     return ("gpu", device) if device_kind == "gpu" else ("cpu", 0)
 
 
+def always_free(_: int) -> bool:
+    return True
+
+
 @dataclass(slots=True)
 class PortLedger:
-    """The ports in use; :meth:`allocate` hands out the lowest free one from ``base``."""
+    """The ports in use; :meth:`allocate` hands out the lowest free one from ``base`` (skipping those
+    ``is_free`` says something else holds)."""
 
     base: int
     used: set[int] = field(default_factory=set)
+    is_free: Callable[[int], bool] = always_free
 
     def allocate(self) -> int:
         port = self.base
-        while port in self.used:
+        while port in self.used or not self.is_free(port):
             port += 1
         self.used.add(port)
         return port
@@ -113,10 +119,11 @@ def plan(
     running: Sequence[Running],
     n_devices: int,
     refused: Iterable[Refusal] = (),
+    is_free: Callable[[int], bool] = always_free,
 ) -> list[Action]:
     """Every action that moves ``running`` toward ``fleet``, in fleet order (stops of removed models
     last).  Pure: the same inputs give the same actions."""
-    planner = _Planner(fleet, running, n_devices, frozenset(refused))
+    planner = _Planner(fleet, running, n_devices, frozenset(refused), is_free)
     for model in fleet.models:
         if model.managed:
             planner.model(model)
@@ -129,11 +136,16 @@ def plan(
 
 class _Planner:
     def __init__(
-        self, fleet: Fleet, running: Sequence[Running], n_devices: int, refused: frozenset[Refusal]
+        self,
+        fleet: Fleet,
+        running: Sequence[Running],
+        n_devices: int,
+        refused: frozenset[Refusal],
+        is_free: Callable[[int], bool],
     ) -> None:
         self.fleet, self.running, self.refused = fleet, running, refused
         self.n_devices = max(1, n_devices)
-        self.ports = PortLedger(fleet.defaults.base_port, {r.spec.port for r in running})
+        self.ports = PortLedger(fleet.defaults.base_port, {r.spec.port for r in running}, is_free)
         self.load = {d: 0 for d in range(self.n_devices)}
         for r in running:
             self.load[r.spec.device] = self.load.get(r.spec.device, 0) + 1

@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from contract.fleet import Fleet, FleetError, load_fleet
 from contract.registry import ReplicaState
 from contract.replica_metrics import SupervisorMetrics
+from workers.adopt import AdoptedProcess, Entry, entry_for
 from workers.headroom import Headroom
 from workers.launch import Launch, ReplicaSpec
 from workers.reconcile import Action, Refusal, Replace, Running, Start, Stop, device_key, fingerprint, plan
-from workers.supervisor import Replica, Supervisor
+from workers.supervisor import Replica, Supervisor, port_taken
 
 log = logging.getLogger("llmgw.reconcile")
 
@@ -101,10 +103,19 @@ class Reconciler:
                 fleet = self.load()
                 if fleet is not None:
                     self.fleet = fleet
+                    await self.forget_failures()
                     await self.converge(fleet)
         finally:
             poller.cancel()
             await asyncio.gather(poller, return_exceptions=True)
+
+    async def forget_failures(self) -> None:
+        """A new read of the file (a save, SIGHUP) tries again what failed: refused replaces, and replicas
+        left FAILED (a failed start, a crash loop that gave up), which are withdrawn to be started anew."""
+        self.refused.clear()
+        for r in [r for r in self.sup.replicas if r.state is ReplicaState.FAILED]:
+            log.info("reconcile replica=%s was failed: withdrawn, to be started again", r.spec.id)
+            await self.sup.retire(r)
 
     def load(self) -> Fleet | None:
         try:
@@ -116,20 +127,51 @@ class Reconciler:
         self.metrics.fleet_reloads.labels("applied").inc()
         return fleet
 
+    async def adopt(self, entries: Sequence[Entry]) -> None:
+        """Take over verified replicas of a previous supervisor (:func:`workers.adopt.check_entries`):
+        same id, port and instance, published READY, then watched and reconciled like the others."""
+        for e in entries:
+            spec = e.spec()
+            r = Replica(spec, self.launch_for(spec), self.log_dir, slot=e.slot)
+            r.process = AdoptedProcess(r.process.launch, r.process.log_file, e.pid)
+            r.instance, r.started_at = e.instance, time.monotonic()
+            self.sup.replicas.append(r)
+            await self.sup.set_state(r, ReplicaState.READY)
+            self.sup.begin_watch(r)
+            self.count("adopt", spec.model.name, "ok")
+
+    def entries(self) -> list[Entry]:
+        """What the state file holds: every replica with a live process."""
+        out = []
+        for r in self.sup.replicas:
+            pid = r.process.pid
+            if pid is not None and r.process.alive:
+                out.append(entry_for(r.spec, r.slot, pid, r.instance))
+        return out
+
     def running(self) -> list[Running]:
         return [Running(r.spec, r.slot, r.state) for r in self.sup.replicas]
 
     async def converge(self, fleet: Fleet) -> None:
         """Passes of plan-then-act until the plan is empty (or the supervisor stops)."""
+        for m in fleet.models:  # at 0 from the start, so that the first failure is an increase
+            for action in ("start", "replace"):
+                self.metrics.actions.labels(action, m.name, "failed")
         for _ in range(MAX_PASSES):
             if self.sup.stopping.is_set():
                 return
-            actions = plan(fleet, self.running(), self.n_devices, self.refused)
+            actions = plan(fleet, self.running(), self.n_devices, self.refused, self.port_free(fleet))
             if not actions:
                 return
             self.passes += 1
             await self.execute(actions)
         log.error("fleet not converged after %d passes", MAX_PASSES)
+
+    @staticmethod
+    def port_free(fleet: Fleet) -> Callable[[int], bool]:
+        """The ledger skips ports something else already listens on."""
+        host = fleet.defaults.host
+        return lambda port: not port_taken(host, port)
 
     async def execute(self, actions: Sequence[Action]) -> None:
         """Each device's actions one after another; devices side by side."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from contract.registry import (
     new_instance_id,
 )
 from contract.replica_metrics import SupervisorMetrics
+from workers.adopt import AdoptedProcess
 from workers.gpu import DeviceMemory, MemoryProbe, gib, nvidia_smi_probe
 from workers.launch import Launch, ReplicaSpec, with_budget
 from workers.oom import (
@@ -191,6 +193,11 @@ class Supervisor:
         if r.on_gpu:
             r.budgets_tried.append(r.budget)
         r.instance = new_instance_id()
+        if port_taken(r.spec.host, r.spec.port):
+            raise StartFailed(
+                f"port {r.spec.port} is already taken by another process: not starting (whatever answers "
+                "there was not started by this supervisor and is never published)"
+            )
         await r.process.start()
         r.startup_s = await r.process.wait_ready(
             r.spec.url, r.spec.model.name, self.options.ready_deadline_s, self.client
@@ -447,7 +454,8 @@ class Supervisor:
         until stop() is called."""
         heartbeat = asyncio.create_task(self.heartbeat())
         redis_watch = asyncio.create_task(self.follow_redis())
-        await asyncio.gather(*(self.start_group(g) for g in start_groups(self.replicas)))
+        idle = [r for r in self.replicas if r.watcher is None and not r.process.alive]  # not adopted ones
+        await asyncio.gather(*(self.start_group(g) for g in start_groups(idle)))
         await self.stopping.wait()
         tasks = [heartbeat, redis_watch, *self.watchers]
         for t in tasks:
@@ -479,5 +487,18 @@ def start_groups(replicas: Sequence[Replica]) -> list[list[Replica]]:
 
 async def exited(process: ReplicaProcess) -> None:
     """Return once the replica's process has exited (at once when there is none)."""
-    if process.proc is not None:
+    if isinstance(process, AdoptedProcess):
+        await process.wait_exit()
+    elif process.proc is not None:
         await process.proc.wait()
+
+
+def port_taken(host: str, port: int) -> bool:
+    """True when something already listens on ``host:port`` (a bind with SO_REUSEADDR fails only then)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False

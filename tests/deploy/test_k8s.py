@@ -286,3 +286,17 @@ def test_prometheus_configuration_passes_promtool(tmp_path: Path) -> None:
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert [j["job_name"] for j in config["scrape_configs"]] == ["gateway", "vllm", "supervisor"]
+
+
+def test_model_deployments_roll_a_new_pod_in_before_an_old_one_drains(objects: list[Obj]) -> None:
+    """A changed fleet rolls like the supervisor's replace: a new pod ready first (maxUnavailable 0,
+    maxSurge 1), then the old one drains through its preStop hook."""
+    for name, d in of_kind(objects, "Deployment").items():
+        if not name.startswith("vllm-"):
+            continue
+        strategy = d["spec"]["strategy"]
+        assert strategy["type"] == "RollingUpdate", name
+        assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}, name
+        vllm = next(c for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")
+        assert vllm["lifecycle"]["preStop"]["exec"]["command"][:3] == ["python3", "-c", DRAIN_SCRIPT]
+        assert vllm["readinessProbe"]["httpGet"]["path"] in {"/health", "/v1/models"}, name

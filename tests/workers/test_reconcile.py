@@ -164,6 +164,8 @@ def test_unplaced_models_go_to_the_least_used_device() -> None:
 def test_port_ledger_skips_ports_in_use() -> None:
     ledger = PortLedger(8100, {8100, 8102})
     assert [ledger.allocate(), ledger.allocate(), ledger.allocate()] == [8101, 8103, 8104]
+    taken_elsewhere = PortLedger(8100, {8100}, is_free=lambda p: p != 8101)
+    assert taken_elsewhere.allocate() == 8102
 
 
 def test_unmanaged_models_are_not_run() -> None:

@@ -199,6 +199,9 @@ async def test_a_replace_that_cannot_start_leaves_the_old_replica_serving(
             assert (await c.get(f"{old.spec.url}/health")).status_code == 200
         assert "did not start; a-0 keeps serving" in caplog.text
         assert lp.actions("replace", "a", "failed") == 1  # refused, not retried in a loop
+        lp.rec.watch.request("SIGHUP")  # an explicit re-read tries again
+        await until(lambda: lp.actions("replace", "a", "failed") == 2)
+        assert old.state is ReplicaState.READY and old.process.pid == pid
 
 
 async def test_stop_first_replace_that_cannot_start_brings_the_old_configuration_back(
@@ -262,6 +265,8 @@ async def test_a_crash_loop_is_bounded_and_ends_failed(
         assert f"gave up after {give_up} consecutive failed restarts" in caplog.text
         assert lp.actions("restart", "a", "gave_up") == 1
         assert rep.watcher is not None and rep.watcher.done() and rep.watcher.exception() is None
+        lp.rec.watch.request("SIGHUP")  # the operator asks again: a new replica in its slot
+        await until(lambda: "a-0" in lp.ready() and lp.ready()["a-0"] is not rep)
 
 
 async def test_redis_restart_republishes_every_replica_at_once(tmp_path: Path) -> None:

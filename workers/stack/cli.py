@@ -53,11 +53,13 @@ async def run(config: StackConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
     up = asyncio.create_task(stack.up())
     waiter = asyncio.create_task(stop.wait())
+    keeper: asyncio.Task[None] | None = None
     try:
         await asyncio.wait({up, waiter}, return_when=asyncio.FIRST_COMPLETED)
         if up.done():
             up.result()
             print(ready_line(stack, time.monotonic() - started), flush=True)
+            keeper = asyncio.create_task(stack.keep())
             await waiter
         return 0
     except RuntimeError as exc:
@@ -66,6 +68,9 @@ async def run(config: StackConfig) -> int:
     finally:
         up.cancel()
         waiter.cancel()
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
         await stack.down()
 
 

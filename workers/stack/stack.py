@@ -14,6 +14,7 @@ import httpx
 
 from contract.fleet import Fleet, load_fleet
 from workers.process import redis_server_argv
+from workers.stack.keeper import KeepPolicy, keep
 from workers.stack.render import nginx_conf, prometheus_conf
 from workers.stack.services import Service, http_probe, tcp_probe
 
@@ -89,6 +90,8 @@ class Stack:
             str(self.sd_file),
             "--metrics-port",
             str(c.supervisor_metrics_port),
+            "--state-file",
+            str(c.run_dir / "workers-state.json"),
         ]
         if c.models_dir is not None:
             argv += ["--models-dir", str(c.models_dir)]
@@ -195,6 +198,11 @@ class Stack:
         dead = [s.name for s in self.services if not s.alive]
         if dead:
             raise RuntimeError(f"{', '.join(dead)} exited; see {self.logs}")
+
+    async def keep(self, policy: KeepPolicy | None = None) -> None:
+        """After READY: restart any service that dies (:func:`workers.stack.keeper.keep`), until
+        cancelled (``down`` cancels it first)."""
+        await asyncio.gather(*(keep(s, policy or KeepPolicy()) for s in self.services))
 
     async def down(self) -> None:
         for service in reversed(self.services):

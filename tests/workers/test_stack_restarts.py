@@ -1,0 +1,74 @@
+"""`llmgw-stack` keeps its services up (real Redis, gateways and nginx; the one model is the FAKE ENGINE,
+served as an external endpoint, so no vLLM): a gateway, nginx and Redis killed with -9 under a steady
+load are restarted, the stack serves again, and every answer is a 200 or an error in the API's shape."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import psutil
+
+from tests.support.procs import free_port, spawn, start_fake_engine, wait_until
+
+
+def child(stack_pid: int, *needles: str) -> psutil.Process:
+    for c in psutil.Process(stack_pid).children(recursive=True):
+        cmd = " ".join(c.cmdline())
+        if all(n in cmd for n in needles):
+            return c
+    raise LookupError(needles)
+
+
+def steady_load(url: str, stop: threading.Event, seen: Counter[str]) -> None:
+    body = {"model": "ext", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(timeout=10) as c:
+        while not stop.is_set():
+            try:
+                r = c.post(f"{url}/v1/chat/completions", json=body)
+                shaped = r.status_code == 200 or "error" in r.json()
+                seen[f"{r.status_code}{'' if shaped else ' unshaped'}"] += 1
+            except (httpx.HTTPError, ValueError) as exc:
+                seen[type(exc).__name__] += 1
+
+
+def test_dead_services_are_restarted_under_load(tmp_path: Path) -> None:
+    engine = start_fake_engine(tmp_path, "--model", "ext-model")
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(f"models:\n - name: ext-model\n   aliases: [ext]\n   endpoints: ['{engine.url}']\n")
+    port, redis_port = free_port(), free_port()
+    flags = ["--port", str(port), "--redis-port", str(redis_port), "--supervisor-port", str(free_port())]
+    flags += ["--gateways", "2", "--gateway-port", str(free_port()), "--no-prometheus"]
+    argv = [str(Path(sys.executable).parent / "llmgw-stack"), "--fleet", str(fleet), "--run-dir"]
+    log = tmp_path / "stack.log"
+    stack = spawn([*argv, str(tmp_path / "run"), *flags], port, log)
+    stop, seen = threading.Event(), Counter[str]()
+    load = threading.Thread(target=steady_load, args=(f"http://127.0.0.1:{port}", stop, seen))
+    try:
+        wait_until(lambda: "READY" in log.read_text(), 90, "llmgw-stack")
+        load.start()
+        for name, needles in (
+            ("gateway-1", ("llmgw-gateway",)),
+            ("nginx", ("nginx: master",)),
+            ("redis", ("redis-server", str(redis_port))),
+        ):
+            before = seen.total()
+            child(stack.popen.pid, *needles).send_signal(signal.SIGKILL)
+            wait_until(lambda n=name: f"service={n} restarted" in log.read_text(), 60, f"{name} restarted")
+            wait_until(lambda b=before: seen["200"] > b + 20, 30, f"traffic after {name}")
+        stop.set()
+        load.join(30)
+        print(f"answers during the kills: {dict(seen)}")
+        assert not [k for k in seen if "unshaped" in k or not k[0].isdigit()], dict(seen)
+        text = log.read_text()
+        assert "service=gateway-1 died (exit -9)" in text and "service=redis died (exit -9)" in text
+        stack.popen.send_signal(signal.SIGTERM)
+        assert stack.popen.wait(60) == 0
+    finally:
+        stop.set()
+        stack.kill()
+        engine.stop()
