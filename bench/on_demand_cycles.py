@@ -207,7 +207,14 @@ async def one_cycle(
 
 
 async def run(
-    tmp: Path, real: bool, cycles: int, clients: int, per_client: int, idle_s: float, redis_url: str
+    tmp: Path,
+    real: bool,
+    cycles: int,
+    clients: int,
+    per_client: int,
+    idle_s: float,
+    redis_url: str,
+    stop_at: float = float("inf"),
 ) -> Report:
     prefix = f"odc{uuid.uuid4().hex[:6]}"
     fleet_text, model = fleet_for(real, idle_s, free_port())
@@ -221,6 +228,9 @@ async def run(
     ):
         kind = load_fleet(tmp / "fleet.yaml").models[0].kind
         for i in range(1, cycles + 1):
+            if time.monotonic() > stop_at:
+                print(f"time budget spent: {i - 1} of {cycles} cycles run", flush=True)
+                break
             await until(lambda: asleep(sup), 600, "the model asleep")
             wakes0, wake_sum0 = wakes_made(metrics), metrics.wake_seconds.labels(model)._sum.get()
             asked0 = await wakes_asked(c, [a, b])
@@ -249,7 +259,7 @@ async def main_async(args: argparse.Namespace) -> Report:
         try:
             return await run(
                 tmp, args.real, args.cycles, args.clients, args.per_client, args.idle_s,
-                f"redis://127.0.0.1:{redis.port}/0",
+                f"redis://127.0.0.1:{redis.port}/0", time.monotonic() + args.budget_s,
             )  # fmt: skip
         finally:
             redis.stop()
@@ -262,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=4, help="concurrent users per cycle")
     p.add_argument("--per-client", type=int, default=3, help="requests each user sends per cycle")
     p.add_argument("--idle-s", type=float, default=None, help="idle_timeout_s (default 5 real, 0.5 fake)")
+    p.add_argument("--budget-s", type=float, default=float("inf"), help="start no cycle after this long")
     p.add_argument("--out", type=Path, default=None, help="write the report as JSON here")
     args = p.parse_args(argv)
     if args.idle_s is None:
