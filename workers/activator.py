@@ -168,10 +168,7 @@ class Activator:
 
     async def announce(self, model: str) -> None:
         """Tell every gateway the model's state changed, so none waits for its next registry poll."""
-        try:
-            await self.redis.publish(self.keys.state_channel, model)
-        except REDIS_ERRORS as exc:
-            log.warning("model=%s state notice not sent (%s): gateways see it at their next poll", model, exc)
+        await self.sup.registry.announce(model)
 
     async def wake_replica(self, r: Replica, why: str) -> bool:
         async with self.room:
