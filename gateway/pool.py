@@ -95,14 +95,15 @@ class ReplicaTable:
         return [e for p in self._pools.values() for e in p.endpoints]
 
     def sync(self, model: str, records: Iterable[ReplicaRecord]) -> bool:
-        """Replace a model's records, keeping each surviving replica's live counters. True if changed."""
+        """Replace a model's records, keeping each surviving replica's live counters (same id and same
+        instance; a restarted replica starts afresh, its ejection forgotten). True if changed."""
         pool = self._pools[model]
         old = {e.id: e for e in pool.endpoints}
         new: list[Endpoint] = []
         for rec in sorted(records, key=lambda r: r.id):
             ep = old.get(rec.id)
             if ep is None or ep.record.instance != rec.instance:
-                ep = Endpoint(rec)  # a new start of the replica (woken, restarted): nothing carried over
+                ep = Endpoint(rec)  # a new start of the replica: nothing of the old one carries over
             else:
                 ep.record = rec
             new.append(ep)

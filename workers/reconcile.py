@@ -120,10 +120,12 @@ def plan(
     n_devices: int,
     refused: Iterable[Refusal] = (),
     is_free: Callable[[int], bool] = always_free,
+    retired: Iterable[str] = (),
 ) -> list[Action]:
     """Every action that moves ``running`` toward ``fleet``, in fleet order (stops of removed models
-    last).  Pure: the same inputs give the same actions."""
-    planner = _Planner(fleet, running, n_devices, frozenset(refused), is_free)
+    last).  ``retired``: ids of replicas stopped before, never given again (a gateway may still hold the
+    old one).  Pure: the same inputs give the same actions."""
+    planner = _Planner(fleet, running, n_devices, frozenset(refused), is_free, frozenset(retired))
     for model in fleet.models:
         if model.managed:
             planner.model(model)
@@ -142,8 +144,9 @@ class _Planner:
         n_devices: int,
         refused: frozenset[Refusal],
         is_free: Callable[[int], bool],
+        retired: frozenset[str],
     ) -> None:
-        self.fleet, self.running, self.refused = fleet, running, refused
+        self.fleet, self.running, self.refused, self.retired = fleet, running, refused, retired
         self.n_devices = max(1, n_devices)
         self.ports = PortLedger(fleet.defaults.base_port, {r.spec.port for r in running}, is_free)
         self.load = {d: 0 for d in range(self.n_devices)}
@@ -153,7 +156,9 @@ class _Planner:
 
     def model(self, model: Model) -> None:
         mine = sorted((r for r in self.running if r.model == model.name), key=lambda r: (r.slot, r.id))
-        indices = {r.spec.index for r in mine}
+        indices = {r.spec.index for r in mine} | {
+            int(rid.rsplit("-", 1)[1]) for rid in self.retired if rid.rsplit("-", 1)[0] == model.name
+        }
         by_slot: dict[int, Running] = {}
         for r in mine:
             if r.slot < model.replicas and r.slot not in by_slot:

@@ -90,6 +90,8 @@ class Reconciler:
         self.log_dir, self.n_devices = log_dir, n_devices
         self.metrics = metrics or SupervisorMetrics()
         self.refused: set[Refusal] = set()
+        self.retired_ids: set[str] = set()
+        self.retired_ports: set[int] = set()
         self.fleet: Fleet | None = None
         self.passes = 0
 
@@ -115,7 +117,7 @@ class Reconciler:
         self.refused.clear()
         for r in [r for r in self.sup.replicas if r.state is ReplicaState.FAILED]:
             log.info("reconcile replica=%s was failed: withdrawn, to be started again", r.spec.id)
-            await self.sup.retire(r)
+            await self.retire(r)
 
     def load(self) -> Fleet | None:
         try:
@@ -160,18 +162,20 @@ class Reconciler:
         for _ in range(MAX_PASSES):
             if self.sup.stopping.is_set():
                 return
-            actions = plan(fleet, self.running(), self.n_devices, self.refused, self.port_free(fleet))
+            actions = plan(
+                fleet, self.running(), self.n_devices, self.refused, self.port_free(fleet), self.retired_ids
+            )
             if not actions:
                 return
             self.passes += 1
             await self.execute(actions)
         log.error("fleet not converged after %d passes", MAX_PASSES)
 
-    @staticmethod
-    def port_free(fleet: Fleet) -> Callable[[int], bool]:
-        """The ledger skips ports something else already listens on."""
+    def port_free(self, fleet: Fleet) -> Callable[[int], bool]:
+        """The ledger skips ports something else listens on, and those of replicas stopped before (a
+        gateway may still hold the old replica there for a poll interval)."""
         host = fleet.defaults.host
-        return lambda port: not port_taken(host, port)
+        return lambda port: port not in self.retired_ports and not port_taken(host, port)
 
     async def execute(self, actions: Sequence[Action]) -> None:
         """Each device's actions one after another; devices side by side."""
@@ -199,6 +203,12 @@ class Reconciler:
 
     def replica(self, replica_id: str) -> Replica:
         return next(r for r in self.sup.replicas if r.spec.id == replica_id)
+
+    async def retire(self, r: Replica) -> None:
+        """Drain and stop ``r`` for good; its id and port are not handed out again."""
+        self.retired_ids.add(r.spec.id)
+        self.retired_ports.add(r.spec.port)
+        await self.sup.retire(r)
 
     def count(self, action: str, model: str, outcome: str) -> None:
         self.metrics.actions.labels(action, model, outcome).inc()
@@ -235,7 +245,7 @@ class Reconciler:
     async def stop(self, a: Stop) -> None:
         r = self.replica(a.replica)
         log.info("reconcile action=stop replica=%s port=%d reason=%s", r.spec.id, r.spec.port, a.reason)
-        await self.sup.retire(r)
+        await self.retire(r)
         self.count("stop", r.spec.model.name, "ok")
 
     async def replace(self, a: Replace) -> None:
@@ -259,10 +269,10 @@ class Reconciler:
             await self.sup.set_state(old, ReplicaState.REPLACING)
         new = self.new_replica(a.spec, a.slot)
         if await self.bring_up(new):
-            await self.sup.retire(old)
+            await self.retire(old)
             log.info("reconcile replace done: %s serves in place of %s", new.spec.id, old.spec.id)
             return True
-        await self.sup.retire(new)
+        await self.retire(new)
         if serving and old.process.alive:
             await self.sup.set_state(old, ReplicaState.READY)
         log.error(
@@ -275,12 +285,12 @@ class Reconciler:
         """Not enough memory for both: the old one drains and stops, then the new one starts; when it
         cannot, the old configuration is started again on the old port."""
         log.warning("reconcile replace of %s: not enough memory for both, stopping it first", old.spec.id)
-        await self.sup.retire(old)
+        await self.retire(old)
         new = self.new_replica(a.spec, a.slot)
         if await self.bring_up(new):
             log.info("reconcile replace done: %s serves in place of %s", new.spec.id, old.spec.id)
             return True
-        await self.sup.retire(new)
+        await self.retire(new)
         log.error("reconcile replace of %s failed: %s did not start; starting the old configuration again",
                   old.spec.id, new.spec.id)  # fmt: skip
         back = self.new_replica(old.spec, old.slot)
