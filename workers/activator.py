@@ -134,8 +134,12 @@ class Activator:
             busy = await self.busy(name)
             if busy or name not in self.last_used:
                 self.last_used[name] = now
-            if asleep and await self.redis.exists(self.keys.wake_request(name)):
+            asked = bool(await self.redis.exists(self.keys.wake_request(name)))
+            if asleep and asked:
                 self.spawn_wake(name, asleep, "a request waits")
+            elif awake and asked:  # asked by a gateway that had not heard yet: already awake
+                await self.redis.delete(self.keys.wake_request(name))
+                await self.announce(name)
             elif awake and idle_expired(busy, self.last_used[name], now, model.idle_timeout_s):
                 idle = now - self.last_used[name]
                 for r in awake:

@@ -236,3 +236,21 @@ async def test_through_a_gateway_requests_wake_the_model_and_idleness_stops_it_e
             assert [r.status_code for r in answers] == [200] * 4, [r.text for r in answers]
             assert st.count(st.metrics.wakes, "od", "ok") == cycle  # one wake per cycle
             await until(lambda cycle=cycle: st.count(st.metrics.sleeps, "od", "idle") == cycle)  # type: ignore[misc]
+
+
+async def test_a_wake_request_for_an_awake_model_is_cleared_not_left_to_keep_it_awake(
+    tmp_path: Path, redis_url: str
+) -> None:
+    models = [{"name": "od", "activation": "on_demand", "idle_timeout_s": 3600}]
+    async with on_demand_stack(tmp_path, redis_url, models) as st:
+        await until(lambda: st.published("od-0"))
+        await st.ask("od")
+        await until(lambda: st.state("od-0") is ReplicaState.READY)
+        pid = st.replica("od-0").process.pid
+        await st.ask("od")  # a gateway that had not heard of the wake yet
+        await until(lambda: not_asked(st))
+        assert st.replica("od-0").process.pid == pid and st.count(st.metrics.wakes, "od", "ok") == 1
+
+
+async def not_asked(st: Stack) -> bool:
+    return not await st.redis.exists(st.keys.wake_request("od"))
