@@ -145,6 +145,7 @@ async def workers(
         try:
             yield sup, metrics
         finally:
+            act.close()
             for t in tasks[1:]:
                 t.cancel()
             await asyncio.gather(*tasks[1:], return_exceptions=True)

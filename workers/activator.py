@@ -15,6 +15,7 @@ and one count; wake latency is a histogram.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -43,6 +44,8 @@ WARMUP_PROMPT = "Hello"
 @dataclass(frozen=True, slots=True)
 class ActivatorOptions:
     tick_s: float = 0.25
+    retry_wake_s: float = 5.0
+    """After a failed wake, the model's wake request is dropped and a new one waits this long."""
     warmup_timeout_s: float = 120.0
 
 
@@ -67,6 +70,9 @@ class Activator:
         self.measured: dict[str, int] = {}
         """Bytes each model's replica took when last awake (its process tree's resident memory)."""
         self.wakes: dict[str, asyncio.Task[None]] = {}
+        self.retry_at: dict[str, float] = {}
+        self.closing = asyncio.Event()
+        """Set by :meth:`close`: the loop ends by it even if a Redis call swallowed a cancellation."""
         self.room = asyncio.Lock()
 
     @property
@@ -88,15 +94,20 @@ class Activator:
         gib = fleet.defaults.memory_budget_gib if fleet is not None else None
         return None if gib is None else int(gib * (1 << 30))
 
+    def close(self) -> None:
+        """End :meth:`run` (call it before cancelling the task)."""
+        self.closing.set()
+
     async def run(self) -> None:
-        """Tick until the supervisor stops; wakes in flight are cancelled at the end."""
+        """Tick until the supervisor stops or :meth:`close`; wakes in flight are cancelled at the end."""
         try:
-            while not self.sup.stopping.is_set():
+            while not (self.sup.stopping.is_set() or self.closing.is_set()):
                 try:
                     await self.tick()
                 except REDIS_ERRORS as exc:
                     log.warning("on-demand tick skipped: redis unreachable (%s)", exc)
-                await asyncio.sleep(self.options.tick_s)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.closing.wait(), self.options.tick_s)
         finally:
             for task in self.wakes.values():
                 task.cancel()
@@ -136,7 +147,8 @@ class Activator:
                 self.last_used[name] = now
             asked = bool(await self.redis.exists(self.keys.wake_request(name)))
             if asleep and asked:
-                self.spawn_wake(name, asleep, "a request waits")
+                if now >= self.retry_at.get(name, 0.0):
+                    self.spawn_wake(name, asleep, "a request waits")
             elif awake and asked:  # asked by a gateway that had not heard yet: already awake
                 await self.redis.delete(self.keys.wake_request(name))
                 await self.announce(name)
@@ -161,6 +173,11 @@ class Activator:
         self.metrics.wakes.labels(model, outcome).inc()
         self.metrics.wake_seconds.labels(model).observe(took)
         if not ok:
+            self.retry_at[model] = time.monotonic() + self.options.retry_wake_s
+            with contextlib.suppress(*REDIS_ERRORS):
+                await self.redis.delete(self.keys.wake_request(model))  # the next request asks again
+            log.error("model=%s wake failed after %.2f s; next attempt on demand in %.0f s or more",
+                      model, took, self.options.retry_wake_s)  # fmt: skip
             return
         self.last_used[model] = time.monotonic()
         await self.announce(model)

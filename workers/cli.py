@@ -106,6 +106,7 @@ async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], La
 
         async def drain() -> None:
             reconciling.cancel()
+            act.close()
             activating.cancel()
             await asyncio.gather(reconciling, activating, return_exceptions=True)
             await sup.drain()

@@ -129,6 +129,7 @@ async def on_demand_stack(
         try:
             yield Stack(sup, act, redis, keys, metrics, path)
         finally:
+            act.close()
             for t in tasks[1:]:
                 t.cancel()
             await asyncio.gather(*tasks[1:], return_exceptions=True)
@@ -214,6 +215,9 @@ async def test_a_wake_that_cannot_fit_fails_and_keeps_the_busy_model(tmp_path: P
         await st.ask("b")
         await until(lambda: st.count(st.metrics.wakes, "b", "failed") == 1)
         assert st.state("a-0") is ReplicaState.READY and st.state("b-0") is ReplicaState.ASLEEP
+        # dropped, not retried every tick: the next request asks again, after the retry interval
+        assert not await st.redis.exists(st.keys.wake_request("b"))
+        assert st.act.retry_at["b"] > 0
 
 
 async def test_through_a_gateway_requests_wake_the_model_and_idleness_stops_it_each_cycle(
