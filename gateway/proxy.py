@@ -176,7 +176,12 @@ class Proxy:
             raise self._wake_timeout(ctx, started)
         lease, _ = acquire.result()
         left = model.wake_timeout_s - (time.perf_counter() - started)
-        if not await gw.wakes.until_ready(pool, max(0.0, left)):  # granted by a gateway that saw it first
+        try:
+            ready = await gw.wakes.until_ready(pool, max(0.0, left))  # granted by a gateway that saw it first
+        except BaseException:
+            await lease.release()
+            raise
+        if not ready:
             await lease.release()
             raise self._wake_timeout(ctx, started)
         ctx.wait_s = time.perf_counter() - started
