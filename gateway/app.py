@@ -41,6 +41,7 @@ from gateway.proxy import Proxy
 from gateway.routes import add_routes
 from gateway.routing import PolicyOptions, build_policy, load_routable_fleet
 from gateway.settings import GatewaySettings
+from gateway.shutdown import OpenRequests
 from gateway.state import Gateway
 from gateway.wake import ReadyNotices, Wakes
 
@@ -76,6 +77,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s)),
         inflight=share,
         wakes=Wakes(redis, keys, settings.gateway_id),
+        open_requests=OpenRequests(settings.shutdown_grace_s),
     )
 
 
@@ -108,6 +110,7 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
     try:
         yield
     finally:
+        await gw.open_requests.aclose()
         await bg.close()
         await notices.close()
         await gw.inflight.leave()
@@ -146,7 +149,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
 def create_app(settings: GatewaySettings, **fastapi_kwargs: Any) -> FastAPI:
     gw = build_gateway(settings)
-    discovery = Discovery(gw.redis, gw.keys, gw.fleet, gw.table, gw.metrics)
+    discovery = Discovery(gw.redis, gw.keys, gw.fleet, gw.table, gw.metrics, gw.upstream)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
+import math
 import os
+import socket
 import sys
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 from pydantic import ValidationError
 
 from contract.fleet import FleetError
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from gateway.shutdown import OpenRequests, graceful_s
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -37,6 +44,43 @@ def settings_from(args: argparse.Namespace) -> GatewaySettings:
     return GatewaySettings(**{k: v for k, v in overrides.items() if v is not None})
 
 
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server that also tells the gateway when it is told to stop (SIGTERM, SIGINT), so that
+    the gateway ends its open requests in a planned way within uvicorn's graceful period."""
+
+    def __init__(self, config: uvicorn.Config, open_requests: OpenRequests) -> None:
+        super().__init__(config)
+        self.open_requests = open_requests
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self.loop is not None:  # a signal handler: hand over to the event loop
+            self.loop.call_soon_threadsafe(self.open_requests.stop)
+
+
+def server_config(app: FastAPI, settings: GatewaySettings, host: str, port: int) -> uvicorn.Config:
+    """uvicorn's settings: idle keep-alive longer than nginx's (nginx never reuses a connection the
+    gateway is closing), and a graceful period longer than the open requests' grace."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        proxy_headers=False,
+        log_level="warning",
+        timeout_keep_alive=math.ceil(settings.keepalive_timeout_s),
+        timeout_graceful_shutdown=math.ceil(graceful_s(settings.shutdown_grace_s)),
+        backlog=4096,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -48,19 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stdout)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        proxy_headers=False,
-        log_level="warning",
-        timeout_graceful_shutdown=30,
-        backlog=4096,
-    )
-    return 0
+    config = server_config(app, settings, args.host, args.port)
+    server = GatewayServer(config, app.state.gateway.open_requests)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    return 0 if server.started else 1
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from contract.fleet import Model
 from gateway.errors import GatewayError
 from gateway.pool import Endpoint
 from gateway.routing.base import RouteRequest
+from gateway.steps.tokens import Asked, Charge, TokenCost
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +33,12 @@ class RequestContext:
     headers: dict[str, str]
     started: float
     caller: Caller = field(default_factory=Caller)
+    upstream_id: str = ""
     model_name: str = ""
     stream: bool = False
-    cost: int = 0
+    asked: Asked = field(default_factory=Asked)
+    cost: TokenCost = field(default_factory=TokenCost)
+    charge: Charge | None = None
     route: RouteRequest = field(default_factory=RouteRequest)
     model: Model | None = None
     replica: Endpoint | None = None
@@ -42,6 +46,7 @@ class RequestContext:
     status: int = 0
     first_byte_at: float | None = None
     wait_s: float = 0.0
+    deadline: float = 0.0
     error: str = ""
     upstream_error: GatewayError | None = None
 

@@ -1,4 +1,5 @@
-"""Follows the replica registry in Redis (and the fleet's external endpoints) into the ReplicaTable.
+"""Follows the replica registry in Redis (and the fleet's external endpoints) into the ReplicaTable;
+what belonged to a replica that left (its metric series, its upstream connections) goes with it.
 
 When Redis comes back as a new server (its ``run_id`` changed: restarted or replaced, and so empty),
 a model whose registry reads empty keeps its last known replicas for up to ``hold_s`` (one registry TTL),
@@ -17,6 +18,7 @@ from redis.exceptions import RedisError
 from contract.fleet import Fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, ReplicaRecord, read_registry, redis_run_id
+from gateway.http1 import ConnectionPool
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
 from gateway.wake import MODEL_STATES, model_state
@@ -46,9 +48,11 @@ class Discovery:
         fleet: Fleet,
         table: ReplicaTable,
         metrics: GatewayMetrics,
+        upstream: ConnectionPool,
         hold_s: float = RegistryTiming().ttl_s,
     ) -> None:
         self.redis, self.keys, self.fleet, self.table, self.metrics = redis, keys, fleet, table, metrics
+        self.upstream = upstream
         self.redis_ok = False
         self._external = external_records(fleet)
         self.hold_s = hold_s
@@ -83,9 +87,18 @@ class Discovery:
             wanted = self._external[m.name] if not m.managed else by_model.get(m.name, [])
             if m.managed and holding and not wanted and self.table.pool(m.name).endpoints:
                 continue  # an emptied registry after a Redis restart: keep serving what was known
-            if self.table.sync(m.name, wanted):
+            if self._sync(m.name, wanted):
                 states = ", ".join(f"{r.id}={r.state.value}" for r in wanted) or "none"
                 log.info("model=%s replicas changed: %s", m.name, states)
+        self.upstream.retain(e.url for e in self.table.endpoints())
+
+    def _sync(self, model: str, wanted: list[ReplicaRecord]) -> bool:
+        """Replace the model's replicas; the metric series of those that left are dropped."""
+        before = {e.id for e in self.table.pool(model).endpoints}
+        changed = self.table.sync(model, wanted)
+        for gone in before - {r.id for r in wanted}:
+            self.metrics.forget_replica(model, gone)
+        return changed
 
     async def refresh(self) -> None:
         try:
@@ -102,7 +115,8 @@ class Discovery:
 
     def apply_external_only(self) -> None:
         for name, recs in self._external.items():
-            self.table.sync(name, recs)
+            self._sync(name, recs)
+        self.upstream.retain(e.url for e in self.table.endpoints())
 
     async def tick(self) -> None:
         await self.refresh()

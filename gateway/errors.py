@@ -107,6 +107,14 @@ class WakeTimeout(NoReadyReplica):
     code = "wake_timeout"
 
 
+class ShuttingDown(GatewayError):
+    """The gateway is stopping and ended a request that outlived its grace period; retry it."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "gateway_shutting_down"
+
+
 class UpstreamError(GatewayError):
     status = 502
     type = "upstream_error"

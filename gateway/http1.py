@@ -12,6 +12,7 @@ import asyncio
 import collections
 import socket
 import ssl
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -20,6 +21,13 @@ import httptools
 
 class UpstreamClosed(ConnectionError):
     """The upstream closed the connection before the response was complete."""
+
+
+@dataclass(slots=True)
+class Sent:
+    """Whether a request's bytes were handed to a connection: from then on the upstream may be running it."""
+
+    written: bool = False
 
 
 @dataclass(eq=False)
@@ -35,6 +43,7 @@ class _Conn(asyncio.Protocol):
     closed: bool = False
     error: Exception | None = None
     got_bytes: bool = False
+    spoiled: bool = False
 
     def __post_init__(self) -> None:
         self.parser = httptools.HttpResponseParser(self)
@@ -47,11 +56,17 @@ class _Conn(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        """Feed the parser; bytes past a complete response spoil the connection (closed, never reused)."""
         self.got_bytes = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(UpstreamClosed(f"bad response from upstream: {exc}"))
+        if self.complete:
+            self.spoiled = True
+        else:
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                self._fail(UpstreamClosed(f"bad response from upstream: {exc}"))
+        if self.spoiled and self.transport is not None:
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -60,21 +75,32 @@ class _Conn(asyncio.Protocol):
         self.pool.forget(self)
 
     # httptools callbacks
-    def on_status(self, status: bytes) -> None:
-        self.status = self.parser.get_status_code()
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second response to one request: the upstream is out of step
+            self.spoiled = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.spoiled:
+            return
         self.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
+        if self.spoiled:
+            return
+        # here, not in on_status: llhttp calls on_status only for a status line with a reason phrase
+        self.status = self.parser.get_status_code()
         self.head_done = True
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self.spoiled:
+            return
         self.chunks.append(body)
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self.spoiled:
+            return
         self.complete = True
         self._wake()
 
@@ -167,6 +193,7 @@ class Origin:
     ) -> None:
         self.host, self.port, self.max_idle, self.tls, self.connect_s = host, port, max_idle, tls, connect_s
         self.idle: list[_Conn] = []
+        self.retired = False
         self.host_header = f"{host}:{port}".encode()
 
     async def _connect(self) -> _Conn:
@@ -183,7 +210,8 @@ class Origin:
         return None
 
     def give_back(self, conn: _Conn) -> None:
-        if conn.closed or conn.error is not None or len(self.idle) >= self.max_idle:
+        full = len(self.idle) >= self.max_idle
+        if self.retired or conn.closed or conn.spoiled or conn.error is not None or full:
             if conn.transport is not None:
                 conn.transport.close()
             return
@@ -192,6 +220,14 @@ class Origin:
     def forget(self, conn: _Conn) -> None:
         if conn in self.idle:
             self.idle.remove(conn)
+
+    def close(self) -> None:
+        """Close the idle connections; those still in use are closed when given back."""
+        self.retired = True
+        for conn in self.idle:
+            if conn.transport is not None:
+                conn.transport.close()
+        self.idle.clear()
 
     def _head(self, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> bytes:
         lines = [
@@ -208,24 +244,30 @@ class Origin:
         lines.append(b"\r\n")
         return b"".join(lines)
 
-    async def post(self, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> Response:
+    async def post(
+        self, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, sent: Sent | None = None
+    ) -> Response:
         """Send a POST and wait for the response head. A reused connection that the upstream had
-        closed (no byte of an answer came back) is retried once on a fresh one."""
+        closed (no byte of an answer came back) is retried once on a fresh one. ``sent`` is marked
+        as soon as the request's bytes are written."""
+        sent = sent if sent is not None else Sent()
         conn = self._take()
         if conn is not None:
             try:
-                return await self._send(conn, path, headers, body)
+                return await self._send(conn, path, headers, body, sent)
             except UpstreamClosed:
                 if conn.got_bytes:
                     raise
-        return await self._send(await self._connect(), path, headers, body)
+                sent.written = False  # the upstream had closed it: the request never reached it
+        return await self._send(await self._connect(), path, headers, body, sent)
 
     async def _send(
-        self, conn: _Conn, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+        self, conn: _Conn, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, sent: Sent
     ) -> Response:
         conn.reset()
         assert conn.transport is not None
         conn.transport.write(self._head(path, headers, body) + body)
+        sent.written = True
         try:
             while not conn.head_done:
                 await conn.wait()
@@ -256,9 +298,14 @@ class ConnectionPool:
         origin = Origin(parsed.hostname or "127.0.0.1", port, self.max_idle, tls, self.connect_s)
         return origin, parsed.path.rstrip("/").encode()
 
+    def retain(self, urls: Iterable[str]) -> list[str]:
+        """Drop the origins of every URL not in ``urls`` (replicas that left); returns the dropped URLs."""
+        keep = set(urls)
+        gone = [url for url in self.origins if url not in keep]
+        for url in gone:
+            self.origins.pop(url)[0].close()
+        return gone
+
     def close(self) -> None:
         for o, _ in self.origins.values():
-            for conn in o.idle:
-                if conn.transport is not None:
-                    conn.transport.close()
-            o.idle.clear()
+            o.close()

@@ -148,5 +148,10 @@ class GatewayMetrics:
             registry=r,
         )
 
+    def forget_replica(self, model: str, replica: str) -> None:
+        """Drop a replica's series once it left the registry (pods churn: series must not pile up)."""
+        self.inflight.remove(model, replica)
+        self.ejections.remove(model, replica)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

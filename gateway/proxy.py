@@ -1,5 +1,6 @@
-"""The request path: the named steps in order, with retry before the first byte and a planned
-end for a stream that breaks after it started."""
+"""The request path: the named steps in order, with retry only while no replica may be running the
+request, a total deadline for a non-streamed request, and a planned end for a stream that breaks
+after it started."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
 from gateway.admission.base import Lease, Ticket
 from gateway.context import RequestContext
@@ -22,6 +23,7 @@ from gateway.errors import (
     GatewayError,
     InternalError,
     NoReadyReplica,
+    ShuttingDown,
     WakeTimeout,
     error_response,
     sse_error_event,
@@ -31,7 +33,17 @@ from gateway.state import Gateway
 from gateway.steps.finish import finish, stream_usage, usage_of
 from gateway.steps.parse import parse
 from gateway.steps.resolve import resolve
-from gateway.upstream import FAILURES, Retryable, Upstream, classify, next_chunk, open_stream, read_rest
+from gateway.steps.tokens import reserve, unused
+from gateway.upstream import (
+    FAILURES,
+    Retryable,
+    Unanswered,
+    Upstream,
+    classify,
+    next_chunk,
+    open_stream,
+    read_rest,
+)
 
 log = logging.getLogger("llmgw.proxy")
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -52,6 +64,17 @@ def request_id(headers: dict[str, str]) -> str:
     if 0 < len(given) <= 128 and given.isprintable() and given.isascii():
         return given
     return os.urandom(16).hex()
+
+
+def upstream_id(request_id: str, headers: dict[str, str]) -> str:
+    """The id vLLM gets for the request: unique per gateway request, since vLLM uses it as its internal
+    request id (two in flight with the same id collide). A client's id is kept readable (its first 64
+    characters, anything but letters, digits and ``._:-`` as ``_``) with a random suffix; an id the
+    gateway made is unique already."""
+    if headers.get("x-request-id") != request_id:
+        return request_id
+    safe = "".join(c if c.isalnum() or c in "._:-" else "_" for c in request_id[:64])
+    return f"{safe}-{os.urandom(6).hex()}"
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:
@@ -86,13 +109,16 @@ class Proxy:
         """The whole request path for one request; always returns a response, never raises."""
         headers = wanted_headers(scope)
         ctx = RequestContext(request_id(headers), endpoint, b"", headers, time.perf_counter())
+        ctx.upstream_id = upstream_id(ctx.request_id, headers)
         try:
             ctx.body = await read_body(receive, self.gw.settings.max_body_bytes)
             return await self._serve(ctx, receive)
         except GatewayError as err:
+            await self._settle(ctx, 0, 0)
             return self._fail(ctx, err)
         except Exception:
             log.exception("request_id=%s unexpected error", ctx.request_id)
+            await self._settle(ctx, 0, 0)
             return self._fail(ctx, InternalError("the gateway failed to serve this request"))
 
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
@@ -107,7 +133,8 @@ class Proxy:
         ctx.caller = await gw.auth.authenticate(ctx.headers)
         parse(ctx, gw.settings.prefix_chars)
         model = resolve(ctx, gw.names)
-        await gw.auth.charge(ctx.caller, model.name, ctx.cost)
+        ctx.cost = reserve(ctx.cost.prompt, ctx.asked, model.engine.max_model_len)
+        ctx.charge = await gw.auth.charge(ctx.caller, model.name, ctx.cost)
         pool = gw.table.pool(model.name)
         if pool.candidates():
             lease = await self._admit(ctx, pool, receive)
@@ -115,6 +142,17 @@ class Proxy:
             lease = await self._admit_waking(ctx, pool, receive)
         else:
             raise NoReadyReplica(f"no ready replica of model '{model.name}'; retry later", retry_after=2.0)
+        return await self._until_disconnect(self._run(ctx, pool, lease), receive)
+
+    async def _settle(self, ctx: RequestContext, prompt: int, completion: int) -> None:
+        """Refund what the request reserved but did not use, once, from its usage (zeros: nothing
+        generated, e.g. a failure); its prompt estimate stands in for a usage without prompt."""
+        charge, ctx.charge = ctx.charge, None
+        if charge is not None:
+            await self.gw.auth.refund(ctx.caller, charge, unused(charge.tokens, ctx.cost, prompt, completion))
+
+    async def _run(self, ctx: RequestContext, pool: ModelPool, lease: Lease) -> Response:
+        """Steps 5 to 7 for an admitted request: the lease is released whatever happens."""
         try:
             up = await self._forward(ctx, pool)
         except BaseException:
@@ -122,12 +160,45 @@ class Proxy:
             raise
         return await self._respond(ctx, up, lease)
 
+    async def _until_disconnect(self, work: Coroutine[Any, Any, Response], receive: Receive) -> Response:
+        """Run ``work`` while watching the client: if it leaves first (a non-streamed answer comes
+        only once generation ends), ``work`` is cancelled, which closes the upstream connection (vLLM
+        aborts the request) and releases the lease. The same happens, with a 503 for the client, when a
+        stopping gateway ends its open requests. A started stream is watched by its response."""
+        current = asyncio.current_task()
+        assert current is not None
+        why: list[GatewayError] = []
+
+        def end(reason: GatewayError) -> None:
+            if not why:
+                why.append(reason)
+                current.cancel()
+
+        async def watch() -> None:
+            await disconnected(receive)
+            end(ClientClosedRequest("the client disconnected before the answer was ready"))
+
+        watcher = asyncio.ensure_future(watch())
+        token = self.gw.open_requests.open(
+            lambda: end(ShuttingDown("the gateway is shutting down; retry the request", retry_after=1.0))
+        )
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if not why or current.uncancel() > 0:  # cancelled from outside too: let that through
+                raise
+            raise why[0] from None
+        finally:
+            watcher.cancel()
+            self.gw.open_requests.close(token)
+
     @staticmethod
     def _ticket(ctx: RequestContext) -> Ticket:
         assert ctx.model is not None
         m, caller = ctx.model, ctx.caller
         wait = m.max_queue_wait_s if caller.max_wait_s is None else min(m.max_queue_wait_s, caller.max_wait_s)
-        return Ticket(ctx.request_id, m.name, caller.tenant, caller.priority, ctx.cost, wait, m.max_queue)
+        cost = ctx.cost.reserved
+        return Ticket(ctx.request_id, m.name, caller.tenant, caller.priority, cost, wait, m.max_queue)
 
     async def _admit(self, ctx: RequestContext, pool: ModelPool, receive: Receive) -> Lease:
         """Step 4, admit: wait for a slot, leaving the queue at once if the client disconnects."""
@@ -203,31 +274,22 @@ class Proxy:
         )
 
     async def _forward(self, ctx: RequestContext, pool: ModelPool) -> Upstream:
-        """Step 5 and 6, pick and forward; on a failure before the first byte, another replica is
-        tried (bounded attempts within a total deadline). The first attempt skips the retry machinery."""
-        tried: list[Endpoint] = []
-        try:
-            return await self._attempt(ctx, pool, tried)
-        except Retryable as failed:
-            if self.gw.settings.retry_attempts == 1:
-                raise failed.error from None
-        return await self._retry(ctx, pool, tried)
-
-    async def _retry(self, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> Upstream:
+        """Step 5 and 6, pick and forward; on a retryable failure another replica is tried, up to
+        ``retry_attempts`` in all, while the retry deadline (checked before every attempt) lasts.
+        A non-streamed request's total deadline starts here."""
         s = self.gw.settings
-        left_s = max(0.0, s.retry_deadline_s - (time.perf_counter() - ctx.started))
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(s.retry_attempts - 1) | stop_after_delay(left_s),
-            retry=retry_if_exception_type(Retryable),
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    return await self._attempt(ctx, pool, tried)
-        except Retryable as failed:
-            raise failed.error from None
-        raise NoReadyReplica("no replica could serve the request")  # pragma: no cover - reraise above
+        began = time.perf_counter()
+        ctx.deadline = began + s.request_timeout_s
+        tried: list[Endpoint] = []
+        for attempt in range(s.retry_attempts):
+            if attempt and time.perf_counter() - began >= s.retry_deadline_s:
+                break
+            try:
+                return await self._attempt(ctx, pool, tried)
+            except Retryable:
+                continue
+        assert ctx.upstream_error is not None
+        raise ctx.upstream_error
 
     async def _attempt(self, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> Upstream:
         gw = self.gw
@@ -246,19 +308,28 @@ class Proxy:
         policy.on_start(ep, ctx.route)
         try:
             up = await open_stream(
-                gw.upstream,
-                ep.url,
-                self._path(ctx),
-                ctx.body,
-                self._headers(ctx),
-                gw.settings.first_byte_timeout_s,
+                gw.upstream, ep.url, self._path(ctx), ctx.body, self._headers(ctx), self._wait_s(ctx)
             )
         except Retryable as failed:
             ctx.upstream_error = failed.error
             self._done(ep, ctx, ok=False)
             raise
+        except Unanswered as unanswered:
+            ctx.upstream_error = unanswered.error
+            self._done(ep, ctx, ok=False, blame=False)
+            raise unanswered.error from None
+        except BaseException:  # cancelled: the client left
+            self._done(ep, ctx, ok=False, blame=False)
+            raise
         ctx.first_byte_at = time.perf_counter()
         return up
+
+    def _wait_s(self, ctx: RequestContext) -> float:
+        """How long to wait for the answer's first byte: a stream's first-byte timeout; for a
+        non-streamed answer (its head comes only once generation ends) what is left of the deadline."""
+        if ctx.stream:
+            return self.gw.settings.first_byte_timeout_s
+        return max(0.0, ctx.deadline - time.perf_counter())
 
     @staticmethod
     def _path(ctx: RequestContext) -> bytes:
@@ -267,12 +338,13 @@ class Proxy:
     @staticmethod
     def _headers(ctx: RequestContext) -> list[tuple[bytes, bytes]]:
         """Only what the replica needs: hop-by-hop headers and the client's credentials stay here."""
-        return [(b"content-type", b"application/json"), (b"x-request-id", ctx.request_id.encode())]
+        return [(b"content-type", b"application/json"), (b"x-request-id", ctx.upstream_id.encode())]
 
-    def _done(self, ep: Endpoint, ctx: RequestContext, ok: bool) -> None:
+    def _done(self, ep: Endpoint, ctx: RequestContext, ok: bool, blame: bool = True) -> None:
+        """The attempt on ``ep`` ended; a failure the replica is to blame for counts toward ejection."""
         ep.inflight -= 1
         self.gw.policies[ep.record.model].on_finish(ep, ctx.route, ok)
-        if ok:
+        if ok or not blame:
             return
         if self.gw.ejection.fail(ep, time.monotonic()):
             self.gw.metrics.ejections.labels(ep.record.model, ep.id).inc()
@@ -289,23 +361,36 @@ class Proxy:
 
     async def _whole(self, ctx: RequestContext, up: Upstream, lease: Lease) -> Response:
         assert ctx.replica is not None
-        ok = True
+        ok, blame = True, True
+        wait_s = self._wait_s(ctx) if not ctx.stream else self.gw.settings.chunk_timeout_s
         try:
-            body = await read_rest(up, self.gw.settings.chunk_timeout_s, ctx.replica.url)
-        except Retryable as failed:
-            ok = False
+            body = await read_rest(up, wait_s, ctx.replica.url)
+        except (Retryable, Unanswered) as failed:
+            ok, blame = False, isinstance(failed, Retryable)
             raise failed.error from None
+        except BaseException:  # cancelled: the client left
+            ok, blame = False, False
+            raise
         finally:
-            self._done(ctx.replica, ctx, ok)
+            self._done(ctx.replica, ctx, ok, blame)
             await lease.release()
-        finish(ctx, self.gw.metrics, *usage_of(body))
+        prompt, completion = usage_of(body)
+        await self._settle(ctx, prompt, completion)
+        finish(ctx, self.gw.metrics, prompt, completion)
         media = up.content_type
         return Response(body, ctx.status, {"x-request-id": ctx.request_id}, media_type=media)
 
     async def _relay(self, ctx: RequestContext, up: Upstream, lease: Lease) -> AsyncIterator[bytes]:
         assert ctx.replica is not None and ctx.model is not None
         itl = self.gw.metrics.itl.labels(ctx.model.name)
-        events, tail, ok = 0, b"", True
+        events, tail, ok, blame, ended = 0, b"", True, True, False
+
+        def end() -> None:  # the gateway is stopping: break the stream to give it its planned end
+            nonlocal ended
+            ended = True
+            up.response.close()
+
+        token = self.gw.open_requests.open(end)
         try:
             chunk, t = up.first, time.perf_counter()
             while chunk:
@@ -317,14 +402,33 @@ class Proxy:
                 itl.observe(now - t)
                 t = now
         except FAILURES as exc:
-            ok = False
-            err = classify(exc, ctx.replica.url).error
+            ok, blame = False, not ended
+            err = self._stream_error(exc, ctx.replica.url, ended)
             ctx.error = f"stream broke after it started: {err.message}"
             self.gw.metrics.stream_errors.labels(ctx.model.name).inc()
-            yield sse_error_event(err)
+            yield event_end(tail) + sse_error_event(err)
         finally:
+            self.gw.open_requests.close(token)
             up.response.close()
-            self._done(ctx.replica, ctx, ok)
+            self._done(ctx.replica, ctx, ok, blame)
             await lease.release()
             prompt, completion = stream_usage(tail)
-            finish(ctx, self.gw.metrics, prompt, completion or max(0, events - 1))
+            completion = completion or max(0, events - 1)
+            await self._settle(ctx, prompt, completion)
+            finish(ctx, self.gw.metrics, prompt, completion)
+
+    @staticmethod
+    def _stream_error(exc: BaseException, url: str, ended: bool) -> GatewayError:
+        if ended:
+            return ShuttingDown("the gateway is shutting down; the stream was ended, retry the request")
+        return classify(exc, url).error
+
+
+def event_end(sent: bytes) -> bytes:
+    """What ends the SSE event the relayed bytes stopped in (nothing after a blank line), so that an
+    error event is never glued onto half an event."""
+    if not sent or sent.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
+        return b""
+    if sent.endswith((b"\n", b"\r")):
+        return b"\n"
+    return b"\n\n"

@@ -29,9 +29,16 @@ class GatewaySettings(BaseSettings):
     connect_timeout_s: Seconds = 2.0
     first_byte_timeout_s: Seconds = 120.0
     chunk_timeout_s: Seconds = 60.0
+    request_timeout_s: Seconds = 600.0
     retry_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     retry_deadline_s: Seconds = 15.0
     max_connections: Annotated[int, Field(ge=1)] = 1024
+    keepalive_timeout_s: Seconds = Field(
+        default=75.0, description="Idle client (nginx) connections are kept this long: longer than nginx's."
+    )
+    shutdown_grace_s: Seconds = Field(
+        default=120.0, description="On SIGTERM, open requests get this long before their planned end."
+    )
 
     registry_poll_s: Seconds = 1.0
     health_interval_s: Seconds = 2.0

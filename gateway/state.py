@@ -18,6 +18,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
 from gateway.routing.base import Policy
 from gateway.settings import GatewaySettings
+from gateway.shutdown import OpenRequests
 from gateway.wake import Wakes
 
 
@@ -38,3 +39,4 @@ class Gateway:
     ejection: Ejection
     inflight: InflightShare
     wakes: Wakes
+    open_requests: OpenRequests

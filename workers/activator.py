@@ -235,7 +235,7 @@ class Activator:
         log.info("replica=%s waking (%s)", r.spec.id, why)
         try:
             await r.process.start()
-            r.startup_s = await r.process.wait_ready(
+            r.startup_s = await r.process.wait_until_listed(
                 r.spec.url, r.spec.model.name, sup.options.ready_deadline_s, sup.client
             )
             await self.warm_up(r)

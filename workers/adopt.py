@@ -42,7 +42,7 @@ class Entry:
     slot: int
     port: int
     host: str
-    device: int
+    devices: list[int]
     device_kind: str
     budget: float | None
     pid: int
@@ -53,13 +53,13 @@ class Entry:
     def spec(self) -> ReplicaSpec:
         model = Model.model_validate_json(self.model)
         return ReplicaSpec(
-            model, self.index, self.port, self.device, self.host, self.device_kind, self.budget
+            model, self.index, self.port, tuple(self.devices), self.host, self.device_kind, self.budget
         )
 
 
 def entry_for(spec: ReplicaSpec, slot: int, pid: int, instance: str) -> Entry:
     return Entry(
-        spec.id, spec.index, slot, spec.port, spec.host, spec.device, spec.device_kind,
+        spec.id, spec.index, slot, spec.port, spec.host, list(spec.devices), spec.device_kind,
         spec.gpu_memory_utilization, pid, instance, spec.model.model_dump_json(),
     )  # fmt: skip
 
@@ -149,13 +149,14 @@ class AdoptedProcess(ReplicaProcess):
                 return
             await asyncio.sleep(self.poll_s)
 
-    async def stop(self, grace_s: float = 10.0) -> None:
+    async def stop(self, grace_s: float | None = None) -> None:
         pid = self.adopted_pid
         if pid is None:
             await super().stop(grace_s)
             return
         kill_group(pid, signal.SIGTERM)
-        for _ in range(max(1, int(grace_s / 0.1))):
+        grace = self.stop_grace_s if grace_s is None else grace_s
+        for _ in range(max(1, int(grace / 0.1))):
             if not pid_alive(pid):
                 break
             await asyncio.sleep(0.1)

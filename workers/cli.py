@@ -14,21 +14,24 @@ from pathlib import Path
 import httpx
 import redis.asyncio as aioredis
 
-from contract.fleet import FleetError, load_fleet
+from contract.fleet import Fleet, FleetError, load_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
 from workers.activator import Activator
 from workers.adopt import StateFile, check_entries
-from workers.gpu import nvidia_smi_probe
+from workers.budgets import BudgetError, PlannedBudgets, arithmetic, needs_plan, planned_budgets
+from workers.gpu import ProbeError, gpu_memory, nvidia_smi_probe
 from workers.headroom import cpu_need_bytes, headroom_probe, host_available_bytes, weights_bytes
 from workers.launch import Launch, ReplicaSpec, build_launch
 from workers.observe import Observer
+from workers.planner import make_config_loader
 from workers.reconciler import FleetWatch, Reconciler
 from workers.supervisor import Replica, Supervisor, SupervisorOptions
 from workers.weights import weights_for
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+log = logging.getLogger("llmgw.workers")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,6 +59,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the running replicas (pid, port, id), for a restarted supervisor to adopt",
     )
     return p.parse_args(argv)
+
+
+def auto_budgets(fleet: Fleet, models_dir: Path | None) -> PlannedBudgets:
+    """The planner's budgets for ``auto`` models, on the GPUs nvidia-smi reports (nothing to plan: {})."""
+    if not needs_plan(fleet):
+        return {}
+    try:
+        devices = {d.index: d.total_bytes for d in gpu_memory()}
+    except ProbeError as exc:
+        raise BudgetError(f"budget auto needs the GPUs' sizes: {exc}") from exc
+    planned = planned_budgets(fleet, devices, make_config_loader(models_dir or Path(".cache/models")))
+    for r in planned.values():
+        log.info("%s", arithmetic(r))
+    return planned
 
 
 def launcher(args: argparse.Namespace) -> Callable[[ReplicaSpec], Launch]:
@@ -96,6 +113,7 @@ async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], La
         headroom = headroom_probe(args.models_dir, nvidia_smi_probe, options.gpu_reserve_bytes)
         launch = launch_for or launcher(args)
         rec = Reconciler(sup, watch, launch, headroom, args.log_dir, args.devices, metrics)
+        rec.budgets = lambda fleet: auto_budgets(fleet, args.models_dir)
         await rec.adopt(await check_entries(state.load(), client))
         loop = asyncio.get_running_loop()
         drained = asyncio.Event()
@@ -129,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
     try:
-        load_fleet(args.fleet)
-    except FleetError as exc:
+        auto_budgets(load_fleet(args.fleet), args.models_dir)
+    except (FleetError, BudgetError) as exc:
         print(f"llmgw-workers: {exc}", file=sys.stderr)
         return 2
     asyncio.run(serve(args))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contract.fleet import Defaults, Model
+from workers.placement import place_replicas
 
 BUDGET_FLAG = "--gpu-memory-utilization"
 
@@ -18,10 +19,19 @@ class ReplicaSpec:
     model: Model
     index: int
     port: int
-    device: int
+    devices: tuple[int, ...]
     host: str = "127.0.0.1"
     device_kind: str = "cpu"
     gpu_memory_utilization: float | None = None
+
+    @property
+    def device(self) -> int:
+        """The first of its devices: the one whose memory gates its start."""
+        return self.devices[0]
+
+    @property
+    def device_list(self) -> str:
+        return ",".join(map(str, self.devices))
 
     @property
     def id(self) -> str:
@@ -77,11 +87,11 @@ def source_args(model: Model, weights: Path | str) -> list[str]:
 
 def device_env(spec: ReplicaSpec) -> dict[str, str]:
     if spec.device_kind == "gpu":
-        return {"CUDA_VISIBLE_DEVICES": str(spec.device)}
+        return {"CUDA_VISIBLE_DEVICES": spec.device_list}
     kv = spec.model.budget.kv_cache_gib or 1
     return {
         "VLLM_CPU_KVCACHE_SPACE": f"{kv:g}",
-        "VLLM_CPU_OMP_THREADS_BIND": str(spec.device),
+        "VLLM_CPU_OMP_THREADS_BIND": spec.device_list,
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
     }
 
@@ -93,7 +103,7 @@ def build_launch(spec: ReplicaSpec, weights: Path | str, python: str = sys.execu
         argv += [BUDGET_FLAG, f"{spec.gpu_memory_utilization:.3f}"]
     argv += spec.model.engine.extra_args  # last, so that they override
     if spec.device_kind == "cpu":
-        argv = ["taskset", "-c", str(spec.device), *argv]
+        argv = ["taskset", "-c", spec.device_list, *argv]
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **device_env(spec)}
     return Launch(argv, env)
 
@@ -111,25 +121,12 @@ def with_budget(launch: Launch, budget: float) -> Launch:
 
 
 def plan_replicas(models: list[Model], defaults: Defaults, n_devices: int) -> list[ReplicaSpec]:
-    """Give each managed replica a port and a device: its placement, else the next device in turn."""
-    specs, port, turn = [], defaults.base_port, 0
-    for model in models:
-        if not model.managed:
-            continue
-        for i in range(model.replicas):
-            placed = model.placement.devices
-            device = placed[i % len(placed)] if placed else turn % max(1, n_devices)
-            turn += 0 if placed else 1
-            specs.append(
-                ReplicaSpec(
-                    model,
-                    i,
-                    port,
-                    device,
-                    defaults.host,
-                    defaults.device,
-                    model.budget.gpu_memory_utilization,
-                )
-            )
-            port += 1
-    return specs
+    """Every managed replica with a port (consecutive from ``base_port``) and its devices
+    (:func:`workers.placement.place_replicas` over devices 0 .. n_devices-1)."""
+    placed = place_replicas(models, range(max(1, n_devices)))
+    managed = [(m, i) for m in models if m.managed for i in range(m.replicas)]
+    return [
+        ReplicaSpec(m, i, defaults.base_port + n, placed[(m.name, i)], defaults.host, defaults.device,
+                    m.budget.fixed_gpu_memory_utilization)
+        for n, (m, i) in enumerate(managed)
+    ]  # fmt: skip

@@ -4,8 +4,8 @@ that converge them: start, stop (a drain, then a stop) and replace.
 Rules:
 
 * a running replica keeps its id, port and device whatever else changes in the fleet;
-* each model's replicas fill *slots* ``0 .. replicas-1``; a slot's device is ``placement.devices[slot %
-  len]`` when the model is placed, else the least used device; a replica whose launch-relevant
+* each model's replicas fill *slots* ``0 .. replicas-1``; a slot's devices are the one placement's
+  (:func:`workers.placement.place_replicas`, slot = replica index); a replica whose launch-relevant
   configuration (:func:`fingerprint`) or placed device differs from the fleet's is replaced;
 * new ports come from a ledger of the ports in use (:class:`PortLedger`): the lowest free one from the
   fleet's ``base_port``, so an untouched replica never moves and a replacement gets a new port;
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from contract.fleet import Fleet, Model
 from contract.registry import ReplicaState
 from workers.launch import ReplicaSpec
+from workers.placement import place_replicas
 
 LAUNCH_FIELDS = frozenset({"name", "aliases", "source", "engine", "budget", "concurrency"})
 """The fields of a model that reach vLLM's command line: a change to any of them needs a new process."""
@@ -149,9 +150,7 @@ class _Planner:
         self.fleet, self.running, self.refused, self.retired = fleet, running, refused, retired
         self.n_devices = max(1, n_devices)
         self.ports = PortLedger(fleet.defaults.base_port, {r.spec.port for r in running}, is_free)
-        self.load = {d: 0 for d in range(self.n_devices)}
-        for r in running:
-            self.load[r.spec.device] = self.load.get(r.spec.device, 0) + 1
+        self.placement = place_replicas(fleet.models, range(self.n_devices))
         self.actions: list[Action] = []
 
     def model(self, model: Model) -> None:
@@ -173,21 +172,16 @@ class _Planner:
             elif not replaced:
                 replaced = self.replace(model, current, indices)
 
-    def spec(self, model: Model, slot: int, indices: set[int], device: int | None = None) -> ReplicaSpec:
+    def spec(
+        self, model: Model, slot: int, indices: set[int], devices: tuple[int, ...] | None = None
+    ) -> ReplicaSpec:
         index = next(i for i in range(len(indices) + 1) if i not in indices)
         indices.add(index)
-        if device is None:
-            device = self.device_for(model, slot)
-        self.load[device] = self.load.get(device, 0) + 1
+        if devices is None:
+            devices = self.placement[(model.name, slot)]
         d = self.fleet.defaults
-        budget = model.budget.gpu_memory_utilization
-        return ReplicaSpec(model, index, self.ports.allocate(), device, d.host, d.device, budget)
-
-    def device_for(self, model: Model, slot: int) -> int:
-        placed = model.placement.devices
-        if placed:
-            return placed[slot % len(placed)]
-        return min(self.load, key=lambda d: (self.load[d], d))
+        budget = model.budget.fixed_gpu_memory_utilization
+        return ReplicaSpec(model, index, self.ports.allocate(), devices, d.host, d.device, budget)
 
     def start(self, model: Model, slot: int, indices: set[int]) -> None:
         spec = self.spec(model, slot, indices)
@@ -198,19 +192,19 @@ class _Planner:
         why = self.difference(model, current)
         if why is None or Refusal(current.id, fingerprint(model)) in self.refused:
             return False
-        placed = model.placement.devices
-        device = placed[current.slot % len(placed)] if placed else current.spec.device
-        spec = self.spec(model, current.slot, indices, device)
+        placed = self.placement[(model.name, current.slot)] if model.placement.devices else None
+        spec = self.spec(model, current.slot, indices, placed or current.spec.devices)
         self.actions.append(Replace(current.id, spec, current.slot, why))
         return True
 
-    @staticmethod
-    def difference(model: Model, current: Running) -> str | None:
+    def difference(self, model: Model, current: Running) -> str | None:
         """Why ``current`` must be replaced to match ``model``, or None when it matches."""
         if fingerprint(current.spec.model) != fingerprint(model):
             changed = sorted(f for f in LAUNCH_FIELDS if getattr(current.spec.model, f) != getattr(model, f))
             return f"{', '.join(changed)} changed"
-        placed = model.placement.devices
-        if placed and current.spec.device != placed[current.slot % len(placed)]:
-            return f"placement moved slot {current.slot} to device {placed[current.slot % len(placed)]}"
+        if not model.placement.devices:
+            return None  # unplaced replicas stay where they run
+        placed = self.placement[(model.name, current.slot)]
+        if current.spec.devices != placed:
+            return f"placement moved slot {current.slot} to devices {','.join(map(str, placed))}"
         return None

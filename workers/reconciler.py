@@ -18,6 +18,7 @@ stop-first order the old configuration is started again on its port.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -27,6 +28,7 @@ from contract.fleet import Fleet, FleetError, load_fleet
 from contract.registry import ReplicaState
 from contract.replica_metrics import SupervisorMetrics
 from workers.adopt import AdoptedProcess, Entry, entry_for
+from workers.budgets import BudgetError, PlannedBudgets
 from workers.headroom import Headroom
 from workers.launch import Launch, ReplicaSpec
 from workers.reconcile import Action, Refusal, Replace, Running, Start, Stop, device_key, fingerprint, plan
@@ -89,6 +91,9 @@ class Reconciler:
         self.sup, self.watch, self.launch_for, self.headroom = sup, watch, launch_for, headroom
         self.log_dir, self.n_devices = log_dir, n_devices
         self.metrics = metrics or SupervisorMetrics()
+        self.budgets: Callable[[Fleet], PlannedBudgets] = lambda fleet: {}
+        """The planner's budgets of the fleet's ``auto`` models, by (model, slot); read on every load."""
+        self.planned: PlannedBudgets = {}
         self.refused: set[Refusal] = set()
         self.retired_ids: set[str] = set()
         self.retired_ports: set[int] = set()
@@ -122,7 +127,8 @@ class Reconciler:
     def load(self) -> Fleet | None:
         try:
             fleet = self.watch.read()
-        except FleetError as exc:
+            self.planned = self.budgets(fleet)
+        except (FleetError, BudgetError) as exc:
             log.error("fleet change refused, the running fleet keeps serving: %s", exc)
             self.metrics.fleet_reloads.labels("refused").inc()
             return None
@@ -214,7 +220,12 @@ class Reconciler:
         self.metrics.actions.labels(action, model, outcome).inc()
 
     def new_replica(self, spec: ReplicaSpec, slot: int) -> Replica:
-        r = Replica(spec, self.launch_for(spec), self.log_dir, slot=slot)
+        """A replica for ``spec``, with the planner's budget and floor where its model's budget is auto."""
+        plan = self.planned.get((spec.model.name, slot)) if spec.model.budget.auto else None
+        if plan is not None:
+            spec = dataclasses.replace(spec, gpu_memory_utilization=plan.gpu_memory_utilization)
+        floor = plan.backoff_floor if plan is not None else None
+        r = Replica(spec, self.launch_for(spec), self.log_dir, floor=floor, slot=slot)
         self.sup.replicas.append(r)
         return r
 

@@ -199,7 +199,7 @@ class Supervisor:
                 "there was not started by this supervisor and is never published)"
             )
         await r.process.start()
-        r.startup_s = await r.process.wait_ready(
+        r.startup_s = await r.process.wait_until_listed(
             r.spec.url, r.spec.model.name, self.options.ready_deadline_s, self.client
         )
         r.started_at = time.monotonic()

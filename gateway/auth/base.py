@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from gateway.context import Caller
+from gateway.steps.tokens import Charge, TokenCost
 
 ANONYMOUS = Caller()
 
@@ -15,8 +16,13 @@ class Authenticator(Protocol):
         """The caller behind the request's credentials; raises Unauthorized."""
         ...
 
-    async def charge(self, caller: Caller, model: str, tokens: int) -> None:
-        """Count a request against the caller's rate limits; raises RateLimited."""
+    async def charge(self, caller: Caller, model: str, cost: TokenCost) -> Charge | None:
+        """Count a request against the caller's rate limits; raises RateLimited. Returns what was
+        charged against a token limit, if anything (for :meth:`refund`)."""
+        ...
+
+    async def refund(self, caller: Caller, charge: Charge, tokens: int) -> None:
+        """Give back tokens of a charge that the request did not use."""
         ...
 
     async def aclose(self) -> None:
@@ -30,7 +36,10 @@ class OpenAuth:
     async def authenticate(self, headers: Mapping[str, str]) -> Caller:
         return ANONYMOUS
 
-    async def charge(self, caller: Caller, model: str, tokens: int) -> None:
+    async def charge(self, caller: Caller, model: str, cost: TokenCost) -> Charge | None:
+        return None
+
+    async def refund(self, caller: Caller, charge: Charge, tokens: int) -> None:
         return None
 
     async def aclose(self) -> None:

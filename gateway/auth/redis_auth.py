@@ -26,6 +26,7 @@ from gateway.context import Caller
 from gateway.errors import InvalidRequest, RateLimited, Unauthorized
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
+from gateway.steps.tokens import Charge, TokenCost
 
 log = logging.getLogger("llmgw.auth")
 MAX_CACHED_KEYS = 100_000
@@ -151,21 +152,38 @@ class RedisAuth:
             retry_after=2.0,
         )
 
-    async def charge(self, caller: Caller, model: str, tokens: int) -> None:
+    async def charge(self, caller: Caller, model: str, cost: TokenCost) -> Charge | None:
         if not isinstance(caller, KeyCaller):
-            return
+            return None
+        tokens = charged_tokens(cost, caller.tpm)
         try:
             decision = await self.limiter.charge(caller.key_id, caller.rpm, caller.tpm, tokens)
         except (RedisError, OSError) as exc:
             log.warning(
                 "rate limits not enforced for key_id=%s: key store unreachable (%s)", caller.key_id, exc
             )
-            return
+            return None
         if decision.allowed:
-            return
+            return Charge(decision.window, tokens) if caller.tpm > 0 else None
         self.metrics.rate_limited.labels(model, decision.verdict.name.lower()).inc()
         log.debug("key_id=%s model=%s refused by its %s limit", caller.key_id, model, decision.verdict.name)
         raise refusal(decision, caller, tokens)
+
+    async def refund(self, caller: Caller, charge: Charge, tokens: int) -> None:
+        if not isinstance(caller, KeyCaller) or tokens <= 0:
+            return
+        try:
+            await self.limiter.refund(caller.key_id, charge.window, tokens)
+        except (RedisError, OSError) as exc:
+            log.warning("key_id=%s: %d unused tokens not refunded (%s)", caller.key_id, tokens, exc)
+
+
+def charged_tokens(cost: TokenCost, tpm: int) -> int:
+    """The reservation, except that a request without an explicit limit is never refused outright for
+    its context-length reservation alone: it reserves at most the key's whole minute (refunded after)."""
+    if cost.explicit or tpm <= 0:
+        return cost.reserved
+    return min(cost.reserved, max(cost.prompt, tpm))
 
 
 def auth_client(settings: GatewaySettings) -> aioredis.Redis:

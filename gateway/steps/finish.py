@@ -58,7 +58,7 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, comple
         by_tenant(ctx, metrics, prompt, completion)
     log.info(
         "request_id=%s model=%s endpoint=%s status=%d replica=%s attempts=%d stream=%s wait_ms=%.1f"
-        " ttft_ms=%s duration_ms=%.1f tenant=%s%s",
+        " ttft_ms=%s duration_ms=%.1f tenant=%s upstream_id=%s%s",
         ctx.request_id,
         model,
         ctx.endpoint,
@@ -70,5 +70,6 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, comple
         f"{(ctx.first_byte_at - ctx.started) * 1000:.1f}" if ctx.first_byte_at else "-",
         (now - ctx.started) * 1000,
         ctx.caller.tenant,
+        ctx.upstream_id or "-",
         f" error={ctx.error!r}" if ctx.error else "",
     )

@@ -10,8 +10,7 @@ from gateway.context import RequestContext
 from gateway.errors import InvalidRequest
 from gateway.prefix_key import chat_prefix_key, prompt_prefix_key
 from gateway.routing.base import RouteRequest
-
-MAX_TOKENS_CAP = 1 << 20
+from gateway.steps.tokens import TokenCost, asked, prompt_estimate
 
 
 def load_json(body: bytes) -> dict[str, Any]:
@@ -40,17 +39,6 @@ def stream_field(payload: dict[str, Any]) -> bool:
     return stream
 
 
-def max_tokens_field(payload: dict[str, Any]) -> int:
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = payload.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_TOKENS_CAP:
-            raise InvalidRequest(f"{name} must be a positive integer up to {MAX_TOKENS_CAP}", param=name)
-        return value
-    return 0
-
-
 def route_request(ctx: RequestContext, payload: dict[str, Any], prefix_chars: int) -> RouteRequest:
     messages = payload.get("messages")
     if isinstance(messages, list):
@@ -68,4 +56,5 @@ def parse(ctx: RequestContext, prefix_chars: int) -> None:
     ctx.model_name = model_field(payload)
     ctx.stream = stream_field(payload)
     ctx.route = route_request(ctx, payload, prefix_chars)
-    ctx.cost = len(ctx.body) // 4 + max_tokens_field(payload)
+    ctx.asked = asked(payload, ctx.endpoint)
+    ctx.cost = TokenCost(prompt_estimate(ctx.body))  # what it may generate is added once resolved

@@ -23,7 +23,6 @@ from bench.routing import (
     percentile,
     policy_fleet,
     prefix_keys,
-    sample_sums,
     shares,
     summarise,
     table,
@@ -40,6 +39,7 @@ from bench.routing_workloads import (
 )
 from contract.fleet import parse_fleet
 from contract.registry import ReplicaRecord
+from contract.vllm_metrics import gauge_sums
 from gateway.pool import Endpoint
 from gateway.prefix_key import chat_prefix_key
 from gateway.routing.rendezvous import top
@@ -139,8 +139,8 @@ vllm:num_requests_running{engine="0",model_name="smollm2"} 0.0
 """
 
 
-def test_sample_sums_adds_label_sets_and_skips_comments() -> None:
-    s = sample_sums(METRICS)
+def test_the_contract_parser_reads_the_counters_the_benchmark_uses() -> None:
+    s = gauge_sums(METRICS)
     assert s["vllm:request_success_total"] == 10.0
     assert s["vllm:prefix_cache_hits_total"] == 512.0
     assert "vllm:prefix_cache_hits_created" in s

@@ -37,6 +37,11 @@ def test_default_fleet_is_valid() -> None:
             "models.0.policy: String should match pattern",
         ),
         (
+            "models:\n - name: a\n   source: {package: x}\n   engine: {tensor_parallel_size: 2}\n"
+            "   placement: {devices: [2]}\n",
+            "each replica needs tensor_parallel_size (2) distinct devices",
+        ),
+        (
             "models:\n - name: a\n   source: {package: x}\n   budget: {gpu_memory_utilization: 1.5}\n",
             "models.0.budget.gpu_memory_utilization",
         ),

@@ -77,7 +77,7 @@ def test_a_fleet_change_shows_in_the_manifests_and_compose(tmp_path: Path) -> No
         "replicas": 2,
         "engine": {"dtype": "bfloat16", "tensor_parallel_size": 2, "max_model_len": 8192},
         "budget": {"gpu_memory_utilization": 0.85},
-        "placement": {"devices": [2]},
+        "placement": {"devices": [2, 3]},
         "concurrency": 32,
     })  # fmt: skip
     k8s, out = render_to(tmp_path, fleet)

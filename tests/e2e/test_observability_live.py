@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +38,7 @@ from tests.observability.promql import (
     panels,
     variable_query,
 )
+from tests.support.poll import until
 from workers.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
@@ -80,14 +80,6 @@ class Prometheus:
             # sample names OpenMetrics' family name implies.
             names |= {family} | {n for e in entries for n in exposed(family, e.get("type", "gauge"))}
         return names
-
-
-async def until(check: Callable[[], Awaitable[bool]], deadline_s: float, what: str) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {deadline_s:.0f} s waiting for {what}")
-        await asyncio.sleep(1.0)
 
 
 def all_queries() -> tuple[list[Query], list[str]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.support.gateway import fleet_yaml, register, serve_gateway
+from tests.support.poll import until
 from tests.support.procs import Proc, free_port, start_fake_engine
 
 FLEET = fleet_yaml([{"name": "m", "source": {"path": "/x"}, "policy": "round_robin"}])
@@ -29,7 +30,13 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc
         "err500": start_fake_engine(tmp, "--fault", "500"),
         "hang": start_fake_engine(tmp, "--fault", "hang"),
         "die": start_fake_engine(tmp, "--fault", "die-after-3"),
+        "die_mid": start_fake_engine(tmp, "--fault", "die-mid-2"),
         "err400": start_fake_engine(tmp, "--fault", "400"),
+        "slow": start_fake_engine(tmp, "--latency-ms", "1500"),
+        "slow2": start_fake_engine(tmp, "--latency-ms", "1500"),
+        "hang2": start_fake_engine(tmp, "--fault", "hang"),
+        "slow500": start_fake_engine(tmp, "--fault", "slow-500-600"),
+        "slow500b": start_fake_engine(tmp, "--fault", "slow-500-600"),
     }
     yield procs
     for p in procs.values():
@@ -56,7 +63,7 @@ def assert_error_shape(body: dict[str, dict[str, object]]) -> None:
     assert set(body["error"]) == {"message", "type", "param", "code"}
 
 
-@pytest.mark.parametrize("bad", ["refused", "err500", "hang"])
+@pytest.mark.parametrize("bad", ["refused", "err500"])
 async def test_fails_over_before_first_byte(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc], bad: str
 ) -> None:
@@ -105,6 +112,23 @@ async def test_stream_broken_mid_way_ends_with_error_event_then_done(
     assert error["error"]["type"] == "upstream_error"
 
 
+async def test_stream_broken_mid_event_gets_its_error_event_apart(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    # The replica dies after two events and half of the third: the half event is ended first, so the
+    # error event and [DONE] are events of their own (an SSE client can still read them).
+    async with gateway(tmp_path, redis_url, [engines["die_mid"].url]) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "stream": True})
+    assert r.status_code == 200
+    events = r.text.split("\n\n")
+    assert events[-1] == "" and events[-2] == "data: [DONE]"
+    error = json.loads(events[-3].removeprefix("data: "))
+    assert_error_shape(error)
+    assert error["error"]["type"] == "upstream_error"
+    assert events[2].startswith('data: {"id"') and "error" not in events[2]
+
+
 async def test_client_4xx_from_replica_passes_through_and_never_ejects(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
@@ -122,19 +146,18 @@ async def test_client_4xx_from_replica_passes_through_and_never_ejects(
 async def test_ejected_replica_comes_back_after_half_open_probe(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
-    # "hang" answers /health but never a completion: ejected by a first-byte timeout, then the
+    # "err500" answers /health but every completion with a 500: ejected by that 5xx, then the
     # half-open /health probe brings it back after the back-off.
     async with gateway(
         tmp_path,
         redis_url,
-        [engines["hang"].url],
-        first_byte_timeout_s=0.5,
+        [engines["err500"].url],
         eject_base_s=0.5,
         retry_attempts=1,
     ) as gw:
         async with httpx.AsyncClient(timeout=20) as c:
             r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
-            assert r.status_code == 504 and r.json()["error"]["code"] == "upstream_timeout"
+            assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_error"
             assert (await c.get(f"{gw}/ready")).json()["models"]["m"]["ready_replicas"] == 0
             for _ in range(100):
                 if (await c.get(f"{gw}/ready")).json()["models"]["m"]["ready_replicas"] == 1:
@@ -167,3 +190,115 @@ async def test_hop_by_hop_and_api_key_headers_are_not_forwarded(
     assert not {"authorization", "x-foo", "te", "proxy-authorization"} & set(sent)
     assert sent["x-request-id"] == r.headers["x-request-id"]
     assert stats["last_body"].encode() == raw
+
+
+async def started(c: httpx.AsyncClient, *engines: Proc) -> int:
+    """Generations the fake engines started (counted as each request arrived)."""
+    return sum([(await c.get(f"{e.url}/stats")).json()["started"] for e in engines])
+
+
+async def reset(c: httpx.AsyncClient, *engines: Proc) -> None:
+    for e in engines:
+        await c.get(f"{e.url}/stats/reset")
+
+
+async def test_long_non_streamed_request_times_out_once_without_ejection(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    # Both replicas take 1.5 s to answer; the first-byte timeout (0.2 s) is not a non-streamed request's
+    # limit, the total deadline (0.5 s) is: one generation, a 504, and neither replica ejected.
+    slow = [engines["slow"], engines["slow2"]]
+    settings = {"first_byte_timeout_s": 0.2, "request_timeout_s": 0.5, "health_interval_s": 60}
+    async with gateway(tmp_path, redis_url, [e.url for e in slow], **settings) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            await reset(c, *slow)
+            r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+            assert r.status_code == 504, r.text
+            assert_error_shape(r.json())
+            assert r.json()["error"]["code"] == "upstream_timeout"
+            assert await started(c, *slow) == 1
+            metrics = (await c.get(f"{gw}/metrics")).text
+            assert (await c.get(f"{gw}/ready")).json()["models"]["m"]["ready_replicas"] == 2
+    assert "llmgw_ejections_total{" not in metrics
+    assert 'llmgw_retries_total{model="m"} 1.0' not in metrics
+
+
+async def test_non_streamed_request_within_its_deadline_outlives_the_first_byte_timeout(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    settings = {"first_byte_timeout_s": 0.2, "request_timeout_s": 10, "health_interval_s": 60}
+    async with gateway(tmp_path, redis_url, [engines["slow"].url], **settings) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            await reset(c, engines["slow"])
+            r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+            assert r.status_code == 200, r.text
+            assert await started(c, engines["slow"]) == 1
+
+
+async def test_stream_first_byte_timeout_is_not_retried_nor_ejected(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    hung = [engines["hang"], engines["hang2"]]
+    settings = {"first_byte_timeout_s": 0.3, "health_interval_s": 60}
+    async with gateway(tmp_path, redis_url, [e.url for e in hung], **settings) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            await reset(c, *hung)
+            r = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "stream": True})
+            assert r.status_code == 504 and r.json()["error"]["code"] == "upstream_timeout"
+            assert await started(c, *hung) == 1
+            metrics = (await c.get(f"{gw}/metrics")).text
+    assert "llmgw_ejections_total{" not in metrics
+
+
+async def test_retry_deadline_is_checked_before_the_first_retry(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    # Each replica answers 500 after 0.6 s; with a 0.3 s retry deadline the first failure leaves no
+    # time to retry: one attempt, its 502.
+    bad = [engines["slow500"], engines["slow500b"]]
+    settings = {"retry_deadline_s": 0.3, "health_interval_s": 60}
+    async with gateway(tmp_path, redis_url, [e.url for e in bad], **settings) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            await reset(c, *bad)
+            r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+            assert r.status_code == 502, r.text
+            assert_error_shape(r.json())
+            assert await started(c, *bad) == 1
+
+
+async def test_client_leaving_a_non_streamed_request_aborts_it_and_frees_its_slot(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    # One slot (concurrency 1) on a replica that never answers: a client that leaves must abort the
+    # upstream request (the engine sees the connection close) and free the slot for the next request.
+    hang = engines["hang"]
+    prefix = f"d{uuid.uuid4().hex[:8]}"
+    await register(redis_url, prefix, "m", hang.url, "m-0", concurrency=1)
+    async with serve_gateway(tmp_path, FLEET, redis_url, prefix, health_interval_s=60) as gw:
+        async with httpx.AsyncClient(timeout=60) as c:
+
+            async def stats() -> dict[str, int]:
+                return dict((await c.get(f"{hang.url}/stats")).json())
+
+            await reset(c, hang)
+            first = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=CHAT))
+            await until(lambda: started_is(stats, 1), 10, "the first request reached the engine")
+            first.cancel()
+            await asyncio.gather(first, return_exceptions=True)
+            await until(lambda: inflight_is(stats, 0), 10, "the engine saw the request aborted")
+            second = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=CHAT))
+            await until(lambda: started_is(stats, 2), 10, "the second request was admitted")
+            second.cancel()
+            await asyncio.gather(second, return_exceptions=True)
+            await until(lambda: inflight_is(stats, 0), 10, "the engine saw the second request aborted")
+            metrics = (await c.get(f"{gw}/metrics")).text
+    assert 'llmgw_requests_total{model="m",status="499"} 2.0' in metrics
+    assert "llmgw_ejections_total{" not in metrics
+
+
+async def started_is(stats: Callable[[], Awaitable[dict[str, int]]], n: int) -> bool:
+    return (await stats())["started"] == n
+
+
+async def inflight_is(stats: Callable[[], Awaitable[dict[str, int]]], n: int) -> bool:
+    return (await stats())["inflight"] == n

@@ -18,6 +18,7 @@ from contract.fleet import parse_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord
 from gateway.discovery import Discovery
+from gateway.http1 import ConnectionPool
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
 from tests.support.gateway import fleet_yaml, register, serve_gateway
@@ -62,7 +63,7 @@ async def test_a_redis_restart_keeps_the_last_known_replicas_until_republished(
     keys = RedisKeys("rr")
     fleet = parse_fleet(FLEET)
     table = ReplicaTable(m.name for m in fleet.models)
-    d = Discovery(redis, keys, fleet, table, GatewayMetrics(), hold_s=30)
+    d = Discovery(redis, keys, fleet, table, GatewayMetrics(), ConnectionPool(8, 1.0), hold_s=30)
     try:
         await publish(redis, keys, ReplicaRecord(id="m-0", model="m", url="http://127.0.0.1:1"))
         await publish(redis, keys, ReplicaRecord(id="n-0", model="n", url="http://127.0.0.1:2"))

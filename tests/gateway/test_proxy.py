@@ -93,6 +93,21 @@ async def test_request_id_propagated_or_created(http: httpx.AsyncClient, gw: str
     assert len(r.headers["x-request-id"]) == 32
 
 
+async def test_client_request_id_is_not_vllms_internal_id(
+    http: httpx.AsyncClient, gw: str, engine: Proc
+) -> None:
+    # vLLM uses the X-Request-Id it gets as its internal request id: two requests with one client id
+    # must reach it with two ids (the client's, made safe, plus a unique suffix); the client gets its own.
+    body = {"model": "fake-chat", "messages": [{"role": "user", "content": "hi"}]}
+    sent = []
+    for _ in range(2):
+        r = await http.post(f"{gw}/v1/chat/completions", json=body, headers={"x-request-id": "my id/1"})
+        assert r.headers["x-request-id"] == "my id/1"
+        sent.append((await http.get(f"{engine.url}/stats")).json()["last_headers"]["x-request-id"])
+    assert sent[0] != sent[1]
+    assert all(s.startswith("my_id_1-") and " " not in s for s in sent)
+
+
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [

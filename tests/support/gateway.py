@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 import uvicorn
 
 from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, ReplicaState
+from contract.registry import ReplicaRecord, ReplicaState, publish
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from tests.support.procs import free_port
@@ -38,7 +38,7 @@ async def register(
     """Publish a replica record the way the supervisor does."""
     rec = ReplicaRecord(id=rid, model=model, url=url, state=state, concurrency=concurrency)
     r = aioredis.Redis.from_url(redis_url)
-    await r.set(RedisKeys(prefix).replica(model, rid), rec.model_dump_json(), px=int(ttl_s * 1000))
+    assert await publish(r, RedisKeys(prefix), rec, ttl_s)
     await r.aclose()
     return rec
 

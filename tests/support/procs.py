@@ -8,13 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from tests.support.poll import wait_until
 from workers.process import redis_server_argv
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,15 +24,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_until(check: Callable[[], bool], deadline_s: float, what: str, interval_s: float = 0.05) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if check():
-            return
-        time.sleep(interval_s)
-    raise TimeoutError(f"{what} not ready within {deadline_s} s")
 
 
 def port_open(port: int) -> bool:

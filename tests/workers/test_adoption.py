@@ -115,7 +115,7 @@ async def _count(ids: object, n: int) -> bool:
 
 def spec_for(name: str, port: int) -> ReplicaSpec:
     return ReplicaSpec(
-        parse_fleet(f"models:\n - name: {name}\n   source: {{path: /m}}\n").models[0], 0, port, 0
+        parse_fleet(f"models:\n - name: {name}\n   source: {{path: /m}}\n").models[0], 0, port, (0,)
     )
 
 

@@ -21,6 +21,7 @@ from bench.fake_gpu_engine import fail_text
 from contract.fleet import parse_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
+from tests.support.poll import until
 from tests.support.procs import free_port
 from workers.gpu import DeviceMemory
 from workers.launch import Launch, ReplicaSpec, with_budget
@@ -119,7 +120,7 @@ def test_start_groups_one_per_gpu_and_one_for_cpus(tmp_path: Path) -> None:
     def rep(index: int, kind: str, device: int) -> Replica:
         model = parse_fleet("models:\n - name: m\n   source: {path: /m}\n").models[0]
         return Replica(
-            ReplicaSpec(model, index, 9000 + index, device, device_kind=kind), Launch(["x"]), tmp_path
+            ReplicaSpec(model, index, 9000 + index, (device,), device_kind=kind), Launch(["x"]), tmp_path
         )
 
     reps = [rep(0, "gpu", 0), rep(1, "gpu", 1), rep(2, "gpu", 0), rep(3, "cpu", 0), rep(4, "cpu", 1)]
@@ -152,7 +153,7 @@ def gpu_replica(
     model = parse_fleet(
         f"models:\n - name: fake\n   source: {{path: /m}}\n   budget: {budget_yaml}\n"
     ).models[0]
-    spec = ReplicaSpec(model, index, free_port(), 0, device_kind="gpu", gpu_memory_utilization=budget)
+    spec = ReplicaSpec(model, index, free_port(), (0,), device_kind="gpu", gpu_memory_utilization=budget)
     argv = [sys.executable, "-m", "bench.fake_gpu_engine", "--port", str(spec.port), "--model", "fake"]
     env = {
         "FAKE_GPU_MAX_BUDGET": str(limit),
@@ -309,19 +310,10 @@ async def test_gate_deadline_stops_with_a_report(
 
 async def test_cpu_replicas_skip_the_gate(tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys) -> None:
     rep = gpu_replica(tmp_path, 0.50, limit=1.0)
-    rep.spec = ReplicaSpec(rep.spec.model, 0, rep.spec.port, 0)  # a CPU replica
+    rep.spec = ReplicaSpec(rep.spec.model, 0, rep.spec.port, (0,))  # a CPU replica
     device = FakeDevice(tenant_gib=100)
     async with httpx.AsyncClient() as client:
         sup = supervisor([rep], redis, keys, client, device)
         assert await sup.start_with_retries(rep)
         await rep.process.stop(2)
     assert device.reads == 0
-
-
-async def until(predicate: Callable[[], bool], deadline_s: float = 20.0) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError("condition not met")

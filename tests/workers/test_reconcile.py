@@ -179,7 +179,7 @@ def test_device_keys_serialise_each_gpu_and_all_cpus() -> None:
 
 
 def test_running_view_names_its_model() -> None:
-    spec = ReplicaSpec(fleet().models[0], 0, 8100, 0)
+    spec = ReplicaSpec(fleet().models[0], 0, 8100, (0,))
     assert Running(spec, 0).model == "a" and Running(spec, 0).id == "a-0"
 
 
@@ -194,3 +194,11 @@ def test_headroom_fits_only_a_known_reading_that_covers_the_need() -> None:
     assert need == 3 * GIB
     assert Headroom(3 * GIB, need).fits and not Headroom(3 * GIB - 1, need).fits
     assert not Headroom(None, need).fits and "unknown" in Headroom(None, need).describe()
+
+
+def test_retired_ids_and_busy_ports_are_not_handed_out_again() -> None:
+    running = converge(fleet(), [])
+    running = apply(running, plan(fleet(BASE.replace("replicas: 2", "replicas: 1")), running, 2))
+    again = plan(fleet(), running, 2, retired=["a-1"], is_free=lambda p: p != 8101)
+    assert len(again) == 1 and isinstance(again[0], Start)
+    assert (again[0].spec.id, again[0].slot, again[0].spec.port) == ("a-2", 1, 8103)

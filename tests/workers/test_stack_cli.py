@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -49,9 +48,11 @@ def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path) -> Non
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
         stack.popen.send_signal(signal.SIGTERM)
         assert stack.popen.wait(60) == 0
-        time.sleep(0.2)
-        alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-        assert not alive, alive
+
+        def gone() -> bool:
+            return not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+        wait_until(gone, 10, "every child of the stack gone")
         assert not any(port_open(p) for p in ports.values())
     finally:
         stack.kill()

@@ -37,7 +37,7 @@ async def test_a_dead_service_is_restarted_and_logged(
     argv = [sys.executable, "-m", "bench.fake_engine", "--port", str(port)]
     svc = Service("gateway-1", argv, tmp_path / "svc.log", http_probe(f"http://127.0.0.1:{port}/health"))
     await svc.start()
-    await svc.wait_ready(15)
+    await svc.wait_until_ready(15)
     keeper = asyncio.create_task(keep(svc, POLICY))
     try:
         assert svc.proc is not None
@@ -72,4 +72,4 @@ async def test_a_service_that_always_dies_backs_off_and_caps(
         await svc.stop()
     delays = [ln.rsplit(" in ", 1)[1] for ln in caplog.text.splitlines() if "service=redis died" in ln]
     assert delays[:5] == ["0.1 s", "0.2 s", "0.4 s", "0.4 s", "0.4 s"]
-    assert "service=redis restart 1 failed: redis exited while starting" in caplog.text
+    assert "service=redis restart 1 failed: redis: exited with code 1 while starting" in caplog.text

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from contract.fleet import parse_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState
+from tests.support.poll import until
 from tests.support.procs import free_port
 from workers.launch import Launch, ReplicaSpec
 from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions
@@ -24,7 +25,7 @@ from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOp
 
 def fake_replica(tmp: Path, name: str = "fake", *extra: str, argv: list[str] | None = None) -> Replica:
     model = parse_fleet(f"models:\n - name: {name}\n   source: {{path: /m}}\n").models[0]
-    spec = ReplicaSpec(model, 0, free_port(), 0)
+    spec = ReplicaSpec(model, 0, free_port(), (0,))
     cmd = argv or [
         sys.executable,
         "-m",
@@ -56,19 +57,6 @@ async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 async def record(redis: aioredis.Redis, keys: RedisKeys, rep: Replica) -> ReplicaRecord | None:
     raw = await redis.get(keys.replica(rep.spec.model.name, rep.spec.id))
     return ReplicaRecord.model_validate_json(raw) if raw else None
-
-
-async def until(predicate: object, deadline_s: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while loop.time() < end:
-        result = predicate()  # type: ignore[operator]
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError("condition not met")
 
 
 @pytest.fixture

@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 from contract.fleet import FleetError, load_fleet
-from workers.deploy.common import REPO
-from workers.deploy.compose import render_compose
-from workers.deploy.k8s import MODELS_DIR, render_k8s
+from workers.deploy.common import REPO, GpuSizing
+from workers.deploy.compose import ComposeOptions, render_compose
+from workers.deploy.k8s import MODELS_DIR, K8sOptions, render_k8s
+from workers.planner.memory import GIB
 
 TARGETS = ("k8s", "compose", "all")
 
@@ -30,6 +31,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--k8s-out", type=Path, default=REPO / "deploy" / "k8s", help="the kustomize base")
     p.add_argument("--compose-out", type=Path, default=REPO, help="where compose.yaml goes")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any file is out of date")
+    p.add_argument(
+        "--gpu-memory-gib", type=float, default=GpuSizing().gpu_bytes / GIB,
+        help="each GPU's memory, for budgets left auto (default: an H200's 140.4)",
+    )  # fmt: skip
+    p.add_argument(
+        "--models-dir", type=Path, default=Path(".cache/models"), help="where config.json files are"
+    )
     return p.parse_args(argv)
 
 
@@ -59,16 +67,22 @@ def write(root: Path, rendered: dict[str, str]) -> list[str]:
     return changed
 
 
+def sizing(args: argparse.Namespace) -> GpuSizing:
+    return GpuSizing(round(args.gpu_memory_gib * GIB), args.models_dir)
+
+
 def renderings(args: argparse.Namespace) -> list[tuple[Path, dict[str, str], bool]]:
     """(root, files, prune stale model files) for each target asked for."""
     fleet = load_fleet(args.fleet)
     out: list[tuple[Path, dict[str, str], bool]] = []
     if args.target in ("k8s", "all"):
-        out.append((args.k8s_out, render_k8s(fleet, args.fleet.read_text()), True))
+        k8s = K8sOptions(sizing=sizing(args))
+        out.append((args.k8s_out, render_k8s(fleet, args.fleet.read_text(), k8s), True))
     if args.target in ("compose", "all"):
         rel = os.path.relpath(args.fleet.resolve(), args.compose_out.resolve())
         mount = rel if rel.startswith("..") else f"./{rel}"
-        out.append((args.compose_out, render_compose(fleet, mount), False))
+        compose = ComposeOptions(sizing=sizing(args))
+        out.append((args.compose_out, render_compose(fleet, mount, compose), False))
     return out
 
 

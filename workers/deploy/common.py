@@ -10,9 +10,12 @@ from typing import Any
 
 import yaml
 
-from contract.fleet import Model
+from contract.fleet import Defaults, Fleet, Model, Placement
 from contract.registry import RegistryTiming
+from workers.budgets import PlannedBudgets, needs_plan, planned_budgets
 from workers.launch import ReplicaSpec, build_launch
+from workers.planner import make_config_loader
+from workers.planner.cli import H200_BYTES
 from workers.weights import weights_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,9 +56,34 @@ def slug(name: str, limit: int = 40) -> str:
     return f"{s[: limit - 7].rstrip('-')}-{digest}"
 
 
+@dataclass(frozen=True, slots=True)
+class GpuSizing:
+    """What rendering needs to plan budgets left ``auto``: each GPU's size, where config.json files are."""
+
+    gpu_bytes: int = H200_BYTES
+    models_dir: Path = Path(".cache/models")
+
+    def fleet_budgets(self, fleet: Fleet, n_devices: int) -> PlannedBudgets:
+        """The planner's plans for the fleet on ``n_devices`` GPUs of this size ({} if none is auto)."""
+        if not needs_plan(fleet):
+            return {}
+        devices = dict.fromkeys(range(n_devices), self.gpu_bytes)
+        return planned_budgets(fleet, devices, make_config_loader(self.models_dir))
+
+    def solo_budget(self, model: Model) -> float | None:
+        """One replica alone on its own GPUs (a Kubernetes pod): the fleet's fraction, or the planner's."""
+        if not model.budget.auto:
+            return model.budget.fixed_gpu_memory_utilization
+        tp = model.engine.tensor_parallel_size
+        alone = model.model_copy(update={"replicas": 1, "placement": Placement(devices=list(range(tp)))})
+        planned = self.fleet_budgets(Fleet(defaults=Defaults(device="gpu"), models=[alone]), tp)
+        return planned[(model.name, 0)].gpu_memory_utilization
+
+
 def container_launch(model: Model, gpu_memory_utilization: float | None) -> ContainerLaunch:
     """build_launch's command line for one GPU replica in a container listening on all interfaces."""
-    spec = ReplicaSpec(model, 0, VLLM_PORT, 0, "0.0.0.0", "gpu", gpu_memory_utilization)
+    devices = tuple(range(model.engine.tensor_parallel_size))
+    spec = ReplicaSpec(model, 0, VLLM_PORT, devices, "0.0.0.0", "gpu", gpu_memory_utilization)
     launch = build_launch(spec, weights_for(model, MODELS_MOUNT), python="python3")
     env = {k: v for k, v in launch.env.items() if k not in HOST_ONLY_ENV}
     env["HF_HOME"] = HF_HOME

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from workers.deploy.common import (
     PROMETHEUS_TEMPLATE,
     REGISTER_METRICS_PORT,
     VLLM_PORT,
+    GpuSizing,
     budget_label,
     container_launch,
     header,
@@ -55,6 +56,7 @@ class ComposeOptions:
     startup_s: int = 1200
     drain: RegistryTiming = DEPLOY_TIMING
     shared_gpu_fraction: float = 0.9  # split among replicas on one GPU whose model gives no budget
+    sizing: GpuSizing = field(default_factory=GpuSizing)  # for budgets left `auto`
     shm_per_gpu_gib: int = 2
 
 
@@ -87,15 +89,18 @@ def worker_name(spec: ReplicaSpec) -> str:
 
 
 def gpu_ids(spec: ReplicaSpec) -> list[str]:
-    """A replica with tensor parallelism t on device d takes GPUs d .. d+t-1."""
-    return [str(spec.device + i) for i in range(spec.model.engine.tensor_parallel_size)]
+    return [str(d) for d in spec.devices]
 
 
-def plan(fleet: Fleet, shared_fraction: float) -> list[ReplicaSpec]:
-    """Every supervised replica with its GPU (placement, else round robin) and its memory budget: the
-    model's gpu_memory_utilization, else an equal share of ``shared_fraction`` of each GPU it uses."""
+def plan(fleet: Fleet, o: ComposeOptions) -> list[ReplicaSpec]:
+    """Every supervised replica with its GPUs (workers.placement) and its memory budget: the model's
+    gpu_memory_utilization, the planner's where it is ``auto``, else an equal share of
+    ``shared_gpu_fraction`` of each GPU it uses."""
     placed = [d for m in fleet.models for d in m.placement.devices]
-    specs = plan_replicas(fleet.models, fleet.defaults, 1 + max(placed, default=0))
+    widest = max((m.engine.tensor_parallel_size for m in fleet.models), default=1)
+    n_devices = max(1 + max(placed, default=0), widest)
+    specs = plan_replicas(fleet.models, fleet.defaults, n_devices)
+    planned = o.sizing.fleet_budgets(fleet, n_devices)
     sharing: dict[str, int] = defaultdict(int)
     for s in specs:
         for g in gpu_ids(s):
@@ -103,8 +108,13 @@ def plan(fleet: Fleet, shared_fraction: float) -> list[ReplicaSpec]:
     out = []
     for s in specs:
         most = max(sharing[g] for g in gpu_ids(s))
-        budget = s.model.budget.gpu_memory_utilization or math.floor(shared_fraction / most * 100) / 100
-        out.append(ReplicaSpec(s.model, s.index, VLLM_PORT, s.device, "0.0.0.0", "gpu", budget))
+        budget = (
+            s.model.budget.fixed_gpu_memory_utilization
+            or math.floor(o.shared_gpu_fraction / most * 100) / 100
+        )
+        if s.model.budget.auto:
+            budget = planned[(s.model.name, s.index)].gpu_memory_utilization
+        out.append(ReplicaSpec(s.model, s.index, VLLM_PORT, s.devices, "0.0.0.0", "gpu", budget))
     return out
 
 
@@ -153,7 +163,7 @@ def project_service(o: ComposeOptions) -> Obj:
     return {"image": o.project_image, "build": dict(PROJECT_BUILD)}
 
 
-def register(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
+def sidecar_service(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
     args = ["python", "-m", "contract.sidecar", "--redis-url", "redis://redis:6379/0"]
     for s in specs:
         args += ["--record", literal(record(s))]
@@ -184,7 +194,8 @@ def gateway(index: int, fleet_path: str, o: ComposeOptions) -> Obj:
         "read_only": True,
         "depends_on": {"redis": HEALTHY},
         "healthcheck": healthcheck(python_check(f"http://127.0.0.1:{GATEWAY_PORT}/health")),
-        "stop_grace_period": "40s",
+        # uvicorn's graceful shutdown: LLMGW_SHUTDOWN_GRACE_S (120 s) + 10 s for the planned ends, + margin
+        "stop_grace_period": "140s",
         "restart": "unless-stopped",
     }
 
@@ -279,10 +290,10 @@ def workers(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
 
 
 def compose(fleet: Fleet, fleet_path: str, o: ComposeOptions) -> Obj:
-    specs = plan(fleet, o.shared_gpu_fraction)
+    specs = plan(fleet, o)
     services: Obj = {"redis": redis(o), "tls-init": tls_init(o), **workers(specs, o)}
     if specs:
-        services["register"] = register(specs, o)
+        services["register"] = sidecar_service(specs, o)
     for i in range(1, o.gateways + 1):
         services[f"gateway-{i}"] = gateway(i, fleet_path, o)
     services.update(nginx=nginx(o), prometheus=prometheus(o), grafana=grafana(o))
@@ -320,5 +331,5 @@ def render_compose(
         f"{CONFIG_DIR}/nginx.conf": note.format("nginx/nginx.conf.template")
         + container_nginx_conf(NGINX_TEMPLATE, gateways),
         f"{CONFIG_DIR}/prometheus.yml": note.format("prometheus/prometheus.yml.template") + prom,
-        f"{CONFIG_DIR}/workers.json": worker_targets(plan(fleet, o.shared_gpu_fraction)),
+        f"{CONFIG_DIR}/workers.json": worker_targets(plan(fleet, o)),
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from contract.drain import drain_argv
@@ -22,6 +22,7 @@ from workers.deploy.common import (
     NGINX_TEMPLATE,
     REGISTER_METRICS_PORT,
     VLLM_PORT,
+    GpuSizing,
     budget_label,
     container_launch,
     header,
@@ -47,6 +48,7 @@ class K8sOptions:
     models_claim: str = "llmgw-models"
     startup_s: int = 1200  # weights from the shared volume, CUDA graphs, KV-cache profiling
     drain: RegistryTiming = DEPLOY_TIMING  # in-flight generations may finish within drain.drain_grace_s
+    sizing: GpuSizing = field(default_factory=GpuSizing)  # for budgets left `auto`
     shutdown_s: int = 30  # vLLM's own exit after SIGTERM
     scale_factor: int = 4  # maxReplicaCount = replicas × this (at most 64)
     cpu_per_gpu: int = 4
@@ -97,7 +99,7 @@ def http_probe(path: str, port: str, period_s: int, failures: int, timeout_s: in
 
 
 def vllm_container(model: Model, o: K8sOptions) -> Obj:
-    launch = container_launch(model, model.budget.gpu_memory_utilization)
+    launch = container_launch(model, o.sizing.solo_budget(model))
     gpus = model.engine.tensor_parallel_size
     memory = f"{o.memory_per_gpu_gib * gpus}Gi"
     drain = drain_argv("python3", f"http://127.0.0.1:{VLLM_PORT}", o.drain)
@@ -128,7 +130,7 @@ def vllm_container(model: Model, o: K8sOptions) -> Obj:
     }
 
 
-def record_json(model: Model) -> str:
+def record_json(model: Model, o: K8sOptions) -> str:
     """The ReplicaRecord the sidecar publishes; $(POD_NAME) and $(POD_IP) are expanded by the kubelet."""
     gpus = model.engine.tensor_parallel_size
     record = {
@@ -137,15 +139,15 @@ def record_json(model: Model) -> str:
         "url": f"http://$(POD_IP):{VLLM_PORT}",
         "concurrency": model.concurrency,
         "device": "gpu:" + ",".join(str(i) for i in range(gpus)),
-        "budget": budget_label(model.budget.gpu_memory_utilization),
+        "budget": budget_label(o.sizing.solo_budget(model)),
     }
     return json.dumps(record, separators=(",", ":"))
 
 
-def register_container(model: Model, o: K8sOptions) -> Obj:
+def sidecar_container(model: Model, o: K8sOptions) -> Obj:
     args = [
         "-m", "contract.sidecar",
-        "--record", record_json(model),
+        "--record", record_json(model, o),
         "--redis-url", o.redis_url,
         "--drain-grace", f"{o.drain.drain_grace_s:g}",
         "--drain-settle", f"{o.drain.drain_settle_s:g}",
@@ -182,7 +184,7 @@ def deployment(model: Model, o: K8sOptions) -> Obj:
         "enableServiceLinks": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "containers": [vllm_container(model, o), register_container(model, o)],
+        "containers": [vllm_container(model, o), sidecar_container(model, o)],
         "volumes": [
             {"name": "shm", "emptyDir": shm},
             {"name": "models", "persistentVolumeClaim": {"claimName": o.models_claim, "readOnly": True}},

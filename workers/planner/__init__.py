@@ -1,11 +1,12 @@
 """The planner: does a fleet fit its GPUs, with which gpu_memory_utilization per replica, and why.
 
-``plan_fleet`` (what the supervisor calls) and ``llmgw-plan`` (``workers.planner.cli:main``) share it.
+``plan_fleet`` is what ``llmgw-plan`` (``workers.planner.cli:main``) prints, what the supervisor uses for
+budgets left ``auto`` (``workers.budgets``) and what ``llmgw-render`` writes into deployment files.
 """
 
 from workers.planner.memory import DEFAULT_RESERVE_BYTES, RuntimeProfile, next_backoff_budget
 from workers.planner.model_shape import ConfigLoader, ModelShape, make_config_loader, shape_from_config
-from workers.planner.plan import DEFAULT_TARGET, DevicePlan, Plan, ReplicaPlan, place_replicas, plan_fleet
+from workers.planner.plan import DEFAULT_TARGET, DevicePlan, Plan, ReplicaPlan, plan_fleet
 
 __all__ = [
     "DEFAULT_RESERVE_BYTES",
@@ -18,7 +19,6 @@ __all__ = [
     "RuntimeProfile",
     "make_config_loader",
     "next_backoff_budget",
-    "place_replicas",
     "plan_fleet",
     "shape_from_config",
 ]

@@ -1,10 +1,8 @@
 """Fleet -> plan: which budget each replica gets on which device, whether it fits, and why.
 
-:func:`plan_fleet` is what the supervisor calls and what ``llmgw-plan`` prints.  Placement
-(:func:`place_replicas`): replica ``r`` of a model with tensor-parallel size ``tp`` runs on
-``placement.devices[r*tp : r*tp+tp]`` (wrapping around the list); replicas of models without placement
-take the known devices round-robin, in fleet order, ``tp`` devices each (the plan records the result, so
-the supervisor starts each replica where the plan put it).
+:func:`plan_fleet` is what the supervisor calls and what ``llmgw-plan`` prints.  Placement is
+:func:`workers.placement.place_replicas`, the one the launcher uses too, so the plan's devices are where
+the supervisor starts each replica.
 
 A replica whose fleet entry sets ``budget.gpu_memory_utilization`` keeps it; the others share what the
 target leaves on their device: each gets the budget its weights, in-budget other and asked KV cache
@@ -21,6 +19,7 @@ from typing import Any, Literal
 
 from contract.fleet import Fleet, Model
 from workers.launch import engine_args
+from workers.placement import place_replicas
 from workers.planner import memory as mem
 from workers.planner.model_shape import ModelShape, Quantization, shape_from_config
 
@@ -223,28 +222,6 @@ def estimate_model(model: Model, shape: ModelShape) -> ModelEstimate:
     )
 
 
-def _take(pool: Sequence[int], start: int, tp: int) -> tuple[int, ...]:
-    return tuple(pool[(start + k) % len(pool)] for k in range(tp)) if pool else ()
-
-
-def place_replicas(fleet: Fleet, device_ids: Sequence[int]) -> dict[tuple[str, int], tuple[int, ...]]:
-    """(model name, replica index) -> the devices it runs on, for every supervised replica."""
-    spread = sorted(device_ids)
-    cursor = 0
-    out: dict[tuple[str, int], tuple[int, ...]] = {}
-    for model in fleet.models:
-        if not model.managed:
-            continue
-        tp = model.engine.tensor_parallel_size
-        for r in range(model.replicas):
-            if model.placement.devices:
-                out[(model.name, r)] = _take(model.placement.devices, r * tp, tp)
-            else:
-                out[(model.name, r)] = _take(spread, cursor, tp)
-                cursor += tp
-    return out
-
-
 # --- the plan --------------------------------------------------------------------------------------------
 
 
@@ -257,7 +234,7 @@ class _Slot:
 
     @property
     def fixed(self) -> float | None:
-        return self.model.budget.gpu_memory_utilization
+        return self.model.budget.fixed_gpu_memory_utilization
 
 
 class _Planner:
@@ -464,7 +441,7 @@ def plan_fleet(
     pl = _Planner(device_memory_bytes, target, reserve_bytes, profile or mem.RuntimeProfile())
     models = _estimates(fleet, config_loader, pl.problems, pl.notes)
     device_ids = sorted(device_memory_bytes)
-    slots = _slots(models, place_replicas(fleet, device_ids), device_ids, pl.problems)
+    slots = _slots(models, place_replicas(fleet.models, device_ids), device_ids, pl.problems)
     budgets = pl.propose(slots)
     replicas = [pl.replica_plan(s, budgets[i]) for i, s in enumerate(slots)]
     for r, s in zip(replicas, slots, strict=True):
@@ -491,6 +468,5 @@ __all__ = [
     "ReplicaPlan",
     "engine_flag",
     "estimate_model",
-    "place_replicas",
     "plan_fleet",
 ]

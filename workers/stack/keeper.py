@@ -41,7 +41,7 @@ async def keep(service: Service, policy: KeepPolicy) -> None:
         started = time.monotonic()
         await service.start()
         try:
-            await service.wait_ready(policy.ready_deadline_s)
+            await service.wait_until_ready(policy.ready_deadline_s)
         except RuntimeError as exc:
             log.error("service=%s restart %d failed: %s", service.name, consecutive, exc)
             continue

@@ -1,22 +1,15 @@
-"""A long-running child process of the stack: started in its own process group, with its own log,
-ready when its probe answers (polled with a deadline), stopped by SIGTERM then SIGKILL."""
+"""A long-running child service of the embedded stack (Redis, gateways, nginx, Prometheus, the supervisor),
+on the one process lifecycle of :mod:`workers.process`, with the probes that tell it is ready."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
-from workers.process import spawn_logged
-
-Probe = Callable[[], Awaitable[bool]]
+from workers.process import ManagedProcess, Probe, StartFailed
 
 
 def http_probe(url: str, expect: Callable[[httpx.Response], bool] = lambda r: r.status_code == 200) -> Probe:
@@ -42,46 +35,23 @@ def tcp_probe(host: str, port: int) -> Probe:
     return probe
 
 
-@dataclass
-class Service:
-    name: str
-    argv: list[str]
-    log_file: Path
-    probe: Probe
-    env: dict[str, str] = field(default_factory=dict)
-    stop_grace_s: float = 10.0
-    proc: asyncio.subprocess.Process | None = None
+class Service(ManagedProcess):
+    """A named child process with its readiness probe."""
 
-    async def start(self) -> None:
-        self.proc = await spawn_logged(self.argv, self.env, self.log_file)
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log_file: Path,
+        probe: Probe,
+        env: dict[str, str] | None = None,
+        stop_grace_s: float = 10.0,
+    ) -> None:
+        super().__init__(argv, env or {}, log_file, stop_grace_s)
+        self.name, self.probe = name, probe
 
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
-
-    async def wait_ready(self, deadline_s: float) -> None:
-        started = time.monotonic()
-        while time.monotonic() - started < deadline_s:
-            if not self.alive:
-                raise RuntimeError(f"{self.name} exited while starting; see {self.log_file}")
-            if await self.probe():
-                return
-            await asyncio.sleep(0.2)
-        raise RuntimeError(f"{self.name} not ready after {deadline_s:.0f} s; see {self.log_file}")
-
-    def _signal(self, sig: int) -> None:
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, sig)
-
-    async def stop(self) -> None:
-        if self.proc is None or self.proc.returncode is not None:
-            self._signal(signal.SIGKILL)
-            return
-        self._signal(signal.SIGTERM)
+    async def wait_until_ready(self, deadline_s: float) -> None:
         try:
-            await asyncio.wait_for(self.proc.wait(), self.stop_grace_s)
-        except TimeoutError:
-            self._signal(signal.SIGKILL)
-            await self.proc.wait()
-        self._signal(signal.SIGKILL)
+            await self.wait_ready(self.probe, deadline_s, interval_s=0.2)
+        except StartFailed as exc:
+            raise RuntimeError(f"{self.name}: {exc}; see {self.log_file}") from exc

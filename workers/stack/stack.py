@@ -36,6 +36,7 @@ class StackConfig:
     host: str = "127.0.0.1"
     ready_deadline_s: float = 1200.0
     drain_grace_s: float = 30.0
+    gateway_grace_s: float = 5.0
     gateway_env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -105,11 +106,14 @@ class Stack:
             "LLMGW_FLEET_FILE": str(c.fleet_file),
             "LLMGW_REDIS_URL": c.redis_url,
             "LLMGW_GATEWAY_ID": f"gateway-{index}",
+            "LLMGW_SHUTDOWN_GRACE_S": f"{c.gateway_grace_s:g}",
             **c.gateway_env,
         }
         argv = [script("llmgw-gateway"), "--host", c.host, "--port", str(port)]
         probe = http_probe(f"http://{c.host}:{port}/health")
-        return Service(f"gateway-{index}", argv, self.logs / f"gateway-{index}.log", probe, env)
+        # open requests get their grace, then their planned end (10 s at most), before any SIGKILL
+        log = self.logs / f"gateway-{index}.log"
+        return Service(f"gateway-{index}", argv, log, probe, env, stop_grace_s=c.gateway_grace_s + 15)
 
     @property
     def sd_file(self) -> Path:
@@ -157,7 +161,7 @@ class Stack:
         log.info("starting %s", service.name)
         await service.start()
         self.services.append(service)
-        await service.wait_ready(deadline_s)
+        await service.wait_until_ready(deadline_s)
         log.info("%s ready in %.1f s", service.name, time.monotonic() - started)
 
     async def up(self) -> None:

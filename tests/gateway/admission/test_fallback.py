@@ -19,6 +19,7 @@ from gateway.admission.presence import Presence
 from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
 from gateway.errors import QueueTimeout
 from gateway.metrics import GatewayMetrics
+from tests.support.poll import until
 from tests.support.procs import Proc, start_redis
 
 MODEL = "m"
@@ -58,13 +59,6 @@ async def make(private_redis: Proc, keys: RedisKeys) -> AsyncIterator[Make]:
 
 def restart(proc: Proc, tmp: Path) -> Proc:
     return start_redis(tmp / "redis", port=proc.port)
-
-
-async def until(check: Callable[[], bool], deadline_s: float = 5.0) -> None:
-    end = time.monotonic() + deadline_s
-    while not check():
-        assert time.monotonic() < end, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 def degraded_gauge(adm: FallbackAdmission) -> float:

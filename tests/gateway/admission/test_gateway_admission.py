@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
 from tests.support.gateway import fleet_yaml, register, serve_gateway, wait_ready
+from tests.support.poll import until
 from tests.support.procs import Proc, free_port, spawn, start_fake_engine, start_redis
 
 MODEL = "m"
@@ -92,15 +93,6 @@ async def queue_len(redis_url: str, prefix: str) -> int:
         return int(await r.zcard(RedisKeys(prefix).queue(MODEL)))
     finally:
         await r.aclose()
-
-
-async def until(check: Callable[[], Any], deadline_s: float = 5.0) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 async def test_two_gateways_never_exceed_capacity(

@@ -19,6 +19,7 @@ from gateway.admission.redis_queue import Acquired, Left, QueueScripts, RedisAdm
 from gateway.admission.redis_wire import PipelinedRedis
 from gateway.errors import QueueFull, QueueTimeout
 from tests.gateway.admission.conftest import MakeAdmission
+from tests.support.poll import until
 
 MODEL = "m"
 
@@ -32,17 +33,6 @@ def ticket(
     max_queue: int = 100,
 ) -> Ticket:
     return Ticket(rid, MODEL, tenant, priority, cost, wait, max_queue)
-
-
-async def until(check: object, deadline_s: float = 5.0) -> None:
-    """Poll an async predicate with a deadline (no fixed sleeps)."""
-    assert callable(check)
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 async def granted_ticket(redis: aioredis.Redis, keys: RedisKeys, candidates: list[str]) -> str:

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from tests.gateway.auth.test_ratelimit import clear_of_window_edge
 from tests.support.gateway import fleet_yaml, register, serve_gateway
+from tests.support.poll import until
 from tests.support.procs import Proc, start_fake_engine
 
 FLEET = fleet_yaml(
@@ -31,6 +32,13 @@ BODY = {"model": "open-model", "messages": [{"role": "user", "content": "hi"}], 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     proc = start_fake_engine(tmp_path_factory.mktemp("fake"), "--tokens", "3")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def slow_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    proc = start_fake_engine(tmp_path_factory.mktemp("slow"), "--tokens", "3", "--latency-ms", "3000")
     yield proc
     proc.stop()
 
@@ -115,22 +123,66 @@ async def test_rpm_exact_across_two_gateways(
     assert "7 requests per minute" in refused[0].json()["error"]["message"]
 
 
+@pytest.fixture
+async def slow_gateways(
+    tmp_path: Path, redis_url: str, prefix: str, slow_engine: Proc
+) -> AsyncIterator[list[str]]:
+    """Two gateways whose replica answers after 3 s: every request is charged long before any ends
+    (and refunds what it did not use)."""
+    await register(redis_url, prefix, "open-model", slow_engine.url, "open-model-0")
+    async with (
+        serve_gateway(tmp_path, FLEET, redis_url, prefix, auth=True) as g1,
+        serve_gateway(tmp_path, FLEET, redis_url, prefix, auth=True) as g2,
+    ):
+        yield [g1, g2]
+
+
 async def test_tpm_exact_across_two_gateways(
-    gateways: list[str], http: httpx.AsyncClient, store: KeyStore, redis: aioredis.Redis
+    slow_gateways: list[str], http: httpx.AsyncClient, store: KeyStore, redis: aioredis.Redis
 ) -> None:
     cost = (
         len(httpx.Request("POST", "http://x", json=BODY).content) // 4 + MAX_TOKENS
-    )  # as the gateway counts
+    )  # as the gateway reserves
     secret = await make_key(store, tpm=3 * cost + cost // 2)
     await clear_of_window_edge(redis)
     rs = await asyncio.gather(
         *(
-            http.post(f"{gateways[i % 2]}/v1/chat/completions", json=BODY, headers=auth(secret))
+            http.post(f"{slow_gateways[i % 2]}/v1/chat/completions", json=BODY, headers=auth(secret))
             for i in range(10)
         )
     )
     assert Counter(r.status_code for r in rs) == {200: 3, 429: 7}
     assert "tokens per minute" in next(r for r in rs if r.status_code == 429).json()["error"]["message"]
+
+
+async def tpm_count(redis: aioredis.Redis, prefix: str, secret: str) -> int:
+    """The key's token count in the current window (0 before any charge)."""
+    found = [k async for k in redis.scan_iter(f"{prefix}:rate:{secret.split('-')[1]}:tpm:*")]
+    assert len(found) <= 1
+    return int(await redis.get(found[0]) or 0) if found else 0
+
+
+async def test_request_without_max_tokens_reserves_the_context_then_refunds_from_usage(
+    slow_gateways: list[str], http: httpx.AsyncClient, store: KeyStore, redis: aioredis.Redis, prefix: str
+) -> None:
+    # No max_tokens: vLLM may generate up to the context (8192 here), so the request reserves at most
+    # the key's whole minute (1000 tokens) while it runs; a second request finds no room. When it ends,
+    # its usage (8 prompt + 3 completion tokens from the fake engine) is all that stays charged.
+    secret = await make_key(store, tpm=1000)
+    await clear_of_window_edge(redis)
+    url = f"{slow_gateways[0]}/v1/chat/completions"
+    open_ended = {"model": "open-model", "messages": [{"role": "user", "content": "hi"}]}
+    running = asyncio.create_task(http.post(url, json=open_ended, headers=auth(secret)))
+    await until(lambda: tpm_is(redis, prefix, secret, 1000), 10, "the open-ended request was charged")
+    small = await http.post(url, json=BODY, headers=auth(secret))
+    assert small.status_code == 429 and error_code(small) == "rate_limit_exceeded"
+    r = await running
+    assert r.status_code == 200 and r.json()["usage"]["total_tokens"] == 11
+    assert await tpm_count(redis, prefix, secret) == 11
+
+
+async def tpm_is(redis: aioredis.Redis, prefix: str, secret: str, n: int) -> bool:
+    return await tpm_count(redis, prefix, secret) == n
 
 
 async def test_bearer_secret_never_logged(

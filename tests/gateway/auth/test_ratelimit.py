@@ -67,3 +67,17 @@ async def test_a_new_window_starts_afresh(redis: aioredis.Redis, keys: RedisKeys
     assert not refused.allowed
     await asyncio.sleep(refused.retry_after_s + 0.05)
     assert (await limiter.charge("k5", 1, 0, 1)).allowed
+
+
+async def test_refund_gives_back_unused_tokens_in_the_charged_window(
+    redis: aioredis.Redis, keys: RedisKeys
+) -> None:
+    limiter = RateLimiter(redis, keys)
+    await clear_of_window_edge(redis)
+    first = await limiter.charge("k6", 0, 100, 90)
+    assert first.allowed
+    assert not (await limiter.charge("k6", 0, 100, 20)).allowed
+    assert await limiter.refund("k6", first.window, 70) == 70
+    assert (await limiter.charge("k6", 0, 100, 20)).allowed  # 20 + 20 used now
+    assert await limiter.refund("k6", first.window, 500) == 40  # never below zero
+    assert await limiter.refund("k6", first.window - 1, 10) == 0  # a window that is gone: nothing

@@ -9,7 +9,7 @@ import pytest
 
 from contract.fleet import Fleet, Model
 from workers.planner import memory as mem
-from workers.planner.plan import place_replicas, plan_fleet
+from workers.planner.plan import plan_fleet
 
 H200 = 143_771 * mem.MIB
 Loader = Callable[[Model], Mapping[str, Any]]
@@ -133,20 +133,6 @@ def test_replicas_follow_placement_and_unknown_devices_are_refused(
     assert all(len(d.processes) == 1 for d in plan.devices)
     bad = plan_fleet(fleet, {0: H200}, loader)
     assert any("placed on device [1]" in p and "known devices are 0" in p for p in bad.problems)
-
-
-def test_no_placement_spreads_over_the_known_devices(entry: Entry, make_fleet: MakeFleet) -> None:
-    fleet = make_fleet(
-        entry("gemma", "gemma", replicas=2),
-        entry("llama", "llama", placement={"devices": [2]}),
-        entry("qwen2", "qwen2", engine={"tensor_parallel_size": 2}),
-    )
-    assert place_replicas(fleet, [0, 1, 2]) == {
-        ("gemma", 0): (0,),
-        ("gemma", 1): (1,),
-        ("llama", 0): (2,),
-        ("qwen2", 0): (2, 0),
-    }
 
 
 def test_tensor_parallel_halves_weights_per_rank(entry: Entry, make_fleet: MakeFleet, loader: Loader) -> None:
