@@ -76,7 +76,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         metrics=metrics,
         ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s)),
         inflight=share,
-        wakes=Wakes(redis, keys, settings.gateway_id),
+        wakes=Wakes(redis, keys, settings.gateway_id, metrics),
         open_requests=OpenRequests(settings.shutdown_grace_s),
     )
 

@@ -224,12 +224,11 @@ class Proxy:
         starts to count once the model is awake."""
         assert ctx.model is not None
         gw, model, started = self.gw, ctx.model, time.perf_counter()
-        if await gw.wakes.request(model, ctx.request_id):
-            gw.metrics.wake_requests.labels(model.name).inc()
+        await gw.wakes.request(model, ctx.request_id)
         base = self._ticket(ctx)
         ticket = dataclasses.replace(base, max_wait_s=model.wake_timeout_s + base.max_wait_s)
         acquire = asyncio.ensure_future(gw.admission.acquire(ticket, 0))
-        awake = asyncio.ensure_future(gw.wakes.until_ready(pool, model.wake_timeout_s))
+        awake = asyncio.ensure_future(gw.wakes.until_ready(pool, model.wake_timeout_s, rewake=model))
         watch = asyncio.ensure_future(disconnected(receive))
         try:
             await asyncio.wait((acquire, awake, watch), return_when=asyncio.FIRST_COMPLETED)

@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 from contract.fleet import Model
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaState
+from gateway.metrics import GatewayMetrics
 from gateway.pool import ModelPool
 
 log = logging.getLogger("llmgw.wake")
@@ -31,8 +32,10 @@ RECHECK_S = 0.5
 class Wakes:
     """Wake requests and the wait for a model to be awake, for one gateway."""
 
-    def __init__(self, redis: aioredis.Redis, keys: RedisKeys, gateway_id: str) -> None:
-        self.redis, self.keys, self.gateway_id = redis, keys, gateway_id
+    def __init__(
+        self, redis: aioredis.Redis, keys: RedisKeys, gateway_id: str, metrics: GatewayMetrics
+    ) -> None:
+        self.redis, self.keys, self.gateway_id, self.metrics = redis, keys, gateway_id, metrics
         self._changed = asyncio.Event()
 
     async def request(self, model: Model, request_id: str) -> bool:
@@ -45,6 +48,7 @@ class Wakes:
             log.warning("request_id=%s model=%s wake request failed: %s", request_id, model.name, exc)
             return False
         if won:
+            self.metrics.wake_requests.labels(model.name).inc()
             log.info("request_id=%s model=%s asleep: wake requested", request_id, model.name)
         return bool(won)
 
@@ -53,14 +57,18 @@ class Wakes:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def until_ready(self, pool: ModelPool, timeout_s: float) -> bool:
-        """Wait until the pool has a ready replica; False when ``timeout_s`` ran out first."""
+    async def until_ready(self, pool: ModelPool, timeout_s: float, rewake: Model | None = None) -> bool:
+        """Wait until the pool has a ready replica; False when ``timeout_s`` ran out first. With
+        ``rewake``, the wake is asked for again at every look (``SET NX``: nothing while one is pending),
+        so a wake that failed (the supervisor drops its request) is tried again while requests wait."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while not pool.candidates():
             left = deadline - loop.time()
             if left <= 0:
                 return False
+            if rewake is not None:
+                await self.request(rewake, "-")
             changed = self._changed
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(left, RECHECK_S))

@@ -214,3 +214,21 @@ async def test_an_always_model_without_replicas_is_still_a_503_before_admission(
 async def c_state(c: httpx.AsyncClient, gw: str, model: str, state: str) -> bool:
     models = {m["id"]: m for m in (await c.get(f"{gw}/v1/models")).json()["data"]}
     return bool(models[model]["state"] == state)
+
+
+async def test_a_failed_wake_is_asked_for_again_while_requests_wait(
+    tmp_path: Path, redis_url: str, engine: Proc
+) -> None:
+    async with (
+        setup(redis_url, engine) as sup,
+        serve_gateway(tmp_path, fleet(wake_timeout_s=30), redis_url, prefix_of(sup), **SLOW_POLL) as gw,
+        httpx.AsyncClient(timeout=60) as c,
+    ):
+        req = asyncio.ensure_future(c.post(f"{gw}/v1/chat/completions", json=CHAT))
+        await until(sup.asked)
+        await sup.redis.delete(sup.keys.wake_request("sleepy"))  # the supervisor's wake failed: dropped
+        await until(sup.asked)  # the waiting request asks again
+        await sup.wake()
+        r = await req
+        assert r.status_code == 200, r.text
+        assert metric((await c.get(f"{gw}/metrics")).text, "llmgw_wake_requests_total", "sleepy") == 2
