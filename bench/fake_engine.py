@@ -6,7 +6,10 @@ A raw asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) so that it cos
   (default --tokens);
   with ``"stream": true`` an OpenAI SSE stream, each event its own write, ``--delay-ms`` apart.
 - ``POST /v1/embeddings``: a small vector.
-- ``GET /health``, ``/v1/models``, ``/metrics`` (vLLM's gauge names), ``/stats`` (peak in-flight).
+- ``GET /health``, ``/v1/models``, ``/metrics`` (vLLM's gauge names; with ``--kv-blocks`` also
+  ``vllm:cache_config_info`` with that many 16-token blocks), ``/stats`` (peak in-flight).
+- ``--ports N`` serves N independent engines (own stats each) on ``--port`` .. ``--port + N - 1`` from one
+  process, for simulations with many replicas.
 Faults, per request (header ``x-fake-fault``) or for every request (``--fault``):
 ``400`` (a client error), ``500`` (answer 500), ``hang`` (never answer),
 ``die-after-N`` (close the connection after N chunks), ``die-mid-N`` (after N chunks, half an event,
@@ -52,6 +55,7 @@ class Config:
     delay_ms: float = 0.0
     fault: str = ""
     latency_ms: float = 0.0
+    kv_blocks: int = 0
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -171,6 +175,11 @@ class FakeEngine(asyncio.Protocol):
                 f'vllm:num_requests_running{{model_name="{self.cfg.model}"}} {s.inflight}\n'
                 f'vllm:num_requests_waiting{{model_name="{self.cfg.model}"}} 0\n'
             )
+            if self.cfg.kv_blocks:
+                text += (
+                    f'vllm:cache_config_info{{block_size="16",num_gpu_blocks="{self.cfg.kv_blocks}"}} 1.0\n'
+                )
+
             return self.send(200, text.encode(), "text/plain")
         if path == "/stats":
             stats = {
@@ -248,12 +257,16 @@ class FakeEngine(asyncio.Protocol):
         return True
 
 
-async def serve(cfg: Config, host: str, port: int) -> None:
-    stats = Stats()
+async def serve(cfg: Config, host: str, port: int, count: int = 1) -> None:
+    """``count`` engines, each with its own stats, on ``port`` .. ``port + count - 1``."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: FakeEngine(cfg, stats), host, port, backlog=4096)
-    async with server:
-        await server.serve_forever()
+    servers = []
+    for p in range(port, port + count):
+        stats = Stats()
+        servers.append(
+            await loop.create_server(lambda s=stats: FakeEngine(cfg, s), host, p, backlog=4096)  # type: ignore[misc]
+        )
+    await asyncio.gather(*(s.serve_forever() for s in servers))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -267,9 +280,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--delay-ms", type=float, default=0.0)
     p.add_argument("--latency-ms", type=float, default=0.0, help="wait before answering any generation")
     p.add_argument("--fault", default="")
+    p.add_argument("--kv-blocks", type=int, default=0, help="report a KV cache of N 16-token blocks")
+    p.add_argument("--ports", type=int, default=1, help="serve N engines on consecutive ports")
     a = p.parse_args(argv)
+    cfg = Config(a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks)
     with contextlib.suppress(KeyboardInterrupt):
-        uvloop.run(serve(Config(a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms), a.host, a.port))
+        uvloop.run(serve(cfg, a.host, a.port, a.ports))
 
 
 if __name__ == "__main__":

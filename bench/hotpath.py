@@ -2,10 +2,11 @@
 
 The FAKE ENGINE (bench/fake_engine.py) stands in for vLLM.  The proxy under test is pinned to
 core 0; the engine and this load generator share core 1.  For each target (direct to the engine,
-nginx alone, the gateway with admission off and on) and each shape (non-streamed 16 tokens,
-streamed 64 tokens) at concurrency 1, 32 and 256 it prints requests/s, p50/p99 latency and TTFT,
-the added p50 over direct, and the proxy's CPU milliseconds per request (from /proc of its
-process tree), each the median of 3 runs.
+nginx alone, the gateway with admission off and on, and, over two fake replicas with admission off,
+``rr-2`` round robin against ``prefix-2`` the default policy with its shared prefix index in Redis)
+and each shape (non-streamed 16 tokens, streamed 64 tokens) at concurrency 1, 32 and 256 it prints
+requests/s, p50/p99 latency and TTFT, the added p50 over direct, and the proxy's CPU milliseconds per
+request (from /proc of its process tree), each the median of 3 runs.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from workers.stack.render import nginx_conf
 
 PROXY_CORE, LOAD_CORE = "0", "1"
 SHAPES = {"non-stream": (False, 16), "stream": (True, 64)}
+TWO_REPLICAS = {"rr-2": "round_robin", "prefix-2": "prefix_affinity"}
 
 
 @dataclass
@@ -125,13 +127,16 @@ def start_nginx(tmp: Path, engine: Proc) -> Proc:
     return proc
 
 
-def start_gateway(tmp: Path, engine: Proc, redis: Proc, admission: bool) -> Proc:
+def start_gateway(
+    tmp: Path, engines: list[Proc], redis: Proc, admission: bool, policy: str = "round_robin"
+) -> Proc:
     port = free_port()
-    fleet = tmp / "fleet-bench.yaml"
+    fleet = tmp / f"fleet-bench-{port}.yaml"
+    urls = ", ".join(f"'{e.url}'" for e in engines)
     fleet.write_text(
         "models:\n  - name: fake-model\n"
-        f"    endpoints: ['{engine.url}']\n    concurrency: 4096\n"
-        "    max_queue: 4096\n    policy: round_robin\n"
+        f"    endpoints: [{urls}]\n    concurrency: 4096\n"
+        f"    max_queue: 4096\n    policy: {policy}\n"
     )
     env = {
         "LLMGW_ADMISSION": str(admission).lower(),
@@ -242,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32, 256])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--scale", type=float, default=1.0, help="multiply request counts")
-    p.add_argument("--targets", nargs="+", default=["direct", "nginx", "gateway", "gateway+admission"])
+    p.add_argument(
+        "--targets",
+        nargs="+",
+        default=["direct", "nginx", "gateway", "gateway+admission", "rr-2", "prefix-2"],
+    )
     p.add_argument("--streams", type=int, default=1000, help="concurrent streams check (0 to skip)")
     p.add_argument("--soak", type=float, default=0, help="seconds of soak at concurrency 256 (0 to skip)")
     p.add_argument("--json", type=Path, default=REPO / "bench/results/hotpath.json")
@@ -274,7 +283,12 @@ def bench_one(
     if name == "nginx":
         with started(start_nginx(tmp, engine)) as nginx:
             return bench_target(name, nginx, nginx.port, args)
-    with started(start_gateway(tmp, engine, redis, admission=name.endswith("admission"))) as gw:
+    if name in TWO_REPLICAS:
+        with started(start_engine(tmp)) as second:
+            gateway = start_gateway(tmp, [engine, second], redis, admission=False, policy=TWO_REPLICAS[name])
+            with started(gateway) as gw:
+                return bench_target(name, gw, gw.port, args)
+    with started(start_gateway(tmp, [engine], redis, admission=name.endswith("admission"))) as gw:
         rows = bench_target(name, gw, gw.port, args)
         if name == "gateway" and args.streams:
             notes.append(many_streams(tmp, gw, args.streams))

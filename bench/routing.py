@@ -1,19 +1,22 @@
 """Routing benchmark (``make bench-routing``): every routing policy on two real CPU vLLM replicas.
 
 What runs. Redis and the worker supervisor (``llmgw-workers`` with ``bench/fleet-routing.yaml``: SmolLM2
-×2, one replica per core) start once. For each policy, two gateway replicas start from a copy of that
-fleet whose ``policy`` differs, and the two workloads of :mod:`bench.routing_workloads` run against them:
-the clients send each request to the two gateways in turn (request *i* to gateway *i* mod 2, directly,
-without nginx). The single-replica ideal runs through the same two gateways with a fleet that lists
-replica 0 alone as an external endpoint, so it sees the same gateway overhead and every request lands on
-one prefix cache.
+×2, one replica per core) start once. For each gateway count in ``--gateways`` (default 2) and each
+policy, that many gateway replicas start behind nginx (round robin, as in production) from a copy of that
+fleet whose ``policy`` differs, and the two workloads of :mod:`bench.routing_workloads` run against nginx.
+The single-replica ideal runs through the same gateways with a fleet that lists replica 0 alone as an
+external endpoint, so it sees the same gateway overhead and every request lands on one prefix cache.
 Prefix affinity runs once per load bound ε in ``--epsilons`` (the gateways get ``LLMGW_PREFIX_EPSILON``);
 its row is labelled ``prefix_affinity`` at the gateway's default ε and ``prefix_affinity ε=X`` otherwise,
-so the table shows what the bound costs in cache hits and buys in balance.
+so the table shows what the bound costs in cache hits and buys in balance. Prefix affinity uses the shared
+prefix index (the default); ``--rendezvous`` adds a ``prefix_affinity rendezvous`` row with the index off
+(``LLMGW_PREFIX_INDEX=false``: the stateless rendezvous ranking, the index's degraded mode).
+``--simulate`` runs :mod:`bench.routing_sim` instead (no vLLM: the FAKE ENGINE, 32 replicas, 8 gateways).
 
 Fairness. Every run sends the same requests (same seeds). Before each workload both replicas' prefix
 caches are emptied with vLLM's ``POST /reset_prefix_cache`` (a dev endpoint: the workers run with
-``VLLM_SERVER_DEV_MODE=1``), so no run inherits another's cache. A warm-up request per replica runs first.
+``VLLM_SERVER_DEV_MODE=1``), and the shared prefix index with them, so no run inherits another's cache.
+A warm-up request per replica runs first.
 
 What is measured, per policy × workload:
 - prefix-cache hit rate: Σ over replicas of the ``vllm:prefix_cache_hits_total`` delta divided by the
@@ -21,7 +24,8 @@ What is measured, per policy × workload:
 - TTFT p50/p90: client side, from sending a streaming request to its first chunk with content;
 - requests/s: requests over the workload's wall time (conversations include the users' think time);
 - each replica's share: its ``vllm:request_success_total`` delta over the total (exact: the run waits
-  until the replicas' counters add up to the requests sent).
+  until the replicas' counters add up to the requests sent), and the hot-spot factor: replicas × the
+  busiest replica's share (1.0 is perfect balance, 2.0 with two replicas is all on one).
 
 Run it alone: ``flock /tmp/llmgw-e2e.lock timeout 1800 .venv/bin/python -m bench.routing``.
 """
@@ -38,14 +42,17 @@ import math
 import socket
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import redis.asyncio as aioredis
 import yaml
 
+from bench.routing_sim import pick_outcomes
 from bench.routing_workloads import (
     DOC_WORDS,
     Conversation,
@@ -56,6 +63,7 @@ from bench.routing_workloads import (
     templates,
 )
 from contract.fleet import load_fleet
+from contract.redis_keys import RedisKeys
 from contract.vllm_metrics import RUNNING, WAITING, gauge_sums
 from gateway.prefix_key import chat_prefix_key
 from gateway.routing.registry import POLICIES as REGISTERED_POLICIES
@@ -85,16 +93,20 @@ class Run:
 
     policy: str
     epsilon: float | None = None
+    gateways: int = 2
+    index: bool = True
 
     @property
     def label(self) -> str:
-        if self.epsilon is None or self.epsilon == DEFAULT_EPSILON:
-            return self.policy
-        return f"{self.policy} ε={self.epsilon:g}"
+        label = self.policy
+        if self.epsilon is not None and self.epsilon != DEFAULT_EPSILON:
+            label += f" ε={self.epsilon:g}"
+        return label if self.index else label + " rendezvous"
 
     @property
     def gateway_env(self) -> dict[str, str]:
-        return {} if self.epsilon is None else {"LLMGW_PREFIX_EPSILON": repr(self.epsilon)}
+        env = {} if self.epsilon is None else {"LLMGW_PREFIX_EPSILON": repr(self.epsilon)}
+        return env if self.index else {**env, "LLMGW_PREFIX_INDEX": "false"}
 
 
 def progress(message: str) -> None:
@@ -165,6 +177,12 @@ class Result:
     query_tokens: float
     computed_tokens: list[float]
     vs_ideal: float = math.nan
+    gateways: int = 2
+
+    @property
+    def hotspot(self) -> float:
+        """Replicas × the busiest replica's share: 1.0 is perfect balance."""
+        return hotspot(self.shares)
 
 
 def summarise(
@@ -196,6 +214,11 @@ def summarise(
     )
 
 
+def hotspot(values: Sequence[float]) -> float:
+    known = [v for v in values if not math.isnan(v)]
+    return len(values) * max(known) if known else math.nan
+
+
 def with_ideal(results: Sequence[Result]) -> list[Result]:
     """Each result with ``vs_ideal`` = its hit rate / the single-replica hit rate of the same workload."""
     ideal = {r.workload: r.hit_rate for r in results if r.policy == IDEAL}
@@ -204,15 +227,17 @@ def with_ideal(results: Sequence[Result]) -> list[Result]:
     ]
 
 
-def find(results: Sequence[Result], policy: str, workload: str) -> Result | None:
-    return next((r for r in results if r.policy == policy and r.workload == workload), None)
+def find(results: Sequence[Result], policy: str, workload: str, gateways: int = 2) -> Result | None:
+    return next(
+        (r for r in results if r.policy == policy and r.workload == workload and r.gateways == gateways), None
+    )
 
 
-def targets(results: Sequence[Result], policy: str = AFFINITY) -> list[tuple[str, bool]]:
-    """The issue's three targets for ``policy``, per workload: (description, met)."""
+def targets(results: Sequence[Result], policy: str = AFFINITY, gateways: int = 2) -> list[tuple[str, bool]]:
+    """The issue's targets for ``policy`` with that many gateways, per workload: (description, met)."""
     out: list[tuple[str, bool]] = []
     for workload in WORKLOADS:
-        r, rr = find(results, policy, workload), find(results, "round_robin", workload)
+        r, rr = find(results, policy, workload, gateways), find(results, "round_robin", workload, gateways)
         if r is None:
             continue
         lo, hi = TARGET_SHARE - TARGET_SHARE_TOLERANCE, TARGET_SHARE + TARGET_SHARE_TOLERANCE
@@ -247,14 +272,16 @@ def shares_text(values: Sequence[float]) -> str:
 
 
 COLUMNS = (
-    ("policy", 22),
+    ("policy", 26),
     ("workload", 13),
+    ("gw", 2),
     ("hit rate", 8),
     ("vs ideal", 8),
     ("TTFT p50", 9),
     ("TTFT p90", 9),
     ("req/s", 6),
     ("shares r0/r1 %", 14),
+    ("hot-spot", 8),
     ("errors", 6),
 )
 
@@ -263,12 +290,14 @@ def row(r: Result) -> list[str]:
     return [
         r.policy,
         r.workload,
+        str(r.gateways),
         pct(r.hit_rate),
         pct(r.vs_ideal),
         f"{r.ttft_p50_ms:.0f} ms",
         f"{r.ttft_p90_ms:.0f} ms",
         f"{r.req_per_s:.2f}",
         shares_text(r.shares),
+        "-" if math.isnan(r.hotspot) else f"{r.hotspot:.2f}",
         str(r.errors),
     ]
 
@@ -282,7 +311,9 @@ def table(results: Sequence[Result]) -> str:
 
     header = line([name for name, _ in COLUMNS])
     rule = "-+-".join("-" * w for _, w in COLUMNS)
-    ordered = sorted(results, key=lambda r: WORKLOADS.index(r.workload) if r.workload in WORKLOADS else 99)
+    ordered = sorted(
+        results, key=lambda r: (WORKLOADS.index(r.workload) if r.workload in WORKLOADS else 99, r.gateways)
+    )
     return "\n".join([header, rule, *(line(row(r)) for r in ordered)])
 
 
@@ -437,6 +468,8 @@ class Options:
     seed: int = 1
     policies: tuple[str, ...] = POLICIES
     epsilons: tuple[float, ...] = (DEFAULT_EPSILON, 1.0)
+    gateways: tuple[int, ...] = (2,)
+    rendezvous: bool = False
     ideal: bool = True
     workloads: tuple[str, ...] = WORKLOADS
     fleet: Path = REPO / "bench/fleet-routing.yaml"
@@ -446,14 +479,18 @@ class Options:
 
     @property
     def runs(self) -> list[Run]:
-        """The single-replica ideal (if asked), each policy, and prefix affinity once per ε."""
-        runs = [Run(IDEAL)] if self.ideal else []
-        for policy in self.policies:
-            if policy == AFFINITY:
-                runs += [Run(policy, eps) for eps in self.epsilons]
-            else:
-                runs.append(Run(policy))
-        return runs
+        """Per gateway count: each policy, prefix affinity once per ε, and (if asked) prefix affinity
+        without the index; then the single-replica ideal (if asked, with the first count only). The
+        ideal runs last: it is the slowest run, and an interrupted benchmark keeps the policies' rows."""
+        runs: list[Run] = []
+        for g in self.gateways:
+            for policy in self.policies:
+                if policy == AFFINITY:
+                    runs += [Run(policy, eps, g) for eps in self.epsilons]
+                    runs += [Run(policy, None, g, index=False)] if self.rendezvous else []
+                else:
+                    runs.append(Run(policy, gateways=g))
+        return runs + ([Run(IDEAL, gateways=self.gateways[0])] if self.ideal else [])
 
     def conversations(self) -> list[Conversation]:
         return conversations(self.seed, self.users, self.turns, self.doc_words, self.pause_s)
@@ -528,7 +565,8 @@ class Bench:
             fleet_file=workers_fleet,
             run_dir=opts.run_dir,
             redis_port=free_port(),
-            gateway_ports=(free_port(), free_port()),
+            gateway_ports=tuple(free_port() for _ in range(max(opts.gateways))),
+            nginx_port=free_port(),
             prometheus_port=0,
             supervisor_metrics_port=free_port(),
             ready_deadline_s=opts.ready_deadline_s,
@@ -580,13 +618,19 @@ class Bench:
     async def start_gateways(self, run: Run) -> Stack:
         path = self.opts.run_dir / f"fleet-{run.policy}.yaml"
         path.write_text(yaml.safe_dump(policy_fleet(self.base_fleet, run.policy, self.replicas[0].url)))
-        gw = Stack(dataclasses.replace(self.config, fleet_file=path, gateway_env=run.gateway_env))
-        for i, port in enumerate(self.config.gateway_ports, start=1):
+        ports = self.config.gateway_ports[: run.gateways]
+        config = dataclasses.replace(
+            self.config, fleet_file=path, gateway_env=run.gateway_env, gateway_ports=ports
+        )
+        gw = Stack(config)
+        for i, port in enumerate(ports, start=1):
             await gw.launch(gw.gateway(i, port))
         want = 1 if run.policy == IDEAL else len(self.replicas)
-        for url in self.gateway_urls:
+        for port in ports:
+            url = f"http://{self.config.host}:{port}"
             ready = functools.partial(self.gateway_ready, url, want)
             await poll(ready, 60, f"gateway {url} with {want} replicas")
+        await gw.launch(gw.nginx())
         return gw
 
     async def gateway_ready(self, url: str, want: int) -> bool:
@@ -599,7 +643,8 @@ class Bench:
 
     @property
     def gateway_urls(self) -> list[str]:
-        return [f"http://{self.config.host}:{p}" for p in self.config.gateway_ports]
+        """Where the clients send: nginx, round robin over the run's gateways."""
+        return [self.config.nginx_url]
 
     # -- replica state
 
@@ -616,9 +661,20 @@ class Bench:
         return all(s.get(RUNNING, 0) + s.get(WAITING, 0) == 0 for s in sums)
 
     async def reset_caches(self) -> None:
+        """Empty the replicas' prefix caches and, with them, the shared prefix index that describes them."""
         await poll(self.idle, 60, "replicas idle")
         for spec in self.replicas:
             await poll(functools.partial(self.reset_cache, spec), 30, f"prefix cache reset on {spec.id}")
+        await self.reset_index()
+
+    async def reset_index(self) -> None:
+        redis = aioredis.Redis.from_url(self.config.redis_url)
+        try:
+            names = [k async for k in redis.scan_iter(match=RedisKeys().prefix_index_pattern(self.model))]
+            if names:
+                await redis.delete(*names)
+        finally:
+            await redis.aclose()
 
     async def reset_cache(self, spec: ReplicaSpec) -> bool:
         r = await self.http.post(f"{spec.url}/reset_prefix_cache", timeout=10.0)
@@ -643,14 +699,28 @@ class Bench:
     # -- one run
 
     async def run(self, run: Run) -> list[Result]:
-        progress(f"policy={run.label}: starting two gateways")
+        progress(f"policy={run.label}: starting {run.gateways} gateways behind nginx")
         gw = await self.start_gateways(run)
         try:
-            return [await self.run_workload(run.label, w) for w in self.opts.workloads]
+            results = [await self.run_workload(run.label, w, run.gateways) for w in self.opts.workloads]
+            if run.policy == AFFINITY:
+                progress(
+                    f"policy={run.label}: pick outcomes over the gateways {dict(await self.outcomes(run))}"
+                )
+            return [dataclasses.replace(r, gateways=run.gateways) for r in results]
         finally:
             await gw.down()
 
-    async def run_workload(self, policy: str, workload: str) -> Result:
+    async def outcomes(self, run: Run) -> Counter[str]:
+        """``llmgw_prefix_index_picks_total`` summed over the run's gateways, by outcome."""
+        total: Counter[str] = Counter()
+        for port in self.config.gateway_ports[: run.gateways]:
+            with contextlib.suppress(httpx.HTTPError):
+                text = (await self.http.get(f"http://{self.config.host}:{port}/metrics", timeout=5.0)).text
+                total += pick_outcomes(text)
+        return total
+
+    async def run_workload(self, policy: str, workload: str, gateways: int = 2) -> Result:
         o = self.opts
         await self.reset_caches()
         before = await self.counters()
@@ -673,6 +743,7 @@ class Bench:
         result = summarise(
             policy, workload, [s.ttft_s for s in ok], len(client.samples) - len(ok), wall, deltas
         )
+        result = dataclasses.replace(result, gateways=gateways)
         cells = zip((name for name, _ in COLUMNS[2:]), row(result)[2:], strict=True)
         progress(f"policy={policy} workload={workload}: " + ", ".join(f"{h}={c}" for h, c in cells))
         return result
@@ -709,16 +780,18 @@ def report(results: Sequence[Result], opts: Options) -> None:
             f"rendezvous first choice alone (prefix affinity with no load bound) would split {workload} "
             f"{'/'.join(map(str, counts))} requests ({shares_text(shares([float(c) for c in counts]))} %)"
         )
-    labels = [run.label for run in opts.runs if run.policy == AFFINITY]
-    for label in labels:
-        for text, met in targets(results, label):
-            print(f"target {'MET   ' if met else 'MISSED'} {label} {text}")
+    labels = [(run.label, run.gateways) for run in opts.runs if run.policy == AFFINITY]
+    for label, g in labels:
+        for text, met in targets(results, label, g):
+            print(f"target {'MET   ' if met else 'MISSED'} {label} ({g} gateways) {text}")
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "setup": {**setup(opts), "first_choice_split": split},
         "results": [dataclasses.asdict(r) for r in results],
         "targets": [
-            {"policy": label, "target": t, "met": m} for label in labels for t, m in targets(results, label)
+            {"policy": label, "gateways": g, "target": t, "met": m}
+            for label, g in labels
+            for t, m in targets(results, label, g)
         ],
         "table": table(results).splitlines(),
     }
@@ -729,9 +802,9 @@ def report(results: Sequence[Result], opts: Options) -> None:
 def setup(opts: Options) -> dict[str, Any]:
     return {
         "replicas": "2 CPU vLLM replicas of smollm2-135m-instruct, one per core (bench/fleet-routing.yaml)",
-        "gateways": "2 gateway replicas; request i goes to gateway i mod 2 directly (no nginx)",
+        "gateways": f"{'/'.join(map(str, opts.gateways))} gateway replicas behind nginx (round robin)",
         "ideal": "the same 2 gateways with replica 0 alone as an external endpoint",
-        "cache_reset": "POST /reset_prefix_cache on both replicas before every workload",
+        "cache_reset": "POST /reset_prefix_cache on both replicas and the index emptied before each workload",
         "ttft": "client side, request sent to first chunk with content (streaming)",
         "shares": "per-replica vllm:request_success_total deltas",
         "hit_rate": f"sum of {HITS} deltas / sum of {QUERIES} deltas (tokens, over both replicas)",
@@ -757,6 +830,7 @@ async def bench(opts: Options) -> list[Result]:
             await b.start_workers()
             for run in opts.runs:
                 results += await b.run(run)
+                print(table(with_ideal(results)), flush=True)  # so far: an interrupted run keeps its rows
         finally:
             with contextlib.suppress(Exception):
                 await b.close()
@@ -784,6 +858,16 @@ def floats(text: str) -> tuple[float, ...]:
     return values
 
 
+def counts(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from exc
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"want one or more integers >= 1, got {text!r}")
+    return values
+
+
 def parse_args(argv: list[str] | None) -> Options:
     d = Options()
     p = argparse.ArgumentParser(prog="bench.routing", description=__doc__.split("\n")[0] if __doc__ else "")
@@ -808,6 +892,11 @@ def parse_args(argv: list[str] | None) -> Options:
         default=d.epsilons,
         help=f"prefix affinity's load bounds to run, comma-separated (gateway default {DEFAULT_EPSILON:g})",
     )
+    p.add_argument(
+        "--gateways", type=counts, default=d.gateways, help="gateway replicas behind nginx, e.g. 2,4"
+    )
+    p.add_argument("--rendezvous", action="store_true", help="also run prefix affinity with the index off")
+    p.add_argument("--simulate", action="store_true", help="the 32-replica/8-gateway FAKE ENGINE simulation")
     p.add_argument("--no-ideal", action="store_true", help="skip the single-replica run")
     p.add_argument("--fleet", type=Path, default=d.fleet)
     p.add_argument("--run-dir", type=Path, default=d.run_dir)
@@ -825,6 +914,8 @@ def parse_args(argv: list[str] | None) -> Options:
         seed=a.seed,
         policies=a.policies,
         epsilons=a.epsilons,
+        gateways=a.gateways,
+        rendezvous=a.rendezvous,
         ideal=not a.no_ideal,
         workloads=a.workloads,
         fleet=a.fleet,
@@ -834,6 +925,12 @@ def parse_args(argv: list[str] | None) -> Options:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--simulate" in argv:
+        from bench.routing_sim import main as simulate
+
+        return simulate([a for a in argv if a != "--simulate"])
     opts = parse_args(argv)
     runs = ",".join(run.label for run in opts.runs)
     progress(f"routing benchmark: runs={runs} workloads={','.join(opts.workloads)}")

@@ -1,8 +1,8 @@
 """Every Redis key the project uses, in one place (gateway, supervisor and sidecar alike).
 
-Per-model admission keys carry the model as a hash tag (``{model}``), so one model's keys live in one
-Redis Cluster slot. The supervisor reads a model's demand from the same names the gateways write:
-:meth:`RedisKeys.queue` (waiting requests) and :meth:`RedisKeys.leases` (running ones).
+Per-model admission and prefix-index keys carry the model as a hash tag (``{model}``), so one model's
+keys live in one Redis Cluster slot. The supervisor reads a model's demand from the same names the
+gateways write: :meth:`RedisKeys.queue` (waiting requests) and :meth:`RedisKeys.leases` (running ones).
 """
 
 from __future__ import annotations
@@ -34,6 +34,27 @@ class RedisKeys:
     @property
     def inflight(self) -> str:
         return f"{self.prefix}:inflight"
+
+    # the shared prefix index (gateway/routing/shared_index.py), one model per hash tag
+    def prefix_holders(self, model: str) -> str:
+        return f"{self.prefix}:px:{{{model}}}:holders"
+
+    def prefix_instances(self, model: str) -> str:
+        return f"{self.prefix}:px:{{{model}}}:instances"
+
+    def prefix_clock(self, model: str) -> str:
+        return f"{self.prefix}:px:{{{model}}}:clock"
+
+    def prefix_lru(self, model: str, replica_id: str) -> str:
+        """One replica's keys by last use; with ``replica_id=""`` the prefix the scripts append ids to."""
+        return f"{self.prefix}:px:{{{model}}}:lru:{replica_id}"
+
+    def prefix_session(self, model: str, session_digest: str) -> str:
+        return f"{self.prefix}:px:{{{model}}}:session:{session_digest}"
+
+    def prefix_index_pattern(self, model: str) -> str:
+        """Every key of one model's prefix index (a SCAN pattern: ``[`` escapes the hash tag's braces)."""
+        return f"{self.prefix}:px:[{{]{model}[}}]:*"
 
     # admission (leases, queue, wake-up lists)
     def leases(self, model: str) -> str:

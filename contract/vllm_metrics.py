@@ -19,6 +19,23 @@ def gauge_sums(text: bytes | str) -> dict[str, float]:
     return sums
 
 
+_CACHE_INFO = re.compile(rb"^vllm:cache_config_info\{([^}]*)\}", re.MULTILINE)
+_LABEL = re.compile(rb'(\w+)="([^"]*)"')
+
+
+def kv_cache_tokens(text: bytes | str) -> int:
+    """The KV cache's size in tokens, ``num_gpu_blocks`` × ``block_size`` of ``vllm:cache_config_info``
+    summed over the server's engines; 0 when the series is missing or its labels are not numbers."""
+    raw = text.encode() if isinstance(text, str) else text
+    total = 0
+    for labels in _CACHE_INFO.findall(raw):
+        found = {k.decode(): v.decode() for k, v in _LABEL.findall(labels)}
+        blocks, size = found.get("num_gpu_blocks", ""), found.get("block_size", "")
+        if blocks.isdigit() and size.isdigit():
+            total += int(blocks) * int(size)
+    return total
+
+
 def running_and_waiting(text: bytes | str) -> tuple[int, int]:
     """vLLM's requests in its batches and in its own queue, over every engine of the server."""
     sums = gauge_sums(text)

@@ -40,6 +40,7 @@ from gateway.pool import ReplicaTable
 from gateway.proxy import Proxy
 from gateway.routes import add_routes
 from gateway.routing import PolicyOptions, build_policy, load_routable_fleet
+from gateway.routing.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests
 from gateway.state import Gateway
@@ -48,10 +49,29 @@ from gateway.wake import ReadyNotices, Wakes
 log = logging.getLogger("llmgw.app")
 
 
-def policy_options(model: Model, settings: GatewaySettings) -> PolicyOptions:
-    """The model's own ε from the fleet file, else the gateway's ``LLMGW_PREFIX_EPSILON``."""
+def policy_options(
+    model: Model, settings: GatewaySettings, index: SharedIndex | None = None
+) -> PolicyOptions:
+    """The model's own ε from the fleet file, else the gateway's ``LLMGW_PREFIX_EPSILON``; the shared
+    prefix index and its chunking."""
     eps = settings.prefix_epsilon if model.epsilon is None else model.epsilon
-    return PolicyOptions(epsilon=eps)
+    return PolicyOptions(
+        epsilon=eps,
+        model=model.name,
+        index=index,
+        chunk_bytes=settings.prefix_chunk_bytes,
+        kv_tokens=settings.prefix_index_kv_tokens,
+    )
+
+
+def shared_index(settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMetrics) -> SharedIndex | None:
+    """The shared prefix index on its own Redis connection (a short timeout: it is on the request path),
+    or None with ``LLMGW_PREFIX_INDEX=false``."""
+    if not settings.prefix_index:
+        return None
+    t = settings.prefix_index_timeout_s
+    redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=t, socket_connect_timeout=t)
+    return SharedIndex(redis, keys, settings.session_ttl_s, settings.prefix_index_retry_s, metrics=metrics)
 
 
 def build_gateway(settings: GatewaySettings) -> Gateway:
@@ -61,12 +81,13 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     table = ReplicaTable(m.name for m in fleet.models)
     redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     share = InflightShare(redis, keys, settings.gateway_id, table, settings.load_share_max_age_s)
+    index = shared_index(settings, keys, metrics)
     return Gateway(
         settings=settings,
         fleet=fleet,
         names=fleet.names(),
         table=table,
-        policies={m.name: build_policy(m.policy, policy_options(m, settings)) for m in fleet.models},
+        policies={m.name: build_policy(m.policy, policy_options(m, settings, index)) for m in fleet.models},
         admission=build_admission(settings, keys, metrics),
         auth=build_auth(settings, keys, metrics),
         client=httpx.AsyncClient(timeout=settings.connect_timeout_s),
@@ -78,6 +99,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         inflight=share,
         wakes=Wakes(redis, keys, settings.gateway_id, metrics),
         open_requests=OpenRequests(settings.shutdown_grace_s),
+        index=index,
     )
 
 
@@ -119,6 +141,8 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
         gw.upstream.close()
         await gw.client.aclose()
         await gw.redis.aclose()
+        if gw.index is not None:
+            await gw.index.aclose()
 
 
 def add_error_handlers(app: FastAPI) -> None:
@@ -149,7 +173,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
 def create_app(settings: GatewaySettings, **fastapi_kwargs: Any) -> FastAPI:
     gw = build_gateway(settings)
-    discovery = Discovery(gw.redis, gw.keys, gw.fleet, gw.table, gw.metrics, gw.upstream)
+    discovery = Discovery(gw.redis, gw.keys, gw.fleet, gw.table, gw.metrics, gw.upstream, gw.index)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -21,6 +21,7 @@ from contract.registry import RegistryTiming, ReplicaRecord, read_registry, redi
 from gateway.http1 import ConnectionPool
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
+from gateway.routing.shared_index import SharedIndex
 from gateway.wake import MODEL_STATES, model_state
 
 log = logging.getLogger("llmgw.discovery")
@@ -49,10 +50,12 @@ class Discovery:
         table: ReplicaTable,
         metrics: GatewayMetrics,
         upstream: ConnectionPool,
+        index: SharedIndex | None = None,
         hold_s: float = RegistryTiming().ttl_s,
     ) -> None:
         self.redis, self.keys, self.fleet, self.table, self.metrics = redis, keys, fleet, table, metrics
         self.upstream = upstream
+        self.index = index
         self.redis_ok = False
         self._external = external_records(fleet)
         self.hold_s = hold_s
@@ -78,10 +81,12 @@ class Discovery:
             )  # fmt: skip
         self.run_id = run_id or self.run_id
 
-    def apply(self, records: list[ReplicaRecord]) -> None:
+    def apply(self, records: list[ReplicaRecord]) -> dict[str, list[str]]:
+        """Sync every model's pool; returns the models that changed, each with its replica ids."""
         by_model: dict[str, list[ReplicaRecord]] = defaultdict(list)
         for rec in records:
             by_model[rec.model].append(rec)
+        changed: dict[str, list[str]] = {}
         holding = self.holding
         for m in self.fleet.models:
             wanted = self._external[m.name] if not m.managed else by_model.get(m.name, [])
@@ -90,7 +95,9 @@ class Discovery:
             if self._sync(m.name, wanted):
                 states = ", ".join(f"{r.id}={r.state.value}" for r in wanted) or "none"
                 log.info("model=%s replicas changed: %s", m.name, states)
+                changed[m.name] = [r.id for r in wanted]
         self.upstream.retain(e.url for e in self.table.endpoints())
+        return changed
 
     def _sync(self, model: str, wanted: list[ReplicaRecord]) -> bool:
         """Replace the model's replicas; the metric series of those that left are dropped."""
@@ -99,6 +106,15 @@ class Discovery:
         for gone in before - {r.id for r in wanted}:
             self.metrics.forget_replica(model, gone)
         return changed
+
+    async def forget_departed(self, changed: dict[str, list[str]]) -> None:
+        """Drop from the shared prefix index the replicas that left a model's registry."""
+        if self.index is None:
+            return
+        for model, present in changed.items():
+            gone = await self.index.forget_absent(model, present)
+            if gone:
+                log.info("model=%s prefix index dropped departed replicas: %s", model, ",".join(gone))
 
     async def refresh(self) -> None:
         try:
@@ -111,7 +127,7 @@ class Discovery:
             return
         self.redis_ok = True
         self.note_run_id(await redis_run_id(self.redis))
-        self.apply(records)
+        await self.forget_departed(self.apply(records))
 
     def apply_external_only(self) -> None:
         for name, recs in self._external.items():

@@ -100,6 +100,18 @@ class GatewayMetrics:
             "1 while Redis is unreachable and local admission is in force.",
             registry=r,
         )
+        self.prefix_picks = Counter(
+            "llmgw_prefix_index_picks",
+            "Prefix-affinity picks by outcome: session, hit, moved, cold (shared index) or degraded "
+            "(Redis unreachable: the rendezvous ranking).",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.prefix_index_shared = Gauge(
+            "llmgw_prefix_index_shared",
+            "1 while the shared prefix index in Redis is in use, 0 while degraded to the rendezvous ranking.",
+            registry=r,
+        )
         self.ready_replicas = Gauge(
             "llmgw_ready_replicas", "Ready, non-ejected replicas per model.", ["model"], registry=r
         )

@@ -3,7 +3,8 @@
 Every interval each replica's ``/health`` is checked (a failing one is ejected); an ejected
 replica whose back-off has run out gets a half-open probe that brings it back.  Each
 replica's ``/metrics`` gives ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``: what every
-gateway together sent there. Recorded with them is this gateway's own in-flight count at that moment, so
+gateway together sent there, and ``vllm:cache_config_info``: the KV cache's size (the prefix index's
+LRU bound). Recorded with them is this gateway's own in-flight count at that moment, so
 that the load of an endpoint can tell the other gateways' requests from its own (see ``Endpoint.load``).
 """
 
@@ -15,7 +16,7 @@ import time
 
 import httpx
 
-from contract.vllm_metrics import running_and_waiting
+from contract.vllm_metrics import kv_cache_tokens, running_and_waiting
 from gateway.ejection import Ejection
 from gateway.metrics import GatewayMetrics
 from gateway.pool import Endpoint, ReplicaTable
@@ -62,6 +63,7 @@ class Monitor:
         if r.status_code == 200:
             ep.running, ep.waiting = running_and_waiting(r.content)
             ep.inflight_at_scrape = ep.inflight
+            ep.kv_tokens = kv_cache_tokens(r.content) or ep.kv_tokens
 
     def export(self) -> None:
         for ep in self.table.endpoints():

@@ -131,7 +131,7 @@ class Proxy:
     async def _serve(self, ctx: RequestContext, receive: Receive) -> Response:
         gw = self.gw
         ctx.caller = await gw.auth.authenticate(ctx.headers)
-        parse(ctx, gw.settings.prefix_chars)
+        parse(ctx, gw.settings.prefix_chars, gw.settings.prefix_chunk_bytes, gw.settings.prefix_max_chunks)
         model = resolve(ctx, gw.names)
         ctx.cost = reserve(ctx.cost.prompt, ctx.asked, model.engine.max_model_len)
         ctx.charge = await gw.auth.charge(ctx.caller, model.name, ctx.cost)
@@ -298,7 +298,7 @@ class Proxy:
                 f"no ready replica of model '{pool.model}'", retry_after=2.0
             )
         policy = gw.policies[pool.model]
-        ep = policy.pick(candidates, ctx.route)
+        ep = await policy.route(candidates, ctx.route)
         if tried:
             gw.metrics.retries.labels(pool.model).inc()
         tried.append(ep)

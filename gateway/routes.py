@@ -46,7 +46,8 @@ def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
     ready = any(m["state"] in ("awake", "asleep", "waking") for m in models.values())
     redis = "ok" if discovery.redis_ok else "unreachable"
     degraded = gw.admission.degraded or not discovery.redis_ok
-    detail = {"ready": ready, "redis": redis, "degraded": degraded, "models": models}
+    index = gw.index.mode if gw.index is not None else "off"
+    detail = {"ready": ready, "redis": redis, "degraded": degraded, "prefix_index": index, "models": models}
     return ready, detail
 
 

@@ -49,6 +49,13 @@ class GatewaySettings(BaseSettings):
     eject_max_s: Seconds = 30.0
     prefix_epsilon: Annotated[float, Field(ge=0)] = 0.25
     prefix_chars: Annotated[int, Field(ge=16)] = 1024
+    prefix_index: bool = True
+    prefix_chunk_bytes: Annotated[int, Field(ge=16)] = 512
+    prefix_max_chunks: Annotated[int, Field(ge=1, le=1024)] = 64
+    prefix_index_kv_tokens: Annotated[int, Field(ge=1)] = 65536
+    prefix_index_timeout_s: Seconds = 0.5
+    prefix_index_retry_s: Seconds = 1.0
+    session_ttl_s: Seconds = 3600.0
 
     admission: bool = True
     lease_ttl_s: Seconds = 15.0

@@ -17,6 +17,7 @@ from gateway.inflight import InflightShare
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
 from gateway.routing.base import Policy
+from gateway.routing.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests
 from gateway.wake import Wakes
@@ -40,3 +41,4 @@ class Gateway:
     inflight: InflightShare
     wakes: Wakes
     open_requests: OpenRequests
+    index: SharedIndex | None = None

@@ -41,6 +41,14 @@ LaunchFor = Callable[[ReplicaSpec], Launch]
 MAX_PASSES = 64
 
 
+def with_plan(spec: ReplicaSpec, slot: int, planned: PlannedBudgets) -> tuple[ReplicaSpec, float | None]:
+    """``spec`` at the planner's budget, and the back-off floor, where its model's budget is ``auto``."""
+    plan = planned.get((spec.model.name, slot)) if spec.model.budget.auto else None
+    if plan is None:
+        return spec, None
+    return dataclasses.replace(spec, gpu_memory_utilization=plan.gpu_memory_utilization), plan.backoff_floor
+
+
 class FleetWatch:
     """The fleet file and a flag raised when it should be read again (a changed stat, or SIGHUP)."""
 
@@ -221,10 +229,7 @@ class Reconciler:
 
     def new_replica(self, spec: ReplicaSpec, slot: int) -> Replica:
         """A replica for ``spec``, with the planner's budget and floor where its model's budget is auto."""
-        plan = self.planned.get((spec.model.name, slot)) if spec.model.budget.auto else None
-        if plan is not None:
-            spec = dataclasses.replace(spec, gpu_memory_utilization=plan.gpu_memory_utilization)
-        floor = plan.backoff_floor if plan is not None else None
+        spec, floor = with_plan(spec, slot, self.planned)
         r = Replica(spec, self.launch_for(spec), self.log_dir, floor=floor, slot=slot)
         self.sup.replicas.append(r)
         return r

@@ -1,4 +1,9 @@
-"""The policy interface: pick one endpoint from the candidates, with no-op optional hooks."""
+"""The policy interface: one pick per request, a plain function over data, with no-op optional hooks.
+
+A pick is :meth:`Policy.route`: a policy that needs shared state (prefix affinity's index) fetches it,
+decides and records in at most one call there; every other policy's ``route`` is its pure
+:meth:`Policy.pick` over the candidates' live loads.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from gateway.pool import Endpoint
+from gateway.routing.shared_index import SharedIndex
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,12 +21,20 @@ class RouteRequest:
 
     prefix_key: bytes = b""
     session_key: str | None = None
+    chain: tuple[str, ...] = ()
+    """The prompt's prefix chain (:mod:`gateway.prefix_chain`), for the shared prefix index."""
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyOptions:
     epsilon: float = 0.25
     seed: int | None = None
+    model: str = ""
+    index: SharedIndex | None = None
+    """The shared prefix index (prefix affinity); None: the rendezvous ranking alone."""
+    chunk_bytes: int = 512
+    kv_tokens: int = 65536
+    """A replica's KV-cache size in tokens when it does not report ``vllm:cache_config_info``."""
 
 
 class Policy:
@@ -33,6 +47,10 @@ class Policy:
 
     def pick(self, candidates: Sequence[Endpoint], request: RouteRequest) -> Endpoint:
         raise NotImplementedError
+
+    async def route(self, candidates: Sequence[Endpoint], request: RouteRequest) -> Endpoint:
+        """The pick the request path makes: :meth:`pick` unless the policy reads shared state."""
+        return self.pick(candidates, request)
 
     def on_start(self, endpoint: Endpoint, request: RouteRequest) -> None:
         """Called when a request is sent to the endpoint (optional hook)."""

@@ -1,5 +1,13 @@
 """Prefix affinity (the default): keep a shared prompt prefix on one replica, within a load bound.
 
+Two modes. With the shared prefix index (``options.index``, the gateway's default), :meth:`route` sends
+the request's prefix chain, session key and candidates' loads to Redis, where one Lua script reads the
+index, decides (:func:`gateway.routing.prefix_index.decide`: the session's replica, else the holder of
+the longest cached prefix, each within the load bound below; else the least loaded, and the placement
+follows) and records, so every gateway decides alike from the same state. Without the index, or while
+Redis is unreachable (degraded, counted in ``llmgw_prefix_index_picks{outcome="degraded"}``), the pick is
+the stateless rendezvous ranking described next, today's rule.
+
 Ranking. The candidates are ranked by rendezvous (highest-random-weight) hashing of the request's
 ``prefix_key`` with each endpoint's ``id`` (BLAKE2b, see :mod:`gateway.routing.rendezvous`). The ranking is
 deterministic across processes and hosts, so every gateway replica sends a prefix to the same replica,
@@ -43,6 +51,7 @@ from fractions import Fraction
 from gateway.pool import Endpoint
 from gateway.routing.base import Policy, PolicyOptions, RouteRequest
 from gateway.routing.least_inflight import least_loaded_stable
+from gateway.routing.prefix_index import PickInput, ReplicaView, bound_ratio, capacity_keys
 from gateway.routing.rendezvous import rank
 
 
@@ -58,6 +67,7 @@ class PrefixAffinity(Policy):
         self._ratio: tuple[int, int] | None = (
             None if math.isinf(eps) else (Fraction(1) + Fraction(eps)).as_integer_ratio()
         )
+        self._index_ratio = bound_ratio(eps)
 
     def accepts(self, load: int, total: int, n: int) -> bool:
         """Whether a replica of ``load`` may take one more, with ``total`` load over ``n`` candidates.
@@ -78,3 +88,25 @@ class PrefixAffinity(Policy):
             if self.accepts(endpoint.load, total, n):
                 return endpoint
         return least_loaded_stable(candidates)
+
+    def view(self, endpoint: Endpoint) -> ReplicaView:
+        """A candidate as the index sees it: id, instance, live load, LRU capacity in chain keys."""
+        o = self.options
+        kv = endpoint.kv_tokens or o.kv_tokens
+        rec = endpoint.record
+        return ReplicaView(rec.id, rec.instance, endpoint.load, capacity_keys(kv, o.chunk_bytes))
+
+    async def route(self, candidates: Sequence[Endpoint], request: RouteRequest) -> Endpoint:
+        """The shared index's decision (one Redis round trip), else the rendezvous :meth:`pick`."""
+        index, model = self.options.index, self.options.model
+        if index is None:
+            return self.pick(candidates, request)
+        views = tuple(self.view(e) for e in candidates)
+        inp = PickInput(request.chain, views, self._index_ratio, request.session_key or None)
+        decision = await index.pick(model, inp)
+        chosen = None if decision is None else next((e for e in candidates if e.id == decision.replica), None)
+        if decision is None or chosen is None:
+            index.count(model, "degraded")
+            return self.pick(candidates, request)
+        index.count(model, decision.outcome)
+        return chosen

@@ -8,6 +8,7 @@ import orjson
 
 from gateway.context import RequestContext
 from gateway.errors import InvalidRequest
+from gateway.prefix_chain import request_chain
 from gateway.prefix_key import chat_prefix_key, prompt_prefix_key
 from gateway.routing.base import RouteRequest
 from gateway.steps.tokens import TokenCost, asked, prompt_estimate
@@ -39,7 +40,13 @@ def stream_field(payload: dict[str, Any]) -> bool:
     return stream
 
 
-def route_request(ctx: RequestContext, payload: dict[str, Any], prefix_chars: int) -> RouteRequest:
+def route_request(
+    ctx: RequestContext,
+    payload: dict[str, Any],
+    prefix_chars: int,
+    chunk_bytes: int = 512,
+    max_chunks: int = 64,
+) -> RouteRequest:
     messages = payload.get("messages")
     if isinstance(messages, list):
         key = chat_prefix_key(messages, prefix_chars)
@@ -47,14 +54,15 @@ def route_request(ctx: RequestContext, payload: dict[str, Any], prefix_chars: in
         key = prompt_prefix_key(payload.get("prompt", payload.get("input")), prefix_chars)
     user = payload.get("user")
     session = ctx.headers.get("x-session-id") or (user if isinstance(user, str) and user else None)
-    return RouteRequest(prefix_key=key, session_key=session)
+    chain = request_chain(payload, chunk_bytes, max_chunks)
+    return RouteRequest(prefix_key=key, session_key=session, chain=chain)
 
 
-def parse(ctx: RequestContext, prefix_chars: int) -> None:
+def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_chunks: int = 64) -> None:
     """The body's size was capped as it was read (see proxy.read_body)."""
     payload = load_json(ctx.body)
     ctx.model_name = model_field(payload)
     ctx.stream = stream_field(payload)
-    ctx.route = route_request(ctx, payload, prefix_chars)
+    ctx.route = route_request(ctx, payload, prefix_chars, chunk_bytes, max_chunks)
     ctx.asked = asked(payload, ctx.endpoint)
     ctx.cost = TokenCost(prompt_estimate(ctx.body))  # what it may generate is added once resolved

@@ -17,8 +17,10 @@ from bench.routing import (
     Options,
     Result,
     content_of,
+    counts,
     first_choices,
     floats,
+    hotspot,
     jsonable,
     percentile,
     policy_fleet,
@@ -257,10 +259,29 @@ def test_conversation_turns_count_once_each_in_the_split() -> None:
 
 def test_prefix_affinity_runs_once_per_epsilon_and_is_labelled_by_it() -> None:
     opts = Options(policies=("round_robin", "prefix_affinity"), epsilons=(DEFAULT_EPSILON, 1.0))
-    assert [r.label for r in opts.runs] == [IDEAL, "round_robin", "prefix_affinity", "prefix_affinity ε=1"]
-    assert [r.gateway_env for r in opts.runs][:2] == [{}, {}]
-    assert opts.runs[3].gateway_env == {"LLMGW_PREFIX_EPSILON": "1.0"}
+    assert [r.label for r in opts.runs] == ["round_robin", "prefix_affinity", "prefix_affinity ε=1", IDEAL]
+    assert opts.runs[0].gateway_env == {} and opts.runs[3].gateway_env == {}
+    assert opts.runs[2].gateway_env == {"LLMGW_PREFIX_EPSILON": "1.0"}
     assert [r.label for r in Options(ideal=False, policies=("session",)).runs] == ["session"]
+
+
+def test_gateway_counts_and_the_rendezvous_row() -> None:
+    opts = Options(
+        policies=("prefix_affinity",), epsilons=(DEFAULT_EPSILON,), gateways=(2, 4), rendezvous=True
+    )
+    runs = [(r.label, r.gateways) for r in opts.runs]
+    assert runs == [
+        ("prefix_affinity", 2),
+        ("prefix_affinity rendezvous", 2),
+        ("prefix_affinity", 4),
+        ("prefix_affinity rendezvous", 4),
+        (IDEAL, 2),
+    ]
+    assert opts.runs[1].gateway_env == {"LLMGW_PREFIX_INDEX": "false"}
+    assert hotspot([0.5, 0.5]) == 1.0 and hotspot([0.75, 0.25]) == 1.5
+    assert counts("2,4") == (2, 4)
+    with pytest.raises(Exception, match="integers"):
+        counts("0")
 
 
 def test_epsilon_list_parsing() -> None:

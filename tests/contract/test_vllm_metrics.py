@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contract.vllm_metrics import gauge_sums, running_and_waiting
+from contract.vllm_metrics import gauge_sums, kv_cache_tokens, running_and_waiting
 
 PAGE = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -30,3 +30,14 @@ def test_gauges_are_summed_per_name_and_comments_skipped() -> None:
 
 def test_a_page_without_the_gauges_reads_as_idle() -> None:
     assert running_and_waiting(b"") == (0, 0)
+
+
+def test_kv_cache_tokens_from_cache_config_info() -> None:
+    text = (
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+        'vllm:cache_config_info{block_size="128",cache_dtype="auto",engine="0",num_gpu_blocks="181"} 1.0\n'
+        'vllm:cache_config_info{block_size="128",engine="1",num_gpu_blocks="10"} 1.0\n'
+    )
+    assert kv_cache_tokens(text) == 191 * 128
+    assert kv_cache_tokens('vllm:cache_config_info{block_size="16",num_gpu_blocks="None"} 1.0\n') == 0
+    assert kv_cache_tokens("vllm:num_requests_running 3\n") == 0

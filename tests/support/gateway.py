@@ -34,9 +34,10 @@ async def register(
     concurrency: int = 8,
     state: ReplicaState = ReplicaState.READY,
     ttl_s: float = 60,
+    instance: str = "",
 ) -> ReplicaRecord:
     """Publish a replica record the way the supervisor does."""
-    rec = ReplicaRecord(id=rid, model=model, url=url, state=state, concurrency=concurrency)
+    rec = ReplicaRecord(id=rid, model=model, url=url, state=state, concurrency=concurrency, instance=instance)
     r = aioredis.Redis.from_url(redis_url)
     assert await publish(r, RedisKeys(prefix), rec, ttl_s)
     await r.aclose()

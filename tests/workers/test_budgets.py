@@ -10,13 +10,15 @@ import pytest
 import yaml
 
 from contract.fleet import Fleet
-from workers.budgets import BudgetError, arithmetic, needs_plan, planned_budgets
-from workers.cli import replica
+from workers.budgets import BudgetError, PlannedBudgets, arithmetic, needs_plan, planned_budgets
+from workers.cli import launcher
 from workers.deploy.common import GpuSizing
 from workers.deploy.compose import ComposeOptions, render_compose
 from workers.deploy.k8s import K8sOptions, render_k8s
-from workers.launch import BUDGET_FLAG, plan_replicas
+from workers.launch import BUDGET_FLAG, ReplicaSpec, plan_replicas
 from workers.planner import make_config_loader
+from workers.reconciler import with_plan
+from workers.supervisor import Replica
 
 CONFIGS = Path(__file__).parent / "planner" / "configs"
 H200 = 143_771 << 20
@@ -36,6 +38,12 @@ def fleet(budget: object = "auto", replicas: int = 2) -> Fleet:
 
 def args(tmp_path: Path) -> argparse.Namespace:
     return argparse.Namespace(models_dir=None, log_dir=tmp_path)
+
+
+def replica(spec: ReplicaSpec, planned: PlannedBudgets, a: argparse.Namespace) -> Replica:
+    """What the reconcile loop makes of a spec (workers.reconciler.Reconciler.new_replica)."""
+    spec, floor = with_plan(spec, spec.index, planned)
+    return Replica(spec, launcher(a)(spec), a.log_dir, floor=floor)
 
 
 def test_auto_replicas_start_at_the_planned_budget_and_floor(tmp_path: Path) -> None:

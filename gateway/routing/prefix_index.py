@@ -1,0 +1,188 @@
+"""The prefix index and its routing decision, as plain data and pure functions (no I/O).
+
+This module is the reference: the Lua script of :mod:`gateway.routing.shared_index` does the same steps
+in Redis, atomically, and a test runs both on the same inputs and compares them.
+
+The index, per model:
+
+- ``holders``: prefix-chain key (see :mod:`gateway.prefix_chain`) -> the replicas that hold that prefix,
+  the most recent placement first;
+- ``lru``: per replica, the keys it holds with the clock value of their last use; a replica keeps at
+  most its ``capacity`` keys, the least recently used (ties: the smallest key) dropped first;
+- ``instances``: replica -> the instance id it had when it was last seen (``ReplicaRecord.instance``):
+  a replica whose instance changed has restarted with an empty cache, and its entries are dropped;
+- ``sessions``: session key -> the replica that served it last (in Redis with a TTL);
+- ``clock``: a counter, one tick per recorded pick.
+
+One pick (:meth:`PrefixIndex.pick`): drop the entries of restarted candidates, decide
+(:func:`decide`), then record: the chosen replica goes first among every chain key's holders, its LRU
+touches them all and drops what is over its capacity, and the session (if any) points to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+Ratio = tuple[int, int]
+"""(1 + ε) as p / q, with a denominator of at most 1000 (exact in Lua's doubles); q = 0: unbounded."""
+
+CHARS_PER_TOKEN = 4
+
+
+def bound_ratio(epsilon: float) -> Ratio:
+    """(1 + ε) as a small exact ratio ``(p, q)``; ``(1, 0)`` for ε = inf (every replica accepts)."""
+    if math.isnan(epsilon) or epsilon < 0:
+        raise ValueError(f"the load bound needs epsilon >= 0, got {epsilon!r}")
+    if math.isinf(epsilon):
+        return (1, 0)
+    r = (Fraction(1) + Fraction(epsilon)).limit_denominator(1000)
+    return (r.numerator, r.denominator)
+
+
+def capacity_keys(kv_tokens: int, chunk_bytes: int) -> int:
+    """How many chain keys a replica keeps: its KV cache in tokens, at ``CHARS_PER_TOKEN`` characters
+    (bytes) a token, over the chunk size; at least 1."""
+    return max(1, kv_tokens * CHARS_PER_TOKEN // max(1, chunk_bytes))
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """A candidate as the deciding gateway sees it."""
+
+    id: str
+    instance: str
+    load: int
+    capacity: int
+
+
+@dataclass(frozen=True, slots=True)
+class PickInput:
+    chain: tuple[str, ...]
+    replicas: tuple[ReplicaView, ...]
+    ratio: Ratio
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The chosen replica; ``outcome`` is ``session``, ``hit``, ``moved`` or ``cold``; ``depth`` is the
+    number of chain keys of the longest prefix some candidate held (0: none)."""
+
+    replica: str
+    outcome: str
+    depth: int
+
+
+def accepts(load: int, total: int, n: int, ratio: Ratio) -> bool:
+    """``load < (1 + ε) · (total + 1) / n`` in integers: the replica may take one more request."""
+    p, q = ratio
+    return load * q * n < p * (total + 1)
+
+
+def tie_hash(tie: str, replica: str) -> str:
+    """The tie-break among equally loaded replicas: SHA-1 of the prefix's first key and the id (hex)."""
+    return hashlib.sha1((tie + "\0" + replica).encode()).hexdigest()  # a tie-break, not a secret
+
+
+def least_loaded(replicas: Sequence[ReplicaView], tie: str) -> ReplicaView:
+    """The least loaded replica; ties by :func:`tie_hash` (so idle replicas share cold prefixes), then id."""
+    return min(replicas, key=lambda r: (r.load, tie_hash(tie, r.id), r.id))
+
+
+def decide(inp: PickInput, holders: Sequence[Sequence[str]], session_replica: str | None) -> Decision:
+    """Where the request goes, from the holders of each of its chain keys and its session's replica.
+
+    1. The session's last replica, when it is a candidate within the bound (:func:`accepts`).
+    2. Else the longest chain key that some candidate holds: its first holder within the bound
+       (``hit``); if none of its holders is within the bound, the least loaded replica (``moved``: the
+       placement follows it when recorded).
+    3. No candidate holds any prefix: the least loaded replica (``cold``).
+    """
+    reps = inp.replicas
+    by_id = {r.id: r for r in reps}
+    n, total = len(reps), sum(r.load for r in reps)
+    tie = inp.chain[0] if inp.chain else ""
+    depth, outcome = 0, "cold"
+    for j in range(len(inp.chain), 0, -1):
+        known = [by_id[h] for h in holders[j - 1] if h in by_id]
+        if known:
+            depth, outcome = j, "moved"
+            chosen = next((r for r in known if accepts(r.load, total, n, inp.ratio)), None)
+            break
+    else:
+        chosen = None
+    session = by_id.get(session_replica) if session_replica else None
+    if session is not None and accepts(session.load, total, n, inp.ratio):
+        return Decision(session.id, "session", depth)
+    if chosen is not None:
+        return Decision(chosen.id, "hit", depth)
+    return Decision(least_loaded(reps, tie).id, outcome, depth)
+
+
+@dataclass(slots=True)
+class PrefixIndex:
+    """One model's index in memory: the reference of what the Redis script keeps and does."""
+
+    holders: dict[str, list[str]] = field(default_factory=dict)
+    lru: dict[str, dict[str, int]] = field(default_factory=dict)
+    instances: dict[str, str] = field(default_factory=dict)
+    sessions: dict[str, str] = field(default_factory=dict)
+    clock: int = 0
+
+    def drop_holder(self, key: str, replica: str) -> None:
+        rest = [h for h in self.holders.get(key, []) if h != replica]
+        if rest:
+            self.holders[key] = rest
+        else:
+            self.holders.pop(key, None)
+
+    def purge(self, replica: str) -> None:
+        """Drop every entry of one replica (it restarted or left)."""
+        for key in sorted(self.lru.pop(replica, {})):
+            self.drop_holder(key, replica)
+
+    def forget_absent(self, present: Collection[str]) -> list[str]:
+        """Drop the replicas that are no longer registered; returns their ids, sorted."""
+        gone = sorted(r for r in self.instances if r not in present)
+        for r in gone:
+            self.purge(r)
+            del self.instances[r]
+        return gone
+
+    def check_instances(self, replicas: Sequence[ReplicaView]) -> None:
+        for r in replicas:
+            if self.instances.get(r.id) != r.instance:
+                self.purge(r.id)
+                self.instances[r.id] = r.instance
+
+    def record(self, chain: Sequence[str], replica: ReplicaView) -> None:
+        """The chosen replica first among each key's holders; LRU touch, then eviction over capacity."""
+        if not chain:
+            return
+        self.clock += 1
+        for key in chain:
+            self.holders[key] = [replica.id, *(h for h in self.holders.get(key, []) if h != replica.id)]
+        used = self.lru.setdefault(replica.id, {})
+        for key in chain:
+            used[key] = self.clock
+        over = len(used) - replica.capacity
+        if over > 0:
+            for key in sorted(used, key=lambda k: (used[k], k))[:over]:
+                del used[key]
+                self.drop_holder(key, replica.id)
+
+    def pick(self, inp: PickInput) -> Decision:
+        """Read, decide and record, as the Lua script does in one step."""
+        self.check_instances(inp.replicas)
+        holders = [self.holders.get(key, []) for key in inp.chain]
+        session_replica = self.sessions.get(inp.session) if inp.session else None
+        decision = decide(inp, holders, session_replica)
+        chosen = next(r for r in inp.replicas if r.id == decision.replica)
+        self.record(inp.chain, chosen)
+        if inp.session:
+            self.sessions[inp.session] = chosen.id
+        return decision
