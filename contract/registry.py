@@ -150,3 +150,13 @@ class RegistryWriter:
 
     async def run_id(self) -> str | None:
         return await redis_run_id(self.redis)
+
+    async def announce(self, model: str) -> bool:
+        """Tell every gateway that a replica of ``model`` changed state (ready, draining), so none waits
+        for its next registry poll; False when Redis is unreachable (the poll then tells them)."""
+        try:
+            await self.redis.publish(self.keys.state_channel, model)
+        except (RedisError, OSError) as exc:
+            log.warning("model=%s state notice not sent: %s", model, exc)
+            return False
+        return True

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from contract.registry import ReplicaState
 
@@ -52,6 +52,32 @@ class SupervisorMetrics:
         self.republished = Counter(
             "llmgw_supervisor_registry_republished",
             "Times every replica was republished at once because Redis came back as a new server.",
+            registry=r,
+        )
+
+        self.wakes = Counter(
+            "llmgw_supervisor_wakes",
+            "Wakes of on-demand models by outcome (ok, failed: did not start, or no room).",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.sleeps = Counter(
+            "llmgw_supervisor_sleeps",
+            "On-demand models put to sleep, by reason (idle, room: to let another model wake).",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.wake_seconds = Histogram(
+            "llmgw_supervisor_wake_seconds",
+            "From the wake request to READY (making room, start-up and the first token included).",
+            ["model"],
+            buckets=(0.25, 0.5, 1, 2, 3.5, 5, 10, 20, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.resident = Gauge(
+            "llmgw_supervisor_resident_bytes",
+            "Resident memory of an on-demand replica's processes when it woke: what the ledger counts.",
+            ["model", "replica"],
             registry=r,
         )
 

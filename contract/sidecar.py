@@ -51,6 +51,8 @@ class Watched:
         self.startup_s = 0.0
         self.failures = 0
         self.instance = new_instance_id()
+        self.announced: ReplicaState | None = None
+        """The state last announced on the model state channel (each new state is announced once)."""
 
     def record(self) -> ReplicaRecord:
         return self.base.model_copy(update={"state": self.state, "instance": self.instance})
@@ -99,7 +101,9 @@ class Sidecar:
                 if w.state is ReplicaState.STARTING:
                     await self.registry.remove(w.record())
         if w.state is not ReplicaState.STARTING:
-            await self.registry.publish(w.record())
+            changed = await self.registry.publish(w.record()) and w.announced is not w.state
+            if changed and await self.registry.announce(w.base.model):  # e.g. scaled up from zero by KEDA
+                w.announced = w.state
 
     async def heartbeat(self) -> None:
         while True:

@@ -8,7 +8,6 @@ key is not an API key: it does not call models, and API keys never reach these e
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -16,8 +15,8 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
-from gateway.auth.keys import ApiKey, new_secret
 from gateway.admin_auth import check_admin
+from gateway.auth.keys import ApiKey, new_secret
 from gateway.errors import InvalidRequest, NotFound
 from gateway.state import Gateway
 

@@ -47,6 +47,7 @@ from gateway.routing.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests
 from gateway.state import Gateway
+from gateway.wake import ReadyNotices, Wakes
 
 log = logging.getLogger("llmgw.app")
 
@@ -107,6 +108,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         metrics=metrics,
         ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s)),
         inflight=share,
+        wakes=Wakes(redis, keys, settings.gateway_id, metrics),
         open_requests=OpenRequests(settings.shutdown_grace_s),
         key_store=store,
         upstream_headers=[(k.encode(), v.encode()) for k, v in upstream_auth.items()],
@@ -116,7 +118,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     )
 
 
-def start_background(gw: Gateway, discovery: Discovery) -> Background:
+def start_background(gw: Gateway, discovery: Discovery, notices: ReadyNotices) -> Background:
     s = gw.settings
     monitor = Monitor(gw.client, gw.table, gw.ejection, gw.metrics)
     reload = FleetReload(gw, discovery, lambda m: build_policy(m.policy, policy_options(m, s)))
@@ -127,6 +129,7 @@ def start_background(gw: Gateway, discovery: Discovery) -> Background:
     bg.start(s.load_scrape_interval_s, monitor.load_tick)
     bg.start(s.load_share_interval_s, gw.inflight.tick)
     bg.start(s.lora_sync_s, gw.lora.tick)
+    bg.start(0.0, notices.step)
     return bg
 
 
@@ -135,13 +138,20 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
     await discovery.refresh()
     await gw.lora.tick()
     await gw.admission.start()
-    bg = start_background(gw, discovery)
+
+    async def on_ready(model: str) -> None:
+        await discovery.refresh()
+        gw.wakes.notify()
+
+    notices = ReadyNotices(gw.redis, gw.keys, on_ready)
+    bg = start_background(gw, discovery, notices)
     log.info("gateway %s up: models=%s", gw.settings.gateway_id, ",".join(m.name for m in gw.fleet.models))
     try:
         yield
     finally:
         await gw.open_requests.aclose()
         await bg.close()
+        await notices.close()
         await gw.inflight.leave()
         await gw.admission.stop()
         await gw.auth.aclose()

@@ -22,6 +22,7 @@ from gateway.http1 import ConnectionPool
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
 from gateway.routing.shared_index import SharedIndex
+from gateway.wake import MODEL_STATES, model_state
 
 log = logging.getLogger("llmgw.discovery")
 
@@ -137,3 +138,6 @@ class Discovery:
         await self.refresh()
         for pool in self.table.pools():
             self.metrics.ready_replicas.labels(pool.model).set(pool.ready_count)
+            state = model_state(pool)
+            for s in MODEL_STATES:
+                self.metrics.model_state.labels(pool.model, s).set(1 if s == state else 0)

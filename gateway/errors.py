@@ -109,6 +109,12 @@ class NoReadyReplica(GatewayError):
     code = "no_ready_replica"
 
 
+class WakeTimeout(NoReadyReplica):
+    """An on-demand model did not wake within its ``wake_timeout_s``."""
+
+    code = "wake_timeout"
+
+
 class ShuttingDown(GatewayError):
     """The gateway is stopping and ended a request that outlived its grace period; retry it."""
 

@@ -134,6 +134,32 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self.model_state = Gauge(
+            "llmgw_model_state",
+            "1 for the model's state as this gateway sees it: awake, waking, asleep or unavailable.",
+            ["model", "state"],
+            registry=r,
+        )
+        self.wake_requests = Counter(
+            "llmgw_wake_requests",
+            "Wakes of an on-demand model this gateway asked for (the first to see demand asks).",
+            ["model"],
+            registry=r,
+        )
+        self.wake_wait = Histogram(
+            "llmgw_wake_wait_seconds",
+            "Time a request for an asleep on-demand model waited for it to wake.",
+            ["model"],
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.wake_timeouts = Counter(
+            "llmgw_wake_timeouts",
+            "Requests answered 503 because their on-demand model did not wake within wake_timeout_s.",
+            ["model"],
+            registry=r,
+        )
+
     def forget_replica(self, model: str, replica: str) -> None:
         """Drop a replica's series once it left the registry (pods churn: series must not pile up)."""
         self.inflight.remove(model, replica)

@@ -70,7 +70,8 @@ class Monitor:
             self.metrics.inflight.labels(ep.record.model, ep.id).set(ep.inflight)
 
     async def health_tick(self) -> None:
-        await asyncio.gather(*(self.check(ep) for ep in self.table.endpoints()))
+        """Check the replicas that take requests (an asleep or starting one has no server to ask)."""
+        await asyncio.gather(*(self.check(ep) for ep in self.table.endpoints() if ep.record.routable))
 
     async def load_tick(self) -> None:
         await asyncio.gather(*(self.scrape(ep) for ep in self.table.endpoints() if ep.record.routable))

@@ -5,6 +5,7 @@ after it started."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -26,6 +27,7 @@ from gateway.errors import (
     InternalError,
     NoReadyReplica,
     ShuttingDown,
+    WakeTimeout,
     error_response,
     sse_error_event,
 )
@@ -148,11 +150,16 @@ class Proxy:
         ctx.cost = reserve(ctx.cost.prompt, ctx.asked, model.engine.max_model_len)
         ctx.charge = await gw.auth.charge(ctx.caller, model.name, ctx.cost)
         pool = gw.table.pool(model.name)
-        if not pool.candidates():
-            raise NoReadyReplica(f"no ready replica of model '{model.name}'; retry later", retry_after=2.0)
         watch = asyncio.ensure_future(disconnected(receive))  # one watch from admission to the answer
         try:
-            lease = await self._admit(ctx, pool, watch)
+            if pool.candidates():
+                lease = await self._admit(ctx, pool, watch)
+            elif model.on_demand:
+                lease = await self._admit_waking(ctx, pool, watch)
+            else:
+                raise NoReadyReplica(
+                    f"no ready replica of model '{model.name}'; retry later", retry_after=2.0
+                )
             return await self._until_disconnect(self._run(ctx, pool, lease), watch)
         finally:
             watch.cancel()
@@ -230,6 +237,59 @@ class Proxy:
         lease, ctx.wait_s = acquire.result()
         self.gw.metrics.queue_wait.labels(ticket.model).observe(ctx.wait_s)
         return lease
+
+    async def _admit_waking(self, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None]) -> Lease:
+        """Step 4 for an on-demand model that is not awake: ask for one wake, wait in the shared queue
+        at capacity zero; once a replica is ready the capacity is raised and the queue's head granted.
+        Past ``wake_timeout_s`` without a ready replica: 503 with Retry-After. ``max_queue_wait_s``
+        starts to count once the model is awake."""
+        assert ctx.model is not None
+        gw, model, started = self.gw, ctx.model, time.perf_counter()
+        await gw.wakes.request(model, ctx.request_id)
+        base = self._ticket(ctx)
+        ticket = dataclasses.replace(base, max_wait_s=model.wake_timeout_s + base.max_wait_s)
+        acquire = asyncio.ensure_future(gw.admission.acquire(ticket, 0))
+        awake = asyncio.ensure_future(gw.wakes.until_ready(pool, model.wake_timeout_s, rewake=model))
+        try:
+            await asyncio.wait((acquire, awake, watch), return_when=asyncio.FIRST_COMPLETED)
+            if awake.done() and awake.result() and not acquire.done() and not watch.done():
+                await gw.admission.resize(model.name, pool.capacity)
+                await asyncio.wait((acquire, watch), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            awake.cancel()
+        if not acquire.done():
+            acquire.cancel()
+            await asyncio.gather(acquire, return_exceptions=True)
+            if watch.done() and not watch.cancelled():
+                raise ClientClosedRequest("the client disconnected while the request waited for a wake")
+            raise self._wake_timeout(ctx, started)
+        lease, _ = acquire.result()
+        left = model.wake_timeout_s - (time.perf_counter() - started)
+        try:
+            ready = await gw.wakes.until_ready(pool, max(0.0, left))  # granted by a gateway that saw it first
+        except BaseException:
+            await lease.release()
+            raise
+        if not ready:
+            await lease.release()
+            raise self._wake_timeout(ctx, started)
+        ctx.wait_s = time.perf_counter() - started
+        gw.metrics.wake_wait.labels(model.name).observe(ctx.wait_s)
+        gw.metrics.queue_wait.labels(model.name).observe(ctx.wait_s)
+        log.info("request_id=%s model=%s admitted after waiting %.2f s for the wake",
+                 ctx.request_id, model.name, ctx.wait_s)  # fmt: skip
+        return lease
+
+    def _wake_timeout(self, ctx: RequestContext, started: float) -> WakeTimeout:
+        assert ctx.model is not None
+        name, limit = ctx.model.name, ctx.model.wake_timeout_s
+        self.gw.metrics.wake_timeouts.labels(name).inc()
+        waited = time.perf_counter() - started
+        log.warning("request_id=%s model=%s not awake after %.1f s: 503", ctx.request_id, name, waited)
+        return WakeTimeout(
+            f"model '{name}' is waking up and was not ready within {limit:g} s; retry later",
+            retry_after=min(30.0, max(1.0, limit / 4)),
+        )
 
     async def _forward(self, ctx: RequestContext, pool: ModelPool) -> Upstream:
         """Step 5 and 6, pick and forward; on a retryable failure another replica is tried, up to

@@ -10,41 +10,58 @@ import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
+from contract.fleet import Model
 from gateway.discovery import Discovery
 from gateway.endpoints import ROUTES, Route
 from gateway.errors import ModelNotFound, error_response
 from gateway.openapi import request_body
 from gateway.proxy import Proxy
 from gateway.state import Gateway
+from gateway.wake import model_state
 
 JSON = "application/json"
 
 
-def model_entry(name: str, root: str, created: int) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": created, "owned_by": "llm-gateway", "root": root}
+def model_entry(name: str, model: Model, created: int, gw: Gateway) -> dict[str, Any]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": created,
+        "owned_by": "llm-gateway",
+        "root": model.name,
+        "state": model_state(gw.table.pool(model.name)),
+        "activation": model.activation,
+    }
 
 
 def model_list(gw: Gateway, created: int) -> dict[str, Any]:
-    data = [model_entry(name, model.name, created) for name, model in gw.names.items()]
-    data += [model_entry(a.name, a.model, created) for a in gw.lora.adapters.values()]
+    """Every public name and runtime adapter; ``state`` is the serving model's (awake, waking, asleep,
+    unavailable) and ``activation`` says whether a request wakes it (on_demand) or it always runs."""
+    data = [model_entry(name, model, created, gw) for name, model in gw.names.items()]
+    data += [
+        model_entry(a.name, gw.names[a.model], created, gw)
+        for a in gw.lora.adapters.values()
+        if a.model in gw.names
+    ]
     return {"object": "list", "data": data}
 
 
 def one_model(gw: Gateway, name: str, created: int) -> Response:
     """OpenAI's ``GET /v1/models/{model}``: a public name, alias or adapter (fleet or runtime)."""
-    model = gw.names.get(name)
     adapter = gw.lora.adapters.get(name)
-    root = model.name if model is not None else adapter.model if adapter is not None else None
-    if root is None:
+    model = gw.names.get(name) or (gw.names.get(adapter.model) if adapter is not None else None)
+    if model is None:
         return error_response(ModelNotFound(f"The model '{name}' does not exist", param="model"))
-    return Response(orjson.dumps(model_entry(name, root, created)), media_type=JSON)
+    return Response(orjson.dumps(model_entry(name, model, created, gw)), media_type=JSON)
 
 
 def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
+    """Ready when some model is awake, or an on-demand one can be woken (asleep or waking)."""
     models = {
-        p.model: {"ready_replicas": p.ready_count, "replicas": len(p.endpoints)} for p in gw.table.pools()
+        p.model: {"ready_replicas": p.ready_count, "replicas": len(p.endpoints), "state": model_state(p)}
+        for p in gw.table.pools()
     }
-    ready = any(p.ready_count for p in gw.table.pools())
+    ready = any(m["state"] in ("awake", "asleep", "waking") for m in models.values())
     redis = "ok" if discovery.redis_ok else "unreachable"
     degraded = gw.admission.degraded or not discovery.redis_ok
     index = gw.index.mode if gw.index is not None else "off"

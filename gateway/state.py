@@ -23,6 +23,7 @@ from gateway.routing.base import Policy
 from gateway.routing.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests
+from gateway.wake import Wakes
 
 
 @dataclass(slots=True)
@@ -41,6 +42,7 @@ class Gateway:
     metrics: GatewayMetrics
     ejection: Ejection
     inflight: InflightShare
+    wakes: Wakes
     open_requests: OpenRequests
     affinity: ResponseAffinity
     lora: AdapterStore

@@ -18,10 +18,11 @@ from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
 from contract.vllm_probe import probe_client
+from workers.activator import Activator
 from workers.adopt import StateFile, check_entries
 from workers.budgets import BudgetError, PlannedBudgets, arithmetic, needs_plan, planned_budgets
 from workers.gpu import ProbeError, gpu_memory, nvidia_smi_probe
-from workers.headroom import headroom_probe
+from workers.headroom import cpu_need_bytes, headroom_probe, host_available_bytes, weights_bytes
 from workers.launch import Launch, ReplicaSpec, build_launch
 from workers.observe import Observer
 from workers.planner import make_config_loader
@@ -81,6 +82,16 @@ def launcher(args: argparse.Namespace) -> Callable[[ReplicaSpec], Launch]:
     return launch_for
 
 
+def estimator(args: argparse.Namespace) -> Callable[[Replica], int]:
+    """What a replica is expected to take before it was ever measured: KV cache, weights, overhead."""
+
+    def estimate(r: Replica) -> int:
+        weights = weights_bytes(weights_for(r.spec.model, args.models_dir))
+        return cpu_need_bytes(r.spec.model.budget.kv_cache_gib or 1, weights)
+
+    return estimate
+
+
 async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], Launch] | None = None) -> None:
     """Adopt what a previous supervisor left running, converge to the fleet file, drain on SIGTERM.
     ``launch_for`` builds each replica's command (vLLM's, from the fleet, unless given)."""
@@ -107,10 +118,15 @@ async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], La
         loop = asyncio.get_running_loop()
         drained = asyncio.Event()
         reconciling = asyncio.create_task(rec.run())
+        keys = RedisKeys(args.redis_prefix)
+        act = Activator(sup, keys, lambda: rec.fleet, estimator(args), host_available_bytes, metrics)
+        activating = asyncio.create_task(act.run())
 
         async def drain() -> None:
             reconciling.cancel()
-            await asyncio.gather(reconciling, return_exceptions=True)
+            act.close()
+            activating.cancel()
+            await asyncio.gather(reconciling, activating, return_exceptions=True)
             await sup.drain()
             drained.set()
 

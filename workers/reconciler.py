@@ -235,7 +235,12 @@ class Reconciler:
         return r
 
     async def bring_up(self, r: Replica) -> bool:
-        """Start a replica the loop just made; on failure it stays listed FAILED (no restart storm)."""
+        """Start a replica the loop just made; on failure it stays listed FAILED (no restart storm). An
+        on-demand model's replica is published ASLEEP instead: the activator starts it when asked."""
+        if r.spec.model.on_demand:
+            await self.sup.set_state(r, ReplicaState.ASLEEP)
+            log.info("replica=%s asleep until a request wakes it (activation on_demand)", r.spec.id)
+            return True
         if await self.sup.start_with_retries(r):
             self.sup.begin_watch(r)
             return True

@@ -419,7 +419,11 @@ class Supervisor:
 
     async def publish_all(self) -> int:
         """Publish every live replica's record now; returns how many."""
-        live = [r for r in self.replicas if r.state is not ReplicaState.STARTING and r.process.alive]
+        live = [
+            r
+            for r in self.replicas
+            if r.state is ReplicaState.ASLEEP or (r.state is not ReplicaState.STARTING and r.process.alive)
+        ]
         for r in live:
             await self.registry.publish(r.record())
         return len(live)

@@ -82,6 +82,14 @@ class FallbackAdmission:
             100 * self.presence.share,
         )
 
+    async def resize(self, model: str, capacity: int) -> None:
+        if self._degraded:
+            return
+        try:
+            await self.shared.resize(model, capacity)
+        except AdmissionUnavailable as exc:
+            log.warning("model=%s capacity change not shared: %s", model, exc)
+
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[Lease, float]:
         try:
             return await self._acquire(ticket, capacity)

@@ -47,6 +47,11 @@ class LocalAdmission:
         self._seq = itertools.count()
         self.share = share
 
+    async def resize(self, model: str, capacity: int) -> None:
+        """Nothing to do: local slots never count below one (a request granted before its model is
+        awake waits for it on the request path)."""
+        return None
+
     async def start(self) -> None:
         return None
 

@@ -14,6 +14,9 @@ class OpenAdmission:
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[NoLease, float]:
         return NoLease(), 0.0
 
+    async def resize(self, model: str, capacity: int) -> None:
+        return None
+
     async def start(self) -> None:
         return None
 

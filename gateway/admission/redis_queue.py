@@ -325,6 +325,11 @@ class RedisAdmission:
         if self.metrics is not None:
             self.metrics.queue_depth.labels(model).set(depth)
 
+    async def resize(self, model: str, capacity: int) -> None:
+        """Use ``capacity`` for the model from now on and grant what it frees to the queue's head now."""
+        self._capacity[model] = capacity
+        await guarded(self._tick_model(model, capacity))
+
     async def tick(self) -> None:
         """Renew this gateway's leases and reclaim/hand over expired ones, for every model seen."""
         for model, capacity in list(self._capacity.items()):

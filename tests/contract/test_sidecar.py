@@ -148,3 +148,33 @@ async def test_prestop_drain_waits_for_in_flight_work_within_the_grace(engine: P
         capped = await asyncio.to_thread(drain, engine.url, 1.5)
         hung.cancel()
     assert 1.4 < capped < 4.0  # a request that never ends does not hold the pod past the grace period
+
+
+def test_announces_a_ready_replica_once_on_the_model_state_channel(
+    tmp_path: Path, redis_url: str, engine: Proc
+) -> None:
+    """A pod scaled up from zero (KEDA) is announced, so waiting requests go on without the next poll."""
+    prefix = f"reg{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    pubsub = client.pubsub()
+    pubsub.subscribe(RedisKeys(prefix).state_channel)
+    proc = start_register(tmp_path, redis_url, prefix, engine)
+    try:
+        notices: list[bytes] = []
+
+        def announced() -> bool:
+            msg = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2)
+            if msg is not None and msg["type"] == "message":
+                notices.append(msg["data"])
+            return bool(notices)
+
+        wait_until(announced, 10, "the ready notice")
+        assert notices == [MODEL.encode()]
+        key = RedisKeys(prefix).replica(MODEL, f"{MODEL}-pod-1")
+        assert (stored(client, key) or {}).get("state") == "ready"
+        # the heartbeats after it (one each 0.4 s, TTL 1.2 s) refresh the record without announcing it again
+        assert pubsub.get_message(timeout=1.5) is None and client.pttl(key) > 0
+    finally:
+        proc.stop()
+        pubsub.close()
+        client.close()

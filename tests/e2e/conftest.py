@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -22,6 +23,9 @@ def test_fleet(tmp: Path) -> Path:
     """The default fleet.yaml, moved to ports of its own so a running `make run` is left alone."""
     data = yaml.safe_load((REPO / "fleet.yaml").read_text())
     data.setdefault("defaults", {})["base_port"] = 18100
+    for m in data["models"]:
+        if m.get("activation") == "on_demand":
+            m["idle_timeout_s"] = 3600  # woken once below, then awake for the whole session
     path = tmp / "fleet.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -48,9 +52,19 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
     s = Stack(config)
     try:
         await s.up()
+        await wake_on_demand_models(s)
         yield s
     finally:
         await s.down()
+
+
+async def wake_on_demand_models(s: Stack) -> None:
+    """The first request to an on-demand model (Gemma) wakes it: it waits in the queue and is answered."""
+    async with httpx.AsyncClient(timeout=900) as c:
+        for name in s.on_demand():
+            body = {"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+            r = await c.post(f"{s.config.nginx_url}/v1/chat/completions", json=body)
+            assert r.status_code == 200, r.text
 
 
 @pytest.fixture(scope="session")

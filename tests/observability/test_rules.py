@@ -28,6 +28,7 @@ EXPECTED = {
     "LLMGWGPUMemoryHigh": (">", 0.85, "5m", "warning"),
     "LLMGWReplicaRestarting": (">", 1.0, "0s", "warning"),
     "LLMGWFleetChangeFailed": (">", 0.0, "0s", "warning"),
+    "LLMGWWakeFailed": (">", 0.0, "0s", "warning"),
     "LLMGWTargetDown": ("<", 1.0, "2m", "warning"),
 }
 

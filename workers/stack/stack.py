@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -216,22 +217,31 @@ class Stack:
         log.info("%s restarted", name)
 
     def expected(self) -> dict[str, int]:
-        return {m.name: m.replicas if m.managed else 1 for m in self.fleet.models}
+        """Ready replicas wanted per ``always`` model (on-demand models only need to be published)."""
+        return {m.name: m.replicas if m.managed else 1 for m in self.fleet.models if not m.on_demand}
+
+    def on_demand(self) -> list[str]:
+        return [m.name for m in self.fleet.models if m.on_demand and m.replicas]
 
     async def wait_for_fleet(self) -> None:
-        """Poll the gateway's /ready detail until every replica of every model is ready."""
-        want, seen = self.expected(), ""
+        """Poll the gateway's /ready detail until every replica of every ``always`` model is ready and
+        every on-demand model is published (asleep until a request wakes it, or awake)."""
+        want, lazy, seen = self.expected(), self.on_demand(), ""
         deadline = time.monotonic() + self.config.ready_deadline_s
         async with httpx.AsyncClient(timeout=5.0) as client:
             while time.monotonic() < deadline:
                 self.check_alive()
                 detail = await ready_detail(client, f"{self.config.nginx_url}/ready")
-                have = {m: v.get("ready_replicas", 0) for m, v in detail.get("models", {}).items()}
-                line = ", ".join(f"{m} {have.get(m, 0)}/{n}" for m, n in want.items())
+                models = detail.get("models", {})
+                have = {m: v.get("ready_replicas", 0) for m, v in models.items()}
+                states = {m: str(models.get(m, {}).get("state", "unavailable")) for m in lazy}
+                line = ", ".join([f"{m} {have.get(m, 0)}/{n}" for m, n in want.items()] +
+                                 [f"{m} {s}" for m, s in states.items()])  # fmt: skip
                 if line != seen:
                     log.info("replicas ready: %s", line)
                     seen = line
-                if all(have.get(m, 0) >= n for m, n in want.items()):
+                published = all(s in ("asleep", "awake") for s in states.values())
+                if published and all(have.get(m, 0) >= n for m, n in want.items()):
                     return
                 await asyncio.sleep(1.0)
         raise RuntimeError(
@@ -255,7 +265,7 @@ class Stack:
         self.services.clear()
 
 
-async def ready_detail(client: httpx.AsyncClient, url: str) -> dict[str, dict[str, dict[str, int]]]:
+async def ready_detail(client: httpx.AsyncClient, url: str) -> dict[str, dict[str, dict[str, Any]]]:
     try:
         r = await client.get(url)
         data = r.json()

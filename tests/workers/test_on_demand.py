@@ -1,0 +1,260 @@
+"""On-demand models end to end on the CPU path: the reconciler publishes an on-demand model ASLEEP, the
+activator wakes it when a gateway asks (the replica process is the FAKE ENGINE), warms it up, announces
+it, and stops it again once idle; to make room it stops the least recently used idle model, never a
+busy one. The last test puts a real gateway in front: requests wake the model, idleness stops it, over
+several cycles, one wake per cycle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+import yaml
+
+from contract.redis_keys import RedisKeys
+from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, read_registry
+from contract.replica_metrics import SupervisorMetrics
+from tests.support.gateway import serve_gateway
+from tests.support.procs import free_port
+from workers.activator import Activator, ActivatorOptions
+from workers.headroom import Headroom
+from workers.launch import Launch, ReplicaSpec
+from workers.reconciler import FleetWatch, Reconciler
+from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions
+
+GIB = 1 << 30
+SLOW_POLL = {"registry_poll_s": 30.0}  # only the state notices can tell the gateway in time
+OPTIONS = SupervisorOptions(
+    ready_deadline_s=20,
+    timing=RegistryTiming(ttl_s=3, drain_settle_s=0.2, drain_grace_s=5),
+    backoff=RestartBackoff(base_s=0.05, max_s=0.2, give_up_after=3),
+    max_start_attempts=1,
+    redis_check_s=0.1,
+)
+
+
+def fake_launch(spec: ReplicaSpec) -> Launch:
+    argv = [sys.executable, "-m", "bench.fake_engine", "--port", str(spec.port), "--model", spec.model.name]
+    return Launch([*argv, *spec.model.engine.extra_args])
+
+
+async def fits(_: ReplicaSpec) -> Headroom:
+    return Headroom(1 << 40, 1)
+
+
+def fleet_text(base: int, models: list[dict[str, Any]], budget_gib: float | None = None) -> str:
+    defaults: dict[str, Any] = {"base_port": base}
+    if budget_gib is not None:
+        defaults["memory_budget_gib"] = budget_gib
+    full = [{"source": {"path": f"/{m['name']}"}, "concurrency": 2, **m} for m in models]
+    return yaml.safe_dump({"defaults": defaults, "models": full})
+
+
+@pytest.fixture(autouse=True)
+def info_logs(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+
+
+async def until(predicate: Callable[[], object], deadline_s: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while loop.time() < end:
+        result = predicate()
+        if isinstance(result, Awaitable):
+            result = await result
+        if result:
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError("condition not met")
+
+
+@dataclass
+class Stack:
+    sup: Supervisor
+    act: Activator
+    redis: aioredis.Redis
+    keys: RedisKeys
+    metrics: SupervisorMetrics
+    fleet_file: Path
+
+    def replica(self, rid: str) -> Replica:
+        return next(r for r in self.sup.replicas if r.spec.id == rid)
+
+    def state(self, rid: str) -> ReplicaState | None:
+        r = [x for x in self.sup.replicas if x.spec.id == rid]
+        return r[0].state if r else None
+
+    async def published(self, rid: str) -> ReplicaState | None:
+        recs: list[ReplicaRecord] = await read_registry(self.redis, self.keys)
+        return next((r.state for r in recs if r.id == rid), None)
+
+    async def ask(self, model: str) -> None:
+        await self.redis.set(self.keys.wake_request(model), "test", px=30_000)
+
+    def count(self, metric: Any, *labels: str) -> float:
+        return float(metric.labels(*labels)._value.get())
+
+
+@asynccontextmanager
+async def on_demand_stack(
+    tmp: Path, redis_url: str, models: list[dict[str, Any]], budget_gib: float | None = None
+) -> AsyncIterator[Stack]:
+    redis = aioredis.Redis.from_url(redis_url)
+    keys = RedisKeys(f"od{uuid.uuid4().hex[:6]}")
+    metrics = SupervisorMetrics()
+    path = tmp / "fleet.yaml"
+    path.write_text(fleet_text(free_port(), models, budget_gib))
+    async with httpx.AsyncClient(timeout=10) as client:
+        sup = Supervisor([], RegistryWriter(redis, keys, OPTIONS.timing), client, OPTIONS, metrics=metrics)
+        rec = Reconciler(sup, FleetWatch(path, poll_s=0.05), fake_launch, fits, tmp, 1, metrics)
+        act = Activator(
+            sup, keys, lambda: rec.fleet, lambda r: 1 * GIB, lambda: 1 << 40, metrics,
+            ActivatorOptions(tick_s=0.05), measure=lambda pid: 1 * GIB,
+        )  # fmt: skip
+        tasks = [
+            asyncio.create_task(sup.run()),
+            asyncio.create_task(rec.run()),
+            asyncio.create_task(act.run()),
+        ]
+        try:
+            yield Stack(sup, act, redis, keys, metrics, path)
+        finally:
+            act.close()
+            for t in tasks[1:]:
+                t.cancel()
+            await asyncio.gather(*tasks[1:], return_exceptions=True)
+            await sup.drain()
+            await tasks[0]
+            await redis.aclose()
+
+
+async def test_asleep_until_asked_then_woken_warmed_announced_and_put_back_to_sleep_when_idle(
+    tmp_path: Path, redis_url: str
+) -> None:
+    models = [{"name": "od", "activation": "on_demand", "idle_timeout_s": 0.5}]
+    async with on_demand_stack(tmp_path, redis_url, models) as st:
+        await until(lambda: st.published("od-0"))
+        assert await st.published("od-0") is ReplicaState.ASLEEP
+        assert not st.replica("od-0").process.alive
+        pubsub = st.redis.pubsub()
+        await pubsub.subscribe(st.keys.state_channel)
+        await st.ask("od")
+        await until(lambda: st.state("od-0") is ReplicaState.READY)
+        assert st.replica("od-0").process.alive
+        notice = None
+        while notice is None or notice["type"] != "message":
+            notice = await pubsub.get_message(timeout=5)
+        assert notice["data"] == b"od"
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+        assert not await st.redis.exists(st.keys.wake_request("od"))
+        stats = (await st.sup.client.get(f"{st.replica('od-0').spec.url}/stats")).json()
+        assert stats["served"] >= 1  # the warm-up decoded a token before any traffic
+        assert st.count(st.metrics.wakes, "od", "ok") == 1
+        # nothing in flight or queued: asleep again after idle_timeout_s
+        await until(lambda: st.state("od-0") is ReplicaState.ASLEEP)
+        assert not st.replica("od-0").process.alive
+        assert await st.published("od-0") is ReplicaState.ASLEEP
+        assert st.count(st.metrics.sleeps, "od", "idle") == 1
+
+
+async def test_a_model_with_leases_in_the_queue_stays_awake(tmp_path: Path, redis_url: str) -> None:
+    models = [{"name": "od", "activation": "on_demand", "idle_timeout_s": 0.3}]
+    async with on_demand_stack(tmp_path, redis_url, models) as st:
+        await until(lambda: st.published("od-0"))
+        await st.ask("od")
+        await until(lambda: st.state("od-0") is ReplicaState.READY)
+        await st.redis.zadd(st.keys.leases("od"), {"lease-1": 1 << 50})  # a request in flight
+        await until(lambda: st.act.last_used.get("od", 0) > 0)
+        seen = st.act.last_used["od"]
+        await until(lambda: st.act.last_used["od"] > seen + 0.6)  # ticks kept it busy past the timeout
+        assert st.state("od-0") is ReplicaState.READY
+        await st.redis.delete(st.keys.leases("od"))
+        await until(lambda: st.state("od-0") is ReplicaState.ASLEEP)
+
+
+async def test_a_wake_without_room_puts_the_least_recently_used_idle_model_to_sleep_never_a_busy_one(
+    tmp_path: Path, redis_url: str
+) -> None:
+    models = [
+        {"name": name, "activation": "on_demand", "idle_timeout_s": 3600, "priority": 50}
+        for name in ("a", "b", "c")
+    ]
+    async with on_demand_stack(tmp_path, redis_url, models, budget_gib=2.5) as st:  # 1 GiB each: two fit
+        await until(lambda: all(st.state(f"{m}-0") is ReplicaState.ASLEEP for m in "abc"))
+        for m in "ab":
+            await st.ask(m)
+            await until(lambda m=m: st.state(f"{m}-0") is ReplicaState.READY)  # type: ignore[misc]
+        await st.redis.zadd(st.keys.leases("b"), {"lease-1": 1 << 50})  # b is busy (used last)
+        await st.ask("c")
+        await until(lambda: st.state("c-0") is ReplicaState.READY)
+        assert st.state("a-0") is ReplicaState.ASLEEP and st.state("b-0") is ReplicaState.READY
+        assert st.count(st.metrics.sleeps, "a", "room") == 1
+        # now a asks again: c is idle and least recently used next to busy b, so c makes room
+        await st.ask("a")
+        await until(lambda: st.state("a-0") is ReplicaState.READY)
+        assert st.state("c-0") is ReplicaState.ASLEEP and st.state("b-0") is ReplicaState.READY
+
+
+async def test_a_wake_that_cannot_fit_fails_and_keeps_the_busy_model(tmp_path: Path, redis_url: str) -> None:
+    models = [{"name": n, "activation": "on_demand", "idle_timeout_s": 3600} for n in ("a", "b")]
+    async with on_demand_stack(tmp_path, redis_url, models, budget_gib=1.5) as st:
+        await until(lambda: st.state("b-0") is ReplicaState.ASLEEP)
+        await st.ask("a")
+        await until(lambda: st.state("a-0") is ReplicaState.READY)
+        await st.redis.zadd(st.keys.leases("a"), {"lease-1": 1 << 50})
+        await st.ask("b")
+        await until(lambda: st.count(st.metrics.wakes, "b", "failed") == 1)
+        assert st.state("a-0") is ReplicaState.READY and st.state("b-0") is ReplicaState.ASLEEP
+        # dropped, not retried every tick: the next request asks again, after the retry interval
+        assert not await st.redis.exists(st.keys.wake_request("b"))
+        assert st.act.retry_at["b"] > 0
+
+
+async def test_through_a_gateway_requests_wake_the_model_and_idleness_stops_it_each_cycle(
+    tmp_path: Path, redis_url: str
+) -> None:
+    models = [{"name": "od", "activation": "on_demand", "idle_timeout_s": 0.5, "wake_timeout_s": 30}]
+    body = {"model": "od", "messages": [{"role": "user", "content": "hi"}]}
+    async with (
+        on_demand_stack(tmp_path, redis_url, models) as st,
+        serve_gateway(
+            tmp_path, st.fleet_file.read_text(), redis_url, st.keys.prefix, registry_poll_s=30
+        ) as gw,
+        httpx.AsyncClient(timeout=60) as c,
+    ):
+        for cycle in range(1, 3):
+            await until(lambda: st.state("od-0") is ReplicaState.ASLEEP)
+            answers = await asyncio.gather(
+                *(c.post(f"{gw}/v1/chat/completions", json=body) for _ in range(4))
+            )
+            assert [r.status_code for r in answers] == [200] * 4, [r.text for r in answers]
+            assert st.count(st.metrics.wakes, "od", "ok") == cycle  # one wake per cycle
+            await until(lambda cycle=cycle: st.count(st.metrics.sleeps, "od", "idle") == cycle)  # type: ignore[misc]
+
+
+async def test_a_wake_request_for_an_awake_model_is_cleared_not_left_to_keep_it_awake(
+    tmp_path: Path, redis_url: str
+) -> None:
+    models = [{"name": "od", "activation": "on_demand", "idle_timeout_s": 3600}]
+    async with on_demand_stack(tmp_path, redis_url, models) as st:
+        await until(lambda: st.published("od-0"))
+        await st.ask("od")
+        await until(lambda: st.state("od-0") is ReplicaState.READY)
+        pid = st.replica("od-0").process.pid
+        await st.ask("od")  # a gateway that had not heard of the wake yet
+        await until(lambda: not_asked(st))
+        assert st.replica("od-0").process.pid == pid and st.count(st.metrics.wakes, "od", "ok") == 1
+
+
+async def not_asked(st: Stack) -> bool:
+    return not await st.redis.exists(st.keys.wake_request("od"))
