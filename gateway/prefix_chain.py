@@ -15,7 +15,7 @@ from __future__ import annotations
 from hashlib import blake2b
 from typing import Any
 
-from gateway.prefix_key import _MSG_END, _ROLE_END, _content_text
+from gateway.prefix_key import message_text
 
 _PERSON = b"gw-chain-v1"
 
@@ -43,11 +43,7 @@ def chat_text(messages: Any, limit: int) -> bytes:
     for message in messages:
         if not isinstance(message, dict):
             continue
-        role = message.get("role")
-        role = role if isinstance(role, str) else ""
-        piece = (role + _ROLE_END + _content_text(message.get("content")) + _MSG_END).encode(
-            "utf-8", "surrogatepass"
-        )
+        piece = message_text(message).encode("utf-8", "surrogatepass")
         parts.append(piece)
         size += len(piece)
         if size >= limit:

@@ -36,6 +36,14 @@ def _content_text(content: Any) -> str:
     return ""
 
 
+def message_text(message: dict[str, Any]) -> str:
+    """One chat message as prefix text: its role, a unit separator, its content, a record separator, so
+    that the boundaries between messages count (the prefix key and the prefix chain both read it)."""
+    role = message.get("role")
+    role = role if isinstance(role, str) else ""
+    return role + _ROLE_END + _content_text(message.get("content")) + _MSG_END
+
+
 def chat_prefix_key(messages: list[Any], max_chars: int) -> bytes:
     """The system prompt(s) and the first user turn of a chat request, at most ``max_chars`` characters.
 
@@ -52,12 +60,10 @@ def chat_prefix_key(messages: list[Any], max_chars: int) -> bytes:
         for message in messages:
             if not isinstance(message, dict):
                 continue
-            role = message.get("role")
-            role = role if isinstance(role, str) else ""
-            piece = role + _ROLE_END + _content_text(message.get("content")) + _MSG_END
+            piece = message_text(message)
             pieces.append(piece)
             size += len(piece)
-            if role == "user" or size >= max_chars:
+            if message.get("role") == "user" or size >= max_chars:
                 break
         return _encode("".join(pieces), max_chars)
     except Exception:  # the key is a routing hint: odd input must never fail the request
