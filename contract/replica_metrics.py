@@ -88,6 +88,14 @@ class SupervisorMetrics:
             for labels in [k for k in metric._metrics if k[:2] == (model, replica)]:
                 metric.remove(*labels)
 
+    def show_on_demand(self, model: str) -> None:
+        """Create an on-demand model's wake and sleep series at zero, so that dashboards and alerts see
+        the model before its first wake, sleep or failure."""
+        for outcome in ("ok", "failed"):
+            self.wakes.labels(model, outcome)
+        for reason in ("idle", "room"):
+            self.sleeps.labels(model, reason)
+
     def set_state(self, model: str, replica: str, state: ReplicaState) -> None:
         for s in STATES:
             self.state.labels(model, replica, s).set(1 if s == state.value else 0)

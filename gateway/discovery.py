@@ -138,6 +138,7 @@ class Discovery:
         await self.refresh()
         for pool in self.table.pools():
             self.metrics.ready_replicas.labels(pool.model).set(pool.ready_count)
+            self.metrics.wake_timeouts.labels(pool.model)  # at zero until a wake times out: alerts see it
             state = model_state(pool)
             for s in MODEL_STATES:
                 self.metrics.model_state.labels(pool.model, s).set(1 if s == state else 0)

@@ -142,6 +142,7 @@ class Activator:
                 if asleep:  # the fleet made it an always model: wake it for good
                     self.spawn_wake(name, asleep, "activation is always")
                 continue
+            self.metrics.show_on_demand(name)
             busy = await self.busy(name)
             if busy or name not in self.last_used:
                 self.last_used[name] = now
