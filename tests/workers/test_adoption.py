@@ -122,7 +122,7 @@ def spec_for(name: str, port: int) -> ReplicaSpec:
 async def test_only_verified_processes_are_adopted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("INFO")
     silent_port, stranger_port = free_port(), free_port()
-    script = "import time; time.sleep(60)"
+    script = "import signal; signal.pause()"  # a process that lives until it is stopped, serving nothing
     silent = spawn([sys.executable, "-c", script, "--port", str(silent_port), "a"], 0, tmp_path / "s.log")
     stranger = spawn([sys.executable, "-c", script], 0, tmp_path / "x.log")
     with running(start_fake_engine(tmp_path, "--model", "a")) as engine, running(silent), running(stranger):
