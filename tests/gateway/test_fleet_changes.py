@@ -4,10 +4,8 @@ learns added models and forgets removed ones without a restart (FAKE ENGINE repl
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -22,22 +20,10 @@ from gateway.http1 import ConnectionPool
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ReplicaTable
 from tests.support.gateway import fleet_yaml, register, serve_gateway
+from tests.support.poll import until
 from tests.support.procs import free_port, running, start_fake_engine, start_redis
 
 FLEET = "models:\n - name: m\n   source: {path: /m}\n - name: n\n   source: {path: /n}\n"
-
-
-async def until(check: Callable[[], object], deadline_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while loop.time() < end:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError("condition not met")
 
 
 async def publish(redis: aioredis.Redis, keys: RedisKeys, rec: ReplicaRecord) -> None:

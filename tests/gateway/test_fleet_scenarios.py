@@ -20,6 +20,7 @@ from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
 from tests.support.fake_workers import fake_launch
 from tests.support.gateway import serve_gateway
+from tests.support.poll import until
 from tests.support.procs import free_port, start_redis
 from tests.workers.test_reconciler import fits, fleet_yaml
 from workers.reconciler import FleetWatch, Reconciler
@@ -33,19 +34,6 @@ OPTIONS = SupervisorOptions(
     redis_check_s=0.1,
 )
 STEADY = ["--latency-ms", "30"]
-
-
-async def until(check: Callable[[], object], deadline_s: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while loop.time() < end:
-        result = check()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError("condition not met")
 
 
 async def steady(url: str, model: str, stop: asyncio.Event, seen: Counter[str]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, ReplicaState, new_instance_id
 from tests.support.gateway import fleet_yaml, serve_gateway
+from tests.support.poll import until
 from tests.support.procs import Proc, start_fake_engine
 
 SLOW_POLL = {"registry_poll_s": 30.0}
@@ -36,19 +37,6 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
 def fleet(**model: Any) -> str:
     base = {"name": "sleepy", "source": {"path": "/none"}, "activation": "on_demand", "concurrency": 2}
     return fleet_yaml([{**base, **model}, {"name": "awake", "source": {"path": "/none"}}])
-
-
-async def until(check: Callable[[], Any], deadline_s: float = 15.0) -> Any:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while loop.time() < end:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        await asyncio.sleep(0.02)
-    raise TimeoutError("condition not met")
 
 
 class FakeSupervisor:

@@ -20,7 +20,7 @@ async def until(
         if inspect.isawaitable(result):
             result = await result
         if result:
-            return
+            return result
         if time.monotonic() >= end:
             raise AssertionError(f"{what} not met within {deadline_s:g} s")
         await asyncio.sleep(interval_s)

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from contract.fleet import parse_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryWriter, ReplicaState, read_registry
+from tests.support.poll import until
 from tests.support.procs import Proc, free_port, running, spawn, start_fake_engine, wait_until
 from tests.workers.test_reconciler import OPTIONS, fleet_yaml
 from workers.adopt import StateFile, check_entries, entry_for, kill_group, pid_alive
@@ -36,19 +37,6 @@ def supervisor(tmp: Path, redis_url: str, prefix: str, fleet: Path, state: Path)
 async def ready_ids(redis: aioredis.Redis, keys: RedisKeys) -> dict[str, str]:
     """Replica id -> instance, of the records published READY."""
     return {r.id: r.instance for r in await read_registry(redis, keys) if r.state is ReplicaState.READY}
-
-
-async def until(check: object, deadline_s: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while loop.time() < end:
-        result = check()  # type: ignore[operator]
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError("condition not met")
 
 
 async def load(urls: list[str], stop: asyncio.Event) -> tuple[int, int]:

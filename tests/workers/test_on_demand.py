@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +23,13 @@ import yaml
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, read_registry
 from contract.replica_metrics import SupervisorMetrics
+from tests.support.fake_workers import fake_launch
 from tests.support.gateway import serve_gateway
+from tests.support.poll import until
 from tests.support.procs import free_port
 from workers.activator import Activator, ActivatorOptions
 from workers.headroom import Headroom
-from workers.launch import Launch, ReplicaSpec
+from workers.launch import ReplicaSpec
 from workers.reconciler import FleetWatch, Reconciler
 from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions
 
@@ -41,11 +42,6 @@ OPTIONS = SupervisorOptions(
     max_start_attempts=1,
     redis_check_s=0.1,
 )
-
-
-def fake_launch(spec: ReplicaSpec) -> Launch:
-    argv = [sys.executable, "-m", "bench.fake_engine", "--port", str(spec.port), "--model", spec.model.name]
-    return Launch([*argv, *spec.model.engine.extra_args])
 
 
 async def fits(_: ReplicaSpec) -> Headroom:
@@ -63,19 +59,6 @@ def fleet_text(base: int, models: list[dict[str, Any]], budget_gib: float | None
 @pytest.fixture(autouse=True)
 def info_logs(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-
-
-async def until(predicate: Callable[[], object], deadline_s: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while loop.time() < end:
-        result = predicate()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError("condition not met")
 
 
 @dataclass

@@ -23,6 +23,8 @@ import redis.asyncio as aioredis
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, read_registry
 from contract.replica_metrics import SupervisorMetrics
+from tests.support.fake_workers import fake_launch
+from tests.support.poll import until
 from tests.support.procs import free_port, start_redis
 from workers.headroom import Headroom
 from workers.launch import Launch, ReplicaSpec
@@ -36,11 +38,6 @@ OPTIONS = SupervisorOptions(
     max_start_attempts=1,
     redis_check_s=0.1,
 )
-
-
-def fake_launch(spec: ReplicaSpec) -> Launch:
-    argv = [sys.executable, "-m", "bench.fake_engine", "--port", str(spec.port), "--model", spec.model.name]
-    return Launch([*argv, *spec.model.engine.extra_args])
 
 
 def fleet_yaml(base: int, models: dict[str, tuple[int, list[str]]]) -> str:
@@ -90,19 +87,6 @@ class Loop:
 
     def actions(self, action: str, model: str, outcome: str) -> float:
         return self.metrics.actions.labels(action, model, outcome)._value.get()
-
-
-async def until(predicate: Callable[[], object], deadline_s: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while loop.time() < end:
-        result = predicate()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError("condition not met")
 
 
 @asynccontextmanager

@@ -12,21 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.poll import until
 from tests.support.procs import free_port
 from workers.stack.keeper import KeepPolicy, keep
 from workers.stack.services import Service, http_probe
 
 POLICY = KeepPolicy(base_s=0.1, max_s=0.4, healthy_after_s=60, ready_deadline_s=15)
-
-
-async def until(check: object, deadline_s: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while loop.time() < end:
-        if check():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError("condition not met")
 
 
 async def test_a_dead_service_is_restarted_and_logged(
