@@ -425,7 +425,8 @@ def engine(log: Callable[[str], None], blocks: int, tmp: Path) -> dict[str, Any]
             httpx.Client(timeout=120) as client,
         ):
             out["startup_s"] = round(time.monotonic() - t0, 1)
-            log(f"replica up in {out['startup_s']} s; events at {endpoint}")
+            out["cache_config_info"] = cache_info(client, url)
+            log(f"replica up in {out['startup_s']} s; events at {endpoint}; {out['cache_config_info']}")
             out["match"] = match_phase(client, url, lean, events, log)
             out["prediction"] = prediction_phase(client, url, lean, events, blocks, log)
     finally:
@@ -434,6 +435,12 @@ def engine(log: Callable[[str], None], blocks: int, tmp: Path) -> dict[str, Any]
     out["events"] = {"batches": events.batches, "seq_gaps": events.gaps, **events.counts}
     log(f"events: {out['events']}")
     return out
+
+
+def cache_info(client: httpx.Client, url: str) -> str:
+    """The replica's ``vllm:cache_config_info`` line (its block count, size and hash algorithm)."""
+    text = client.get(url + "/metrics").text
+    return next((line for line in text.splitlines() if line.startswith("vllm:cache_config_info")), "")
 
 
 def match_phase(
