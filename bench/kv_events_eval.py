@@ -546,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 result["engine"] = engine(log, args.blocks, Path(tmp))
+            except Exception as exc:  # the cost phase's numbers are still written
+                result["engine"] = {"error": repr(exc)}
+                log(f"engine phase failed: {exc!r}")
             finally:
                 vlog = Path(tmp) / "vllm.log"
                 if vlog.exists():
