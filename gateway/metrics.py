@@ -112,6 +112,13 @@ class GatewayMetrics:
             "1 while the shared prefix index in Redis is in use, 0 while degraded to the rendezvous ranking.",
             registry=r,
         )
+        self.prefix_index_keys = Gauge(
+            "llmgw_prefix_index_keys",
+            "1 for the prefix index's key mode in force: approximate (a chain of prompt-text hashes, written "
+            "when a request is routed); exact (vLLM's KV-cache block hashes from its events) is not built.",
+            ["mode"],
+            registry=r,
+        )
         self.ready_replicas = Gauge(
             "llmgw_ready_replicas", "Ready, non-ejected replicas per model.", ["model"], registry=r
         )

@@ -65,7 +65,15 @@ def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
     redis = "ok" if discovery.redis_ok else "unreachable"
     degraded = gw.admission.degraded or not discovery.redis_ok
     index = gw.index.mode if gw.index is not None else "off"
-    detail = {"ready": ready, "redis": redis, "degraded": degraded, "prefix_index": index, "models": models}
+    keys = gw.index.keys_mode if gw.index is not None else "off"
+    detail = {
+        "ready": ready,
+        "redis": redis,
+        "degraded": degraded,
+        "prefix_index": index,
+        "prefix_index_keys": keys,
+        "models": models,
+    }
     return ready, detail
 
 

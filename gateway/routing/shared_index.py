@@ -31,6 +31,11 @@ from gateway.routing.prefix_index import Decision, PickInput
 log = logging.getLogger("llmgw.prefix_index")
 
 SHARED, DEGRADED = "shared", "degraded"
+APPROXIMATE = "approximate"
+"""The key mode: the index's keys are chained hashes of the prompt text (:mod:`gateway.prefix_chain`),
+placed when a request is routed and aged by an LRU bound. The exact mode (vLLM's own block hashes from its
+KV-cache events) was measured and not built: computing those keys costs the gateway the model's chat
+template and tokenizer on every request (README, "Exact mode from vLLM's KV-cache events")."""
 
 
 def script(name: str) -> str:
@@ -82,8 +87,10 @@ class SharedIndex:
         self._forget = redis.register_script(script("forget"))
         self.retry_at = 0.0
         self.mode = SHARED
+        self.keys_mode = APPROXIMATE
         if metrics is not None:
             metrics.prefix_index_shared.set(1)
+            metrics.prefix_index_keys.labels(APPROXIMATE).set(1)
 
     def count(self, model: str, outcome: str) -> None:
         """One pick of ``model`` with that outcome (``degraded`` for a pick without the index)."""

@@ -127,8 +127,11 @@ async def test_two_gateways_decide_as_the_reference(
             )
             assert got == [want.replica], f"request {i}: {want}"
         metrics = (await http.get(f"{g1}/metrics")).text
+        ready = (await http.get(f"{g1}/ready")).json()
     assert 'outcome="hit"' in metrics and 'outcome="cold"' in metrics
     assert "llmgw_prefix_index_shared 1.0" in metrics
+    assert 'llmgw_prefix_index_keys{mode="approximate"} 1.0' in metrics
+    assert ready["prefix_index"] == "shared" and ready["prefix_index_keys"] == "approximate"
 
 
 async def test_redis_lost_mid_load_degrades_without_a_failed_request(
