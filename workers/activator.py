@@ -7,9 +7,13 @@ waiting). An asleep model that is asked for is woken: the :mod:`workers.ledger` 
 must sleep first for it to fit (a model with requests in flight or queued never does); then the replica
 is published WAKING, started, made to decode one token, published READY and announced on
 :attr:`RedisKeys.state_channel`, so gateways route to it at once. An awake on-demand model with nothing
-in flight or queued for ``idle_timeout_s`` is drained and put to sleep. On a CPU sleeping stops the
-process and waking starts it (vLLM's CPU build has no sleep mode). Each wake and sleep is one log line
-and one count; wake latency is a histogram.
+in flight or queued for ``idle_timeout_s`` is drained and put to sleep. How is one strategy of
+:mod:`workers.sleepers`: on a CPU sleeping stops the process and waking starts it (vLLM's CPU build has no
+sleep mode); on a GPU a replica launched with ``--enable-sleep-mode`` sleeps in place at the level
+:func:`workers.sleepers.level.choose_level` picks, and one that keeps half or more of its memory asleep is
+stopped instead from then on. On a GPU the ledger is :class:`workers.gpu_ledger.DeviceBook`: every wake
+and sleep is measured with nvidia-smi (per process) and logged beside the ledger's prediction of the card.
+Each wake and sleep is one log line and one count; wake latency is a histogram.
 """
 
 from __future__ import annotations
@@ -30,15 +34,23 @@ from contract.fleet import Fleet, Model
 from contract.redis_keys import RedisKeys
 from contract.registry import ROUTABLE, ReplicaState, new_instance_id
 from contract.replica_metrics import SupervisorMetrics
+from workers.gpu import GpuReader, GpuReading, nvidia_smi_reading
+from workers.gpu_ledger import DeviceBook, Holding, Slot
 from workers.ledger import Resident, Room, idle_expired, make_room
 from workers.process import StartFailed
 from workers.reconcile import device_key
-from workers.rss import tree_rss_bytes
+from workers.rss import tree_pids, tree_rss_bytes
+from workers.sleepers import Sleeper
+from workers.sleepers.level import SleepLevel, choose_level, keeps_most
+from workers.sleepers.process_stop import ProcessStop
+from workers.sleepers.vllm_sleep import VllmSleep
 from workers.supervisor import Replica, Supervisor
 
 log = logging.getLogger("llmgw.ondemand")
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 WARMUP_PROMPT = "Hello"
+SLEEP_MODE_FLAG = "--enable-sleep-mode"
+GIB = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +74,10 @@ class Activator:
         metrics: SupervisorMetrics,
         options: ActivatorOptions = ActivatorOptions(),
         measure: Callable[[int], int] = tree_rss_bytes,
+        gpu_reading: GpuReader = nvidia_smi_reading,
+        weights: Callable[[Replica], int] = lambda r: 0,
     ) -> None:
-        self.measure = measure
+        self.measure, self.gpu_reading, self.weights = measure, gpu_reading, weights
         self.sup, self.keys, self.fleet, self.estimate = sup, keys, fleet, estimate
         self.free_bytes, self.metrics, self.options = free_bytes, metrics, options
         self.last_used: dict[str, float] = {}
@@ -74,6 +88,17 @@ class Activator:
         self.closing = asyncio.Event()
         """Set by :meth:`close`: the loop ends by it even if a Redis call swallowed a cancellation."""
         self.room = asyncio.Lock()
+        self.busy_models: set[str] = set()
+        """On-demand models with requests in flight or queued, read at the last GPU room decision."""
+        self.levels: dict[str, SleepLevel] = {}
+        """Replica id -> the level it sleeps at now (0: its process is stopped or was never started)."""
+        self.stop_instead: set[str] = set()
+        """Models whose sleep in place kept half or more of their memory: they are stopped instead."""
+        self.books: dict[int, DeviceBook] = {}
+        """GPU index -> its ledger."""
+        deadline = sup.options.ready_deadline_s
+        self.stopper = ProcessStop(sup.client, deadline)
+        self.vllm = VllmSleep(sup.client, deadline)
 
     @property
     def redis(self) -> aioredis.Redis:
@@ -205,6 +230,8 @@ class Activator:
 
     async def make_room(self, r: Replica) -> Room:
         """The ledger's answer for waking ``r`` on its device."""
+        if r.on_gpu:
+            return await self.gpu_room(r)
         lane = device_key(r.spec.device_kind, r.spec.device)
         residents = []
         for x in self.sup.replicas:
@@ -234,18 +261,21 @@ class Activator:
         r.instance = new_instance_id()
         await sup.set_state(r, ReplicaState.WAKING)
         log.info("replica=%s waking (%s)", r.spec.id, why)
+        level = self.levels.get(r.spec.id, 0)
+        predicted = await self.predict(r, "awake")
         try:
-            await r.process.start()
-            r.startup_s = await r.process.wait_until_listed(
-                r.spec.url, r.spec.model.name, sup.options.ready_deadline_s, sup.client
-            )
+            await self.sleeper(r, level).wake(r, level)
             await self.warm_up(r)
         except (StartFailed, httpx.HTTPError) as exc:
             log.error("replica=%s wake failed: %s", r.spec.id, exc)
             await r.process.stop(1.0)
+            self.levels[r.spec.id] = 0
             await sup.set_state(r, ReplicaState.ASLEEP)
             return False
+        self.levels.pop(r.spec.id, None)
         r.started_at = time.monotonic()
+        if r.on_gpu:
+            await self.measure_gpu(r, "awake", predicted, f"wake from level {level}")
         if r.spec.device_kind == "cpu" and r.process.pid is not None:
             size = await asyncio.to_thread(self.measure, r.process.pid)
             self.measured[r.spec.model.name] = size
@@ -280,8 +310,131 @@ class Activator:
         await sup.set_state(r, ReplicaState.DRAINING)
         await self.announce(r.spec.model.name)
         await wait_until_idle(sup.client, [r.spec.url], sup.options.timing)
-        await r.process.stop()
+        level = await self.put_to_sleep(r)
         await sup.set_state(r, ReplicaState.ASLEEP)
         await self.announce(r.spec.model.name)
         self.metrics.sleeps.labels(r.spec.model.name, reason).inc()
-        log.info("replica=%s asleep", r.spec.id)
+        log.info("replica=%s asleep (%s)", r.spec.id, f"level {level}" if level else "process stopped")
+
+    async def put_to_sleep(self, r: Replica, level: SleepLevel | None = None) -> SleepLevel:
+        """The drained replica asleep by its strategy, measured on a GPU; returns the level it sleeps at.
+        A failed sleep in place stops the process; one that keeps most of its memory is stopped too."""
+        level = self.level_for(r) if level is None else level
+        predicted = await self.predict(r, "asleep" if level else "stopped")
+        try:
+            await self.sleeper(r, level).sleep(r, level)
+        except (StartFailed, httpx.HTTPError) as exc:
+            log.error("replica=%s sleep at level %d failed (%s): stopping its process", r.spec.id, level, exc)
+            await r.process.stop()
+            level = 0
+        self.levels[r.spec.id] = level
+        if not r.on_gpu:
+            return level
+        holding: Holding = "asleep" if level else "stopped"
+        held = await self.measure_gpu(r, holding, predicted, f"sleep at level {level}")
+        awake = self.book(r).awake.get(r.spec.id, 0)
+        if level and held is not None and keeps_most(held, awake):
+            log.warning("replica=%s keeps %d of %d MiB asleep: stopped instead, from now on",
+                        r.spec.id, held >> 20, awake >> 20)  # fmt: skip
+            self.stop_instead.add(r.spec.model.name)
+            return await self.put_to_sleep(r, 0)
+        return level
+
+    def sleep_mode(self, r: Replica) -> bool:
+        """True when the replica sleeps in place (a GPU replica launched with vLLM's sleep mode)."""
+        return r.on_gpu and SLEEP_MODE_FLAG in r.process.argv and r.spec.model.name not in self.stop_instead
+
+    def sleeper(self, r: Replica, level: SleepLevel) -> Sleeper:
+        """The strategy that puts ``r`` to sleep at, or wakes it from, ``level``."""
+        return self.vllm if level or self.sleep_mode(r) else self.stopper
+
+    def level_for(self, r: Replica) -> SleepLevel:
+        """The level ``r`` goes to sleep at now (0: its process stops)."""
+        if not self.sleep_mode(r):
+            return 0
+        model = self.model(r)
+        fleet = self.fleet()
+        budget = int((fleet.defaults.sleep_host_ram_gib if fleet is not None else 0) * GIB)
+        held = sum(
+            self.weights(x) for x in self.sup.replicas
+            if x is not r and self.levels.get(x.spec.id) == 1 and x.process.alive
+        )  # fmt: skip
+        return choose_level(
+            model.sleep.level, self.weights(r), budget, held, model.engine.load_format != "dummy"
+        )
+
+    def book(self, r: Replica) -> DeviceBook:
+        return self.books.setdefault(r.spec.device, DeviceBook())
+
+    def slots(self, r: Replica) -> list[Slot]:
+        """Every live-or-asleep replica on ``r``'s GPU as the ledger sees it."""
+        out = []
+        for x in self.sup.replicas:
+            if x.retired or not x.on_gpu or x.spec.device != r.spec.device:
+                continue
+            holding: Holding = "stopped"
+            if x.process.alive:
+                holding = "asleep" if x.state is ReplicaState.ASLEEP else "awake"
+            m = self.model(x)
+            out.append(Slot(
+                x.spec.id, m.name, holding, self.estimate(x), m.priority, self.last_used.get(m.name, 0.0),
+                busy=not m.on_demand or m.name in self.busy_models, sleeps_in_place=self.sleep_mode(x),
+            ))  # fmt: skip
+        return out
+
+    async def read_gpu(self, r: Replica) -> GpuReading | None:
+        """nvidia-smi for ``r``'s GPU; refreshes the ledger's baseline (the card beyond our processes)."""
+        reading = await asyncio.to_thread(self.gpu_reading, r.spec.device)
+        if reading is not None:
+            ours = await asyncio.to_thread(self.our_pids)
+            self.book(r).baseline = max(0, reading.card.used_bytes - reading.held_by(ours))
+        return reading
+
+    def our_pids(self) -> set[int]:
+        """The processes of every supervised GPU replica (servers and engine cores)."""
+        return set().union(*(self.pids(x) for x in self.sup.replicas if x.on_gpu))
+
+    @staticmethod
+    def pids(r: Replica) -> set[int]:
+        pid = r.process.pid
+        return tree_pids(pid) if pid is not None and r.process.alive else set()
+
+    async def predict(self, r: Replica, holding: Holding) -> int | None:
+        """The card's used bytes the ledger expects once ``r`` holds ``holding`` (None off a GPU)."""
+        if not r.on_gpu:
+            return None
+        await self.read_gpu(r)
+        return self.book(r).predicted_used(self.slots(r), {r.spec.id: holding})
+
+    async def measure_gpu(self, r: Replica, holding: Holding, predicted: int | None, step: str) -> int | None:
+        """Measure what ``r`` holds now (nvidia-smi, its process tree), record it in the ledger and log
+        the ledger's prediction of the card beside the card's reading; returns the bytes (None: no
+        reading)."""
+        reading = await asyncio.to_thread(self.gpu_reading, r.spec.device)
+        if reading is None:
+            log.warning("replica=%s %s: nvidia-smi did not answer, ledger not updated", r.spec.id, step)
+            return None
+        held = reading.held_by(await asyncio.to_thread(self.pids, r))
+        ours = await asyncio.to_thread(self.our_pids)
+        self.book(r).record(r.spec.id, holding, held, reading.card.used_bytes, reading.held_by(ours))
+        self.metrics.resident.labels(r.spec.model.name, r.spec.id).set(held)
+        card = reading.card.used_bytes
+        off = "" if predicted is None else f"{(predicted - card) / reading.card.total_bytes * 100:+.2f} %"
+        log.info(
+            "ledger gpu:%d after %s of replica=%s: it holds %d MiB; predicted %s MiB, card %d MiB "
+            "(%s of %d MiB)", r.spec.device, step, r.spec.id, held >> 20,
+            "-" if predicted is None else predicted >> 20, card >> 20, off, reading.card.total_bytes >> 20,
+        )  # fmt: skip
+        return held
+
+    async def gpu_room(self, r: Replica) -> Room:
+        """The GPU ledger's answer for waking ``r``: room on the card (``defaults.memory_budget_gib`` when
+        set, else the card's total), what the others hold, what each idle one gives back asleep."""
+        reading = await self.read_gpu(r)
+        if reading is None:
+            return Room()  # no reading: vLLM's own start-up check decides
+        self.busy_models = {m for m in {x.spec.model.name for x in self.sup.replicas} if await self.busy(m)}
+        capacity = self.budget() or reading.card.total_bytes
+        slots = self.slots(r)
+        waking = next(s for s in slots if s.replica == r.spec.id)
+        return self.book(r).room(slots, waking, capacity)
