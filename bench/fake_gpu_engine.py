@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"INFO fake-gpu-engine: starting with gpu_memory_utilization={budget}", flush=True)
         print(fail_text(kind, budget), file=sys.stderr, flush=True)
         raise SystemExit(1)
-    fake_engine.main([*rest, *sleep_args(known.enable_sleep_mode, known.load_format, budget, rest)])
+    flags = sleep_args(known.enable_sleep_mode, known.load_format, budget, rest)
+    fake_engine.main([*flags, *rest])  # the rest (the fleet's extra_args) wins
 
 
 def sleep_args(enabled: bool, load_format: str, budget: float, rest: list[str]) -> list[str]:
