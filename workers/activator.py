@@ -84,6 +84,8 @@ class Activator:
         self.measured: dict[str, int] = {}
         """Bytes each model's replica took when last awake (its process tree's resident memory)."""
         self.wakes: dict[str, asyncio.Task[None]] = {}
+        self.sleeping: dict[str, asyncio.Task[None]] = {}
+        """Idle sleeps in progress (a level-1 sleep copies the weights out for seconds): the tick goes on."""
         self.retry_at: dict[str, float] = {}
         self.closing = asyncio.Event()
         """Set by :meth:`close`: the loop ends by it even if a Redis call swallowed a cancellation."""
@@ -134,9 +136,10 @@ class Activator:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.closing.wait(), self.options.tick_s)
         finally:
-            for task in self.wakes.values():
+            tasks = [*self.wakes.values(), *self.sleeping.values()]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*self.wakes.values(), return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def groups(self) -> dict[str, list[Replica]]:
         out: dict[str, list[Replica]] = {}
@@ -158,7 +161,7 @@ class Activator:
     async def tick(self) -> None:
         now = time.monotonic()
         for name, replicas in self.groups().items():
-            if name in self.wakes:
+            if name in self.wakes or name in self.sleeping:
                 continue
             model = self.model(replicas[0])
             asleep = [r for r in replicas if r.state is ReplicaState.ASLEEP]
@@ -179,9 +182,18 @@ class Activator:
                 await self.redis.delete(self.keys.wake_request(name))
                 await self.announce(name)
             elif awake and idle_expired(busy, self.last_used[name], now, model.idle_timeout_s):
-                idle = now - self.last_used[name]
-                for r in awake:
-                    await self.sleep(r, f"idle for {idle:.0f} s")
+                self.spawn_sleep(name, awake, f"idle for {now - self.last_used[name]:.0f} s")
+
+    def spawn_sleep(self, model: str, replicas: list[Replica], why: str) -> None:
+        """Put the model's awake replicas to sleep in a task of its own (the tick keeps serving wakes)."""
+
+        async def sleep_all() -> None:
+            for r in replicas:
+                await self.sleep(r, why)
+
+        task = asyncio.create_task(sleep_all())
+        self.sleeping[model] = task
+        task.add_done_callback(lambda _: self.sleeping.pop(model, None))
 
     def spawn_wake(self, model: str, replicas: list[Replica], why: str) -> None:
         task = asyncio.create_task(self.wake(model, replicas, why))
@@ -220,6 +232,9 @@ class Activator:
     async def wake_replica(self, r: Replica, why: str) -> bool:
         async with self.room:
             room = await self.make_room(r)
+            if not room.fits and self.sleeping:  # memory on its way back: wait for it, then look again
+                await asyncio.gather(*self.sleeping.values(), return_exceptions=True)
+                room = await self.make_room(r)
             if not room.fits:
                 log.error("replica=%s cannot wake: %s", r.spec.id, room.refused)
                 return False
@@ -239,7 +254,7 @@ class Activator:
             if x is r or not same or not x.process.alive:
                 continue
             m = self.model(x)
-            busy = not m.on_demand or await self.busy(m.name)
+            busy = not m.on_demand or m.name in self.sleeping or await self.busy(m.name)
             size = self.measured.get(m.name) or self.estimate(x)
             residents.append(
                 Resident(x.spec.id, m.name, size, m.priority, self.last_used.get(m.name, 0), busy)
@@ -378,7 +393,8 @@ class Activator:
             m = self.model(x)
             out.append(Slot(
                 x.spec.id, m.name, holding, self.estimate(x), m.priority, self.last_used.get(m.name, 0.0),
-                busy=not m.on_demand or m.name in self.busy_models, sleeps_in_place=self.sleep_mode(x),
+                busy=not m.on_demand or m.name in self.busy_models or m.name in self.sleeping,
+                sleeps_in_place=self.sleep_mode(x),
             ))  # fmt: skip
         return out
 
