@@ -33,7 +33,8 @@ def main(argv: list[str]) -> int:
     procs = held()
     if query.startswith("--query-compute-apps="):
         for pid, mib in procs.items():
-            print(f"{pid}, {UUID}, {mib}")
+            app = {"pid": str(pid), "gpu_uuid": UUID, "used_memory": str(mib)}
+            print(", ".join(app.get(k, "0") for k in query.split("=", 1)[1].split(",")))
     elif query == "--query-gpu=index,uuid":
         print(f"0, {UUID}")
     elif query.startswith("--query-gpu="):
