@@ -55,7 +55,7 @@ GIB = 1 << 30
 
 @dataclass(frozen=True, slots=True)
 class ActivatorOptions:
-    tick_s: float = 0.25
+    tick_s: float = 0.1
     retry_wake_s: float = 5.0
     """After a failed wake, the model's wake request is dropped and a new one waits this long."""
     warmup_timeout_s: float = 120.0
@@ -91,6 +91,8 @@ class Activator:
         """Set by :meth:`close`: the loop ends by it even if a Redis call swallowed a cancellation."""
         self.room = asyncio.Lock()
         self.busy_models: set[str] = set()
+        self.unmeasured: dict[str, tuple[int, str]] = {}
+        """Woken GPU replicas to measure once announced: replica id -> (the ledger's prediction, the step)."""
         """On-demand models with requests in flight or queued, read at the last GPU room decision."""
         self.levels: dict[str, SleepLevel] = {}
         """Replica id -> the level it sleeps at now (0: its process is stopped or was never started)."""
@@ -224,6 +226,10 @@ class Activator:
         except REDIS_ERRORS as exc:
             log.warning("model=%s wake request not cleared (%s): it expires by itself", model, exc)
         log.info("model=%s awake in %.2f s (%s)", model, took, why)
+        for r in replicas:  # measured once the gateways were told: off the waiting requests' path
+            if r.spec.id in self.unmeasured:
+                predicted, step = self.unmeasured.pop(r.spec.id)
+                await self.measure_gpu(r, "awake", predicted, step)
 
     async def announce(self, model: str) -> None:
         """Tell every gateway the model's state changed, so none waits for its next registry poll."""
@@ -289,8 +295,8 @@ class Activator:
             return False
         self.levels.pop(r.spec.id, None)
         r.started_at = time.monotonic()
-        if r.on_gpu:
-            await self.measure_gpu(r, "awake", predicted, f"wake from level {level}")
+        if predicted is not None:
+            self.unmeasured[r.spec.id] = (predicted, f"wake from level {level}")
         if r.spec.device_kind == "cpu" and r.process.pid is not None:
             size = await asyncio.to_thread(self.measure, r.process.pid)
             self.measured[r.spec.model.name] = size
@@ -419,7 +425,6 @@ class Activator:
         """The card's used bytes the ledger expects once ``r`` holds ``holding`` (None off a GPU)."""
         if not r.on_gpu:
             return None
-        await self.read_gpu(r)
         return self.book(r).predicted_used(self.slots(r), {r.spec.id: holding})
 
     async def measure_gpu(self, r: Replica, holding: Holding, predicted: int | None, step: str) -> int | None:
