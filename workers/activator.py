@@ -91,8 +91,8 @@ class Activator:
         """Set by :meth:`close`: the loop ends by it even if a Redis call swallowed a cancellation."""
         self.room = asyncio.Lock()
         self.busy_models: set[str] = set()
-        self.unmeasured: dict[str, tuple[int, str]] = {}
-        """Woken GPU replicas to measure once announced: replica id -> (the ledger's prediction, the step)."""
+        self.unmeasured: dict[str, str] = {}
+        """Woken GPU replicas to measure once announced: replica id -> the step."""
         """On-demand models with requests in flight or queued, read at the last GPU room decision."""
         self.levels: dict[str, SleepLevel] = {}
         """Replica id -> the level it sleeps at now (0: its process is stopped or was never started)."""
@@ -228,8 +228,7 @@ class Activator:
         log.info("model=%s awake in %.2f s (%s)", model, took, why)
         for r in replicas:  # measured once the gateways were told: off the waiting requests' path
             if r.spec.id in self.unmeasured:
-                predicted, step = self.unmeasured.pop(r.spec.id)
-                await self.measure_gpu(r, "awake", predicted, step)
+                await self.measure_gpu(r, "awake", self.unmeasured.pop(r.spec.id))
 
     async def announce(self, model: str) -> None:
         """Tell every gateway the model's state changed, so none waits for its next registry poll."""
@@ -283,7 +282,6 @@ class Activator:
         await sup.set_state(r, ReplicaState.WAKING)
         log.info("replica=%s waking (%s)", r.spec.id, why)
         level = self.levels.get(r.spec.id, 0)
-        predicted = await self.predict(r, "awake")
         try:
             await self.sleeper(r, level).wake(r, level)
             await self.warm_up(r)
@@ -295,8 +293,8 @@ class Activator:
             return False
         self.levels.pop(r.spec.id, None)
         r.started_at = time.monotonic()
-        if predicted is not None:
-            self.unmeasured[r.spec.id] = (predicted, f"wake from level {level}")
+        if r.on_gpu:
+            self.unmeasured[r.spec.id] = f"wake from level {level}"
         if r.spec.device_kind == "cpu" and r.process.pid is not None:
             size = await asyncio.to_thread(self.measure, r.process.pid)
             self.measured[r.spec.model.name] = size
@@ -341,7 +339,6 @@ class Activator:
         """The drained replica asleep by its strategy, measured on a GPU; returns the level it sleeps at.
         A failed sleep in place stops the process; one that keeps most of its memory is stopped too."""
         level = self.level_for(r) if level is None else level
-        predicted = await self.predict(r, "asleep" if level else "stopped")
         try:
             await self.sleeper(r, level).sleep(r, level)
         except (StartFailed, httpx.HTTPError) as exc:
@@ -352,7 +349,7 @@ class Activator:
         if not r.on_gpu:
             return level
         holding: Holding = "asleep" if level else "stopped"
-        held = await self.measure_gpu(r, holding, predicted, f"sleep at level {level}")
+        held = await self.measure_gpu(r, holding, f"sleep at level {level}")
         awake = self.book(r).awake.get(r.spec.id, 0)
         if level and held is not None and keeps_most(held, awake):
             log.warning("replica=%s keeps %d of %d MiB asleep: stopped instead, from now on",
@@ -421,16 +418,14 @@ class Activator:
         pid = r.process.pid
         return tree_pids(pid) if pid is not None and r.process.alive else set()
 
-    async def predict(self, r: Replica, holding: Holding) -> int | None:
-        """The card's used bytes the ledger expects once ``r`` holds ``holding`` (None off a GPU)."""
-        if not r.on_gpu:
-            return None
-        return self.book(r).predicted_used(self.slots(r), {r.spec.id: holding})
-
-    async def measure_gpu(self, r: Replica, holding: Holding, predicted: int | None, step: str) -> int | None:
-        """Measure what ``r`` holds now (nvidia-smi, its process tree), record it in the ledger and log
-        the ledger's prediction of the card beside the card's reading; returns the bytes (None: no
-        reading)."""
+    async def measure_gpu(self, r: Replica, holding: Holding, step: str) -> int | None:
+        """Measure what ``r`` holds now (nvidia-smi, its process tree) and record it in the ledger; log the
+        ledger's prediction of the card at that moment (every replica at what it last measured in its
+        holding, ``r`` too, or the estimate before its first measurement) beside the card's reading, and
+        which other models were changing then (waking or going to sleep: not settled). Returns the bytes
+        (None: no reading)."""
+        predicted = self.book(r).predicted_used(self.slots(r), {r.spec.id: holding})
+        changing = sorted({*self.wakes, *self.sleeping} - {r.spec.model.name})
         reading = await asyncio.to_thread(self.gpu_reading, r.spec.device)
         if reading is None:
             log.warning("replica=%s %s: nvidia-smi did not answer, ledger not updated", r.spec.id, step)
@@ -440,11 +435,11 @@ class Activator:
         self.book(r).record(r.spec.id, holding, held, reading.card.used_bytes, reading.held_by(ours))
         self.metrics.resident.labels(r.spec.model.name, r.spec.id).set(held)
         card = reading.card.used_bytes
-        off = "" if predicted is None else f"{(predicted - card) / reading.card.total_bytes * 100:+.2f} %"
+        off = f"{(predicted - card) / reading.card.total_bytes * 100:+.2f} %"
         log.info(
-            "ledger gpu:%d after %s of replica=%s: it holds %d MiB; predicted %s MiB, card %d MiB "
-            "(%s of %d MiB)", r.spec.device, step, r.spec.id, held >> 20,
-            "-" if predicted is None else predicted >> 20, card >> 20, off, reading.card.total_bytes >> 20,
+            "ledger gpu:%d after %s of replica=%s: it holds %d MiB; predicted %d MiB, card %d MiB "
+            "(%s of %d MiB); changing: %s", r.spec.device, step, r.spec.id, held >> 20, predicted >> 20,
+            card >> 20, off, reading.card.total_bytes >> 20, ",".join(changing) or "none",
         )  # fmt: skip
         return held
 

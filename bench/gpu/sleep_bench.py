@@ -4,9 +4,10 @@ Phases (each request alternates between the gateways; every request streams, so 
   cold    each model asked once: the first wake starts its vLLM process (cold start).
   asleep  once all three sleep: what each sleeping replica still holds (nvidia-smi, per process).
   wake    ROUNDS rounds over the three models, each found asleep with room for it (at most one other
-          awake; idle models sleep ahead of need): burst 1 (BURST requests, the first one times the wake
-          to first token), then burst 2 at once (the model awake): the throughput ratio burst 1 / burst 2
-          is the cost of the wake against a model that was already awake (all-awake co-location).
+          awake; idle models sleep ahead of need): burst 1 (--probe-n requests, the first one times the
+          wake to its first token), then burst 2 at once (--burst-n, the model awake). With --probe-n
+          equal to --burst-n, the throughput ratio burst 1 / burst 2 is the cost of the wake against a
+          model that was already awake (all-awake co-location).
   swap    two models awake, the third asked at once, so one must first be put to sleep to make room:
           c, a awake then b asked (c, level 2, makes room), then c asked (a, level 1, makes room).
 The supervisor logs the ledger's prediction of the card beside nvidia-smi's reading at every wake and
@@ -37,6 +38,7 @@ WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with
 LEDGER = re.compile(
     r"ledger gpu:\d+ after (?P<step>.+?) of replica=(?P<replica>\S+): it holds (?P<held>\d+) MiB; "
     r"predicted (?P<pred>[-\d]+) MiB, card (?P<card>\d+) MiB \((?P<off>[^)]*) of (?P<total>\d+) MiB\)"
+    r"(?:; changing: (?P<changing>\S+))?"
 )
 
 
@@ -164,7 +166,8 @@ def ledger_lines(log: Path) -> list[dict[str, Any]]:
         if m := LEDGER.search(line):
             d = m.groupdict()
             row: dict[str, Any] = {"time": line[:23], "step": d["step"], "replica": d["replica"],
-                                   "held_mib": int(d["held"]), "card_mib": int(d["card"])}  # fmt: skip
+                                   "held_mib": int(d["held"]), "card_mib": int(d["card"]),
+                                   "changing": d["changing"] or "?"}  # fmt: skip
             if d["pred"] != "-":
                 row["predicted_mib"] = int(d["pred"])
                 row["off_pct_of_card"] = round((int(d["pred"]) - int(d["card"])) / int(d["total"]) * 100, 3)
@@ -205,7 +208,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
 
                 await load.wait(room, f"{m} asleep with room", a.settle_s)
                 before = smi()
-                b1 = await load.burst(m, a.burst_n, a.tokens, a.words)
+                b1 = await load.burst(m, a.probe_n, a.tokens, a.words)
                 b2 = await load.burst(m, a.burst_n, a.tokens, a.words)
                 res["wake"].append({"round": rnd, "model": m, "level": LEVEL[m], "asleep": asdict(b1),
                                     "awake": asdict(b2), "smi_before": before,
@@ -259,7 +262,8 @@ def table(res: dict[str, Any], ledger: list[dict[str, Any]]) -> list[str]:
     if mem:
         held = f"{mem['per_model_mib']} MiB; card {mem['card_mib']} MiB"
         rows.append(f"| GPU memory held asleep (nvidia-smi) | {held} | - |")
-    woke, awake = [w["asleep"] for w in res["wake"]], [w["awake"] for w in res["wake"]]
+    same = [w for w in res["wake"] if w["asleep"]["requests"] == w["awake"]["requests"]]
+    woke, awake = [w["asleep"] for w in same], [w["awake"] for w in same]
     if woke:
         ratios = [rate([a]) / max(rate([b]), 1e-9) for a, b in zip(woke, awake, strict=True)]
         total = f"{rate(woke):.0f} ÷ {rate(awake):.0f} tok/s = {rate(woke) / max(rate(awake), 1e-9):.3f}"
@@ -270,7 +274,13 @@ def table(res: dict[str, Any], ledger: list[dict[str, Any]]) -> list[str]:
     if offs:
         got = f"max {max(offs):.2f} % of the card, {max(used):.2f} % of its used memory (n={len(offs)})"
         rows.append(f"| ledger prediction vs nvidia-smi, every wake and sleep | {got} | within 1 % |")
-    bursts = [*res["cold"], *woke, *awake, *sw]
+    settled = [abs(r["off_pct_of_card"]) for r in ledger if r.get("changing") == "none"]
+    if settled:
+        got = f"max {max(settled):.2f} % of the card (n={len(settled)})"
+        rows.append(
+            f"| the same, no other model waking or going to sleep at that moment | {got} | within 1 % |"
+        )
+    bursts = [*res["cold"], *(w["asleep"] for w in res["wake"]), *(w["awake"] for w in res["wake"]), *sw]
     failed, sent = sum(b["failed"] for b in bursts), sum(b["requests"] for b in bursts)
     rows.append(f"| failed requests | {failed} of {sent} | 0 |")
     return rows
@@ -283,7 +293,9 @@ def summarize(res: dict[str, Any], ledger: list[dict[str, Any]]) -> str:
     for r in ledger:
         lines.append(
             f"- {r['time']} {r['step']} {r['replica']}: held {r['held_mib']} MiB, predicted "
-            f"{r.get('predicted_mib', '-')} MiB, card {r['card_mib']} MiB ({r.get('off_pct_of_card', '-')} %)"
+            f"{r.get('predicted_mib', '-')} MiB, card {r['card_mib']} MiB "
+            f"({r.get('off_pct_of_card', '-')} %); "
+            f"changing: {r['changing']}"
         )
     return "\n".join(lines) + "\n"
 
@@ -293,12 +305,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--gateways", default="http://127.0.0.1:9000,http://127.0.0.1:9001")
     p.add_argument("--supervisor-log", type=Path, required=True)
     p.add_argument("--out", type=Path, default=Path("/tmp/run/results"))
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--burst-n", type=int, default=64)
+    p.add_argument(
+        "--probe-n", type=int, default=1, help="requests sent to the sleeping model (burst-n: throughput)"
+    )
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--words", type=int, default=200)
     p.add_argument("--cold-n", type=int, default=4)
-    p.add_argument("--swap-n", type=int, default=4)
+    p.add_argument("--swap-n", type=int, default=1)
     p.add_argument("--swap-reps", type=int, default=2)
     p.add_argument("--settle-s", type=float, default=90.0)
     p.add_argument("--seed", type=int, default=17)
