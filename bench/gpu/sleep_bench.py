@@ -289,7 +289,7 @@ def table(res: dict[str, Any], ledger: list[dict[str, Any]]) -> list[str]:
 def summarize(res: dict[str, Any], ledger: list[dict[str, Any]]) -> str:
     lines = ["# Issue 17 on the H200: on-demand models with vLLM sleep mode, through two gateways", ""]
     lines += table(res, ledger)
-    lines += ["", "Ledger rows (predicted before the step, card read after it):", ""]
+    lines += ["", "Ledger rows (prediction and card read at the same moment, after each step):", ""]
     for r in ledger:
         lines.append(
             f"- {r['time']} {r['step']} {r['replica']}: held {r['held_mib']} MiB, predicted "

@@ -99,6 +99,7 @@ async def wake(st: Stack, model: str) -> None:
 
 async def idle(st: Stack, model: str) -> None:
     """Make ``model`` idle now: its idle timeout shrinks to nothing, so the activator puts it to sleep."""
+    await until(lambda: model not in st.act.wakes)  # the wake (and its measurement) is over
     st.act.last_used[model] = -1e9
     await until(lambda: st.state(f"{model}-0") is ReplicaState.ASLEEP, deadline_s=30)
 
