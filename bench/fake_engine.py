@@ -37,6 +37,7 @@ from typing import Any
 import uvloop
 
 from bench.fake_apis import FakeApis, bad_request, error
+from bench.fake_sleep import FakeSleep, SleepConfig
 
 
 @dataclass
@@ -69,6 +70,7 @@ class Config:
     kv_blocks: int = 0
     lora: bool = True
     api_key: str = ""
+    sleep: SleepConfig = field(default_factory=SleepConfig)
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -112,8 +114,9 @@ def stream_event(cfg: Config, chat: bool, i: int, rid: str) -> bytes:
 
 
 class FakeEngine(asyncio.Protocol):
-    def __init__(self, cfg: Config, stats: Stats, apis: FakeApis) -> None:
+    def __init__(self, cfg: Config, stats: Stats, apis: FakeApis, sleep: FakeSleep | None = None) -> None:
         self.cfg, self.stats, self.apis = cfg, stats, apis
+        self.sleep = sleep or FakeSleep(SleepConfig())
         self.buf = b""
         self.transport: asyncio.Transport | None = None
         self.queue: asyncio.Queue[tuple[str, str, dict[str, str], bytes]] = asyncio.Queue()
@@ -168,12 +171,16 @@ class FakeEngine(asyncio.Protocol):
     async def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> bool:
         if not self.authorized(path, headers):
             return self.send(401, b'{"error":"Unauthorized"}')
+        if self.sleep.handles(path):
+            return self.send(*self.sleep.handle(method, path, body))
         if method == "GET":
             if not path.startswith("/stats"):
                 self.stats.get_authorization = headers.get("authorization", "")
             return self.get(path)
         if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
             return await self.other(path, headers, body)
+        if why := self.sleep.serving_error():
+            return self.send(500, json.dumps(error(why, "server_error", 500)).encode())
         self.stats.enter()
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         try:
@@ -355,9 +362,13 @@ async def serve(cfg: Config, host: str, port: int, count: int = 1) -> None:
     for p in range(port, port + count):
         stats = Stats()
         apis = FakeApis(cfg.model, tag=str(p), lora=cfg.lora)
+        sleep = FakeSleep(cfg.sleep)
         servers.append(
-            await loop.create_server(lambda s=stats, a=apis: FakeEngine(cfg, s, a), host, p, backlog=4096)  # type: ignore[misc]
-        )
+            await loop.create_server(
+                lambda s=stats, a=apis, z=sleep: FakeEngine(cfg, s, a, z),  # type: ignore[misc]
+                host, p, backlog=4096,
+            )
+        )  # fmt: skip
     await asyncio.gather(*(s.serve_forever() for s in servers))
 
 
@@ -376,8 +387,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ports", type=int, default=1, help="serve N engines on consecutive ports")
     p.add_argument("--no-lora", action="store_true", help="refuse /v1/load_lora_adapter")
     p.add_argument("--api-key", default="", help="guard /v1/* with this Bearer key, as vLLM's --api-key")
+    p.add_argument("--enable-sleep-mode", action="store_true", help="serve vLLM's sleep endpoints")
+    p.add_argument("--dummy-weights", action="store_true", help="as --load-format dummy: no reload")
+    p.add_argument("--memory-file", default="", help="write the MiB held on the (fake) GPU here")
+    p.add_argument("--awake-mib", type=int, default=10240)
+    p.add_argument("--asleep-mib", type=int, default=1024)
+    p.add_argument("--sleep-calls-file", default="", help="append every sleep-mode call here")
     a = p.parse_args(argv)
-    cfg = Config(a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key)
+    sleep = SleepConfig(
+        a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
+    )
+    cfg = Config(
+        a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep
+    )
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))
 

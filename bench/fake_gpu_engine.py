@@ -9,6 +9,12 @@ It reads ``--gpu-memory-utilization`` (and drops it), then:
 ``FAKE_GPU_ERROR``: ``cuda`` (default: torch.OutOfMemoryError while loading weights), ``free`` (free
 memory below the budget at start-up), ``kv`` (the budget leaves no KV cache), ``other`` (a failure that
 is not about memory).  Every start appends its budget to ``FAKE_GPU_STARTS`` (a file), when set.
+
+Sleep mode (bench/fake_sleep.py): ``--enable-sleep-mode`` serves vLLM's sleep endpoints, ``--load-format
+dummy`` makes level 2 unwakeable as in vLLM. With ``FAKE_GPU_MEMORY_DIR`` set, the engine writes what it
+"holds on the GPU" to a file there named by its port: its budget of ``FAKE_GPU_TOTAL_MIB`` (default
+143771, an H200) plus ``FAKE_GPU_OVERHEAD_MIB`` (default 1536) awake, ``FAKE_GPU_ASLEEP_MIB`` (default
+1600) asleep; the FAKE nvidia-smi (bench/fake_nvidia_smi.py) reads them.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ def fail_text(kind: str, budget: float) -> str:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--enable-sleep-mode", action="store_true")
+    p.add_argument("--load-format", default="auto")
     known, rest = p.parse_known_args(argv)
     budget = known.gpu_memory_utilization
     if starts := os.environ.get("FAKE_GPU_STARTS"):
@@ -73,7 +81,24 @@ def main(argv: list[str] | None = None) -> None:
         print(f"INFO fake-gpu-engine: starting with gpu_memory_utilization={budget}", flush=True)
         print(fail_text(kind, budget), file=sys.stderr, flush=True)
         raise SystemExit(1)
-    fake_engine.main(rest)
+    flags = sleep_args(known.enable_sleep_mode, known.load_format, budget, rest)
+    fake_engine.main([*flags, *rest])  # the rest (the fleet's extra_args) wins
+
+
+def sleep_args(enabled: bool, load_format: str, budget: float, rest: list[str]) -> list[str]:
+    """The FAKE ENGINE's sleep-mode flags, and its memory file when ``FAKE_GPU_MEMORY_DIR`` is set."""
+    out = ["--enable-sleep-mode"] if enabled else []
+    if load_format == "dummy":
+        out.append("--dummy-weights")
+    folder = os.environ.get("FAKE_GPU_MEMORY_DIR")
+    if folder:
+        port = rest[rest.index("--port") + 1] if "--port" in rest else "8199"
+        total = int(os.environ.get("FAKE_GPU_TOTAL_MIB", "143771"))
+        awake = round(budget * total) + int(os.environ.get("FAKE_GPU_OVERHEAD_MIB", "1536"))
+        asleep = int(os.environ.get("FAKE_GPU_ASLEEP_MIB", "1600"))
+        out += ["--memory-file", os.path.join(folder, port), "--awake-mib", str(awake)]
+        out += ["--asleep-mib", str(asleep)]
+    return out
 
 
 if __name__ == "__main__":

@@ -25,7 +25,10 @@ from workers.gpu import ProbeError, gpu_memory, nvidia_smi_probe
 from workers.headroom import cpu_need_bytes, headroom_probe, host_available_bytes, weights_bytes
 from workers.launch import Launch, ReplicaSpec, build_launch
 from workers.observe import Observer
+from workers.oom import needed_bytes
 from workers.planner import make_config_loader
+from workers.planner.model_shape import shape_from_config
+from workers.planner.plan import estimate_model
 from workers.reconciler import FleetWatch, Reconciler
 from workers.supervisor import Replica, Supervisor, SupervisorOptions
 from workers.weights import weights_for
@@ -82,14 +85,40 @@ def launcher(args: argparse.Namespace) -> Callable[[ReplicaSpec], Launch]:
     return launch_for
 
 
-def estimator(args: argparse.Namespace) -> Callable[[Replica], int]:
-    """What a replica is expected to take before it was ever measured: KV cache, weights, overhead."""
+def estimator(args: argparse.Namespace, reserve_bytes: int) -> Callable[[Replica], int]:
+    """What a replica is expected to take before it was ever measured: on a CPU its KV cache, weights and
+    overhead; on a GPU its budget of the card plus the reserve (the card's size read once)."""
+    totals: dict[int, int] = {}
 
     def estimate(r: Replica) -> int:
+        if r.on_gpu:
+            if r.spec.device not in totals:
+                mem = nvidia_smi_probe(r.spec.device)
+                totals[r.spec.device] = mem.total_bytes if mem is not None else 0
+            return needed_bytes(r.budget, totals[r.spec.device], reserve_bytes)
         weights = weights_bytes(weights_for(r.spec.model, args.models_dir))
         return cpu_need_bytes(r.spec.model.budget.kv_cache_gib or 1, weights)
 
     return estimate
+
+
+def weights_sizer(args: argparse.Namespace) -> Callable[[Replica], int]:
+    """A model's weights in memory (the planner's arithmetic from config.json; the files' size when it has
+    none): what sleep level 1 copies to host RAM. Read once per model."""
+    load = make_config_loader(args.models_dir or Path(".cache/models"))
+    sizes: dict[str, int] = {}
+
+    def size(r: Replica) -> int:
+        m = r.spec.model
+        if m.name not in sizes:
+            try:
+                sizes[m.name] = estimate_model(m, shape_from_config(load(m))).weight_bytes
+            except (OSError, ValueError, KeyError) as exc:
+                log.warning("model=%s weights size from its files (no usable config.json: %s)", m.name, exc)
+                sizes[m.name] = weights_bytes(weights_for(m, args.models_dir))
+        return sizes[m.name]
+
+    return size
 
 
 async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], Launch] | None = None) -> None:
@@ -119,7 +148,10 @@ async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], La
         drained = asyncio.Event()
         reconciling = asyncio.create_task(rec.run())
         keys = RedisKeys(args.redis_prefix)
-        act = Activator(sup, keys, lambda: rec.fleet, estimator(args), host_available_bytes, metrics)
+        act = Activator(
+            sup, keys, lambda: rec.fleet, estimator(args, options.gpu_reserve_bytes), host_available_bytes,
+            metrics, weights=weights_sizer(args),
+        )  # fmt: skip
         activating = asyncio.create_task(act.run())
 
         async def drain() -> None:

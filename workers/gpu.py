@@ -149,3 +149,31 @@ def nvidia_smi_probe(device: int) -> DeviceMemory | None:
     except ProbeError:
         return None
     return next((d for d in devices if d.index == device), None)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU at one moment: the card, and the bytes each process holds on it (pid -> bytes)."""
+
+    card: DeviceMemory
+    processes: dict[int, int]
+
+    def held_by(self, pids: set[int]) -> int:
+        """What the processes ``pids`` hold on this GPU (a replica: its server and engine core)."""
+        return sum(b for pid, b in self.processes.items() if pid in pids)
+
+
+GpuReader = Callable[[int], GpuReading | None]
+"""Device index -> its card and per-process memory now, or None when nvidia-smi cannot answer."""
+
+
+def nvidia_smi_reading(device: int) -> GpuReading | None:
+    """The :data:`GpuReader` of the on-demand ledger: two nvidia-smi queries; None when it cannot answer."""
+    try:
+        card = next((d for d in gpu_memory() if d.index == device), None)
+        procs = process_memory()
+    except ProbeError:
+        return None
+    if card is None:
+        return None
+    return GpuReading(card, {pid: b for pid, (idx, b) in procs.items() if idx == device})

@@ -109,16 +109,28 @@ def device_env(spec: ReplicaSpec) -> dict[str, str]:
     }
 
 
+def sleep_mode_args(spec: ReplicaSpec) -> tuple[list[str], dict[str, str]]:
+    """vLLM's sleep mode for an on-demand model on a GPU: ``--enable-sleep-mode``, and the dev-mode server
+    that serves ``/sleep``, ``/wake_up`` and ``/collective_rpc`` (only the supervisor calls them; the
+    gateway never forwards them). Nothing elsewhere (vLLM's CPU build has no sleep mode)."""
+    if spec.device_kind != "gpu" or not spec.model.on_demand:
+        return [], {}
+    return ["--enable-sleep-mode"], {"VLLM_SERVER_DEV_MODE": "1"}
+
+
 def build_launch(spec: ReplicaSpec, weights: Path | str, python: str = sys.executable) -> Launch:
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", *source_args(spec.model, weights)]
     argv += ["--host", spec.host, "--port", str(spec.port), *engine_args(spec.model)]
     if spec.device_kind == "gpu" and spec.gpu_memory_utilization is not None:
         argv += [BUDGET_FLAG, f"{spec.gpu_memory_utilization:.3f}"]
+    sleep_argv, sleep_env = sleep_mode_args(spec)
+    argv += sleep_argv
     argv += spec.model.engine.extra_args  # last, so that they override
     if spec.device_kind == "cpu":
         argv = ["taskset", "-c", spec.device_list, *argv]
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", **device_env(spec)}
     env.update(feature_env(spec.model))
+    env.update(sleep_env)
     return Launch(argv, env)
 
 

@@ -18,20 +18,35 @@ def _ppid_and_rss(pid: int, proc: Path) -> tuple[int, int] | None:
     return int(fields[1]), int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def tree_rss_bytes(root: int, proc: Path = PROC) -> int:
-    """The resident bytes of ``root`` and every process below it; 0 when it is gone."""
+def _table(proc: Path) -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, resident bytes) of every process /proc shows."""
     table: dict[int, tuple[int, int]] = {}
     for entry in proc.iterdir():
         if entry.name.isdigit():
             got = _ppid_and_rss(int(entry.name), proc)
             if got is not None:
                 table[int(entry.name)] = got
-    total, todo, seen = 0, [root], set()
+    return table
+
+
+def _tree(root: int, table: dict[int, tuple[int, int]]) -> set[int]:
+    out, todo = set(), [root]
     while todo:
         pid = todo.pop()
-        if pid in seen or pid not in table:
+        if pid in out or pid not in table:
             continue
-        seen.add(pid)
-        total += table[pid][1]
+        out.add(pid)
         todo.extend(child for child, (parent, _) in table.items() if parent == pid)
-    return total
+    return out
+
+
+def tree_pids(root: int, proc: Path = PROC) -> set[int]:
+    """``root`` and every process below it (vLLM's engine core, which holds the GPU memory, is a child);
+    empty when it is gone."""
+    return _tree(root, _table(proc))
+
+
+def tree_rss_bytes(root: int, proc: Path = PROC) -> int:
+    """The resident bytes of ``root`` and every process below it; 0 when it is gone."""
+    table = _table(proc)
+    return sum(table[pid][1] for pid in _tree(root, table))

@@ -53,6 +53,16 @@ def test_default_fleet_is_valid() -> None:
         ),
         ("models:\n - name: a\n   endpoints: [ftp://x]\n", "models.0.endpoints.0"),
         ("models: [", "not valid YAML"),
+        (
+            "models:\n - name: a\n   source: {package: x}\n   engine: {load_format: dummy}\n"
+            "   sleep: {level: 2}\n",
+            "models.0: Value error, sleep.level: 2 drops the weights",
+        ),
+        ("models:\n - name: a\n   source: {package: x}\n   sleep: {level: 3}\n", "models.0.sleep.level"),
+        (
+            "defaults: {sleep_host_ram_gib: -1}\nmodels:\n - name: a\n   source: {package: x}\n",
+            "defaults.sleep_host_ram_gib: Input should be greater than or equal to 0",
+        ),
     ],
 )
 def test_errors_name_field_and_reason(text: str, fragment: str) -> None:

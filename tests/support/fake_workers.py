@@ -1,15 +1,18 @@
 """``llmgw-workers`` exactly as shipped (:func:`workers.cli.serve`), except that each replica is the FAKE
 ENGINE (bench/fake_engine.py) instead of vLLM: the fleet's ``engine.extra_args`` become its flags.
-Run as ``python -m tests.support.fake_workers <llmgw-workers arguments>``."""
+Run as ``python -m tests.support.fake_workers <llmgw-workers arguments>``. With ``LLMGW_FAKE_GPU=1`` each
+replica is the FAKE GPU ENGINE (bench/fake_gpu_engine.py) with the budget and the sleep-mode flags vLLM
+would get (pair it with the FAKE nvidia-smi, bench/fake_nvidia_smi.py, on PATH)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 
 from workers.cli import LOG_FORMAT, parse_args, serve
-from workers.launch import Launch, ReplicaSpec
+from workers.launch import Launch, ReplicaSpec, sleep_mode_args
 
 
 def fake_launch(spec: ReplicaSpec) -> Launch:
@@ -17,10 +20,22 @@ def fake_launch(spec: ReplicaSpec) -> Launch:
     return Launch([*argv, *spec.model.engine.extra_args])
 
 
+def fake_gpu_launch(spec: ReplicaSpec) -> Launch:
+    """The FAKE GPU ENGINE as vLLM would be launched on a GPU: its budget, load format and sleep mode."""
+    sleep_argv, sleep_env = sleep_mode_args(spec)
+    argv = [sys.executable, "-m", "bench.fake_gpu_engine", "--port", str(spec.port)]
+    argv += ["--model", spec.model.name]
+    argv += ["--gpu-memory-utilization", f"{spec.gpu_memory_utilization or 0.9:.3f}", *sleep_argv]
+    if spec.model.engine.load_format:
+        argv += ["--load-format", spec.model.engine.load_format]
+    return Launch([*argv, *spec.model.engine.extra_args], sleep_env)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    asyncio.run(serve(parse_args(sys.argv[1:]), fake_launch))
+    launch = fake_gpu_launch if os.environ.get("LLMGW_FAKE_GPU") == "1" else fake_launch
+    asyncio.run(serve(parse_args(sys.argv[1:]), launch))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,206 @@
+"""On-demand models on a GPU, with the FAKE GPU ENGINE (vLLM's sleep endpoints, bench/fake_sleep.py) and the
+FAKE nvidia-smi (bench/fake_nvidia_smi.py) on PATH: the supervisor's activator puts an idle replica to
+sleep in place (its process stays, the level chosen from the host-RAM budget), wakes it with vLLM's calls
+for that level, makes room by putting the least recently used one to sleep, measures every step per
+process and keeps the ledger equal to the card; a replica whose sleep keeps most of its memory is stopped
+instead. The fake engine answers 500 to a generation after a level-2 wake that skipped reload_weights, so
+a wrong wake fails the warm-up."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+import yaml
+
+from contract.redis_keys import RedisKeys
+from contract.registry import RegistryWriter, ReplicaState
+from contract.replica_metrics import SupervisorMetrics
+from tests.support.fake_workers import fake_gpu_launch
+from tests.support.poll import until
+from tests.support.procs import REPO, free_port
+from tests.workers.test_on_demand import OPTIONS, Stack, fits
+from workers.activator import Activator, ActivatorOptions
+from workers.gpu import nvidia_smi_reading
+from workers.oom import needed_bytes
+from workers.reconciler import FleetWatch, Reconciler
+from workers.supervisor import Replica, Supervisor
+
+GIB = 1 << 30
+H200 = 143771 << 20
+
+
+@pytest.fixture(autouse=True)
+def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> Path:
+    caplog.set_level(logging.INFO)
+    bin_dir, mem = tmp_path / "bin", tmp_path / "gpu-mem"
+    bin_dir.mkdir()
+    mem.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m bench.fake_nvidia_smi "$@"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_GPU_MEMORY_DIR", str(mem))
+    return mem
+
+
+def estimate(r: Replica) -> int:
+    return needed_bytes(r.budget, H200, OPTIONS.gpu_reserve_bytes)
+
+
+@asynccontextmanager
+async def gpu_stack(
+    tmp: Path, redis_url: str, models: list[dict[str, Any]], host_ram_gib: float = 0
+) -> AsyncIterator[Stack]:
+    redis = aioredis.Redis.from_url(redis_url)
+    keys = RedisKeys(f"gs{uuid.uuid4().hex[:6]}")
+    metrics = SupervisorMetrics()
+    path = tmp / "fleet.yaml"
+    defaults = {"base_port": free_port(), "device": "gpu", "sleep_host_ram_gib": host_ram_gib}
+    full = [
+        {"source": {"path": f"/{m['name']}"}, "activation": "on_demand", "idle_timeout_s": 3600,
+         "budget": {"gpu_memory_utilization": 0.42}, "placement": {"devices": [0]}, **m}
+        for m in models
+    ]  # fmt: skip
+    path.write_text(yaml.safe_dump({"defaults": defaults, "models": full}))
+    async with httpx.AsyncClient(timeout=10) as client:
+        sup = Supervisor([], RegistryWriter(redis, keys, OPTIONS.timing), client, OPTIONS, metrics=metrics)
+        rec = Reconciler(sup, FleetWatch(path, poll_s=0.05), fake_gpu_launch, fits, tmp, 1, metrics)
+        act = Activator(
+            sup, keys, lambda: rec.fleet, estimate, lambda: 1 << 40, metrics, ActivatorOptions(tick_s=0.05),
+            gpu_reading=nvidia_smi_reading, weights=lambda r: 13 * GIB,
+        )  # fmt: skip
+        tasks = [asyncio.create_task(t) for t in (sup.run(), rec.run(), act.run())]
+        try:
+            yield Stack(sup, act, redis, keys, metrics, path)
+        finally:
+            act.close()
+            for t in tasks[1:]:
+                t.cancel()
+            await asyncio.gather(*tasks[1:], return_exceptions=True)
+            await sup.drain()
+            await tasks[0]
+            await redis.aclose()
+
+
+async def wake(st: Stack, model: str) -> None:
+    await st.ask(model)
+    await until(lambda: st.state(f"{model}-0") is ReplicaState.READY, deadline_s=30)
+
+
+async def idle(st: Stack, model: str) -> None:
+    """Make ``model`` idle now: its idle timeout shrinks to nothing, so the activator puts it to sleep."""
+    await until(lambda: model not in st.act.wakes)  # the wake (and its measurement) is over
+    st.act.last_used[model] = -1e9
+    await until(lambda: st.state(f"{model}-0") is ReplicaState.ASLEEP, deadline_s=30)
+
+
+def card_used() -> int:
+    reading = nvidia_smi_reading(0)
+    assert reading is not None
+    return reading.card.used_bytes
+
+
+def ledger_matches_card(st: Stack) -> bool:
+    r = st.sup.replicas[0]
+    return st.act.book(r).predicted_used(st.act.slots(r)) == card_used()
+
+
+def calls_file(tmp: Path, model: str) -> list[str]:
+    return [" ".join(line.split()[:2]) for line in (tmp / f"calls-{model}").read_text().splitlines()]
+
+
+def with_calls(tmp: Path, m: dict[str, Any]) -> dict[str, Any]:
+    """``m`` with its fake engine recording every sleep-mode call in ``tmp/calls-<name>``."""
+    extra = ["--sleep-calls-file", str(tmp / f"calls-{m['name']}")]
+    return {**m, "engine": {**m.get("engine", {}), "extra_args": extra}}
+
+
+async def test_level_1_sleeps_in_place_and_wakes_with_one_call_measured_by_the_ledger(
+    tmp_path: Path, redis_url: str
+) -> None:
+    models = [with_calls(tmp_path, {"name": "a", "sleep": {"level": "auto"}})]
+    async with gpu_stack(tmp_path, redis_url, models, host_ram_gib=40) as st:
+        await until(lambda: st.state("a-0") is ReplicaState.ASLEEP)
+        await wake(st, "a")  # first wake: the process starts (nothing to wake in place yet)
+        pid = st.replica("a-0").process.pid
+        await idle(st, "a")
+        assert st.replica("a-0").process.alive and st.act.levels["a-0"] == 1  # 13 GiB fit in 40
+        assert st.act.book(st.replica("a-0")).asleep["a-0"] == 1600 << 20  # measured, per process
+        await wake(st, "a")
+        assert st.replica("a-0").process.pid == pid  # woken in place, not restarted
+        assert calls_file(tmp_path, "a") == ["POST /sleep?level=1", "POST /wake_up"]
+        await until(lambda: ledger_matches_card(st))  # measured once the gateways were told
+        assert st.count(st.metrics.wakes, "a", "ok") == 2
+
+
+async def test_level_2_wakes_weights_reloads_them_then_the_kv_cache(tmp_path: Path, redis_url: str) -> None:
+    models = [with_calls(tmp_path, {"name": "b", "sleep": {"level": "auto"}})]
+    async with gpu_stack(tmp_path, redis_url, models, host_ram_gib=0) as st:  # no host RAM: level 2
+        await until(lambda: st.state("b-0") is ReplicaState.ASLEEP)
+        await wake(st, "b")
+        await idle(st, "b")
+        assert st.act.levels["b-0"] == 2
+        await wake(st, "b")  # the warm-up decodes: the fake refuses it if the weights were not reloaded
+        assert calls_file(tmp_path, "b") == [
+            "POST /sleep?level=2",
+            "POST /wake_up?tags=weights",
+            "POST /collective_rpc",
+            "POST /wake_up?tags=kv_cache",
+        ]
+        await until(lambda: ledger_matches_card(st))  # measured once the gateways were told
+
+
+async def test_dummy_weights_without_host_ram_are_stopped_not_put_to_level_2(
+    tmp_path: Path, redis_url: str
+) -> None:
+    models = [{"name": "d", "engine": {"load_format": "dummy"}}]
+    async with gpu_stack(tmp_path, redis_url, models, host_ram_gib=0) as st:
+        await until(lambda: st.state("d-0") is ReplicaState.ASLEEP)
+        await wake(st, "d")
+        await idle(st, "d")
+        assert st.act.levels["d-0"] == 0 and not st.replica("d-0").process.alive
+        await wake(st, "d")
+
+
+async def test_a_wake_without_room_puts_the_least_recently_used_to_sleep_in_place_and_the_ledger_holds(
+    tmp_path: Path, redis_url: str
+) -> None:
+    models = [{"name": n} for n in ("a", "b", "c")]  # 0.42 of the card each: two fit awake
+    async with gpu_stack(tmp_path, redis_url, models, host_ram_gib=100) as st:
+        await until(lambda: all(st.state(f"{m}-0") is ReplicaState.ASLEEP for m in "abc"))
+        await wake(st, "a")
+        await wake(st, "b")
+        await wake(st, "c")  # a (least recently used) sleeps at level 1 to make room
+        assert st.state("a-0") is ReplicaState.ASLEEP and st.replica("a-0").process.alive
+        assert st.count(st.metrics.sleeps, "a", "room") == 1
+        await wake(st, "a")  # now b makes room
+        assert st.state("b-0") is ReplicaState.ASLEEP and st.state("c-0") is ReplicaState.READY
+        assert card_used() <= H200
+        await until(lambda: ledger_matches_card(st))  # measured once the gateways were told
+
+
+async def test_a_sleep_that_keeps_most_of_the_memory_stops_the_replica_from_then_on(
+    tmp_path: Path, redis_url: str
+) -> None:
+    # a small embedding-like model: 0.05 of the card awake (about 8.7 GiB), 6 GiB of it kept asleep
+    engine = {"extra_args": ["--asleep-mib", "6000"]}
+    models = [{"name": "e", "budget": {"gpu_memory_utilization": 0.05}, "engine": engine}]
+    async with gpu_stack(tmp_path, redis_url, models, host_ram_gib=100) as st:
+        await until(lambda: st.state("e-0") is ReplicaState.ASLEEP)
+        await wake(st, "e")
+        await idle(st, "e")
+        assert not st.replica("e-0").process.alive and st.act.levels["e-0"] == 0
+        assert "e" in st.act.stop_instead
+        await wake(st, "e")
+        await idle(st, "e")  # stopped directly this time
+        assert not st.replica("e-0").process.alive
