@@ -50,6 +50,10 @@ log = logging.getLogger("llmgw.ondemand")
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 WARMUP_PROMPT = "Hello"
 SLEEP_MODE_FLAG = "--enable-sleep-mode"
+AWOKEN = "awoken"
+"""The wake request's value for a while after the wake: the model is awake, nobody asks."""
+AWOKEN_MS = 3000
+"""How long the marker stays: the gateways' ready notice and registry re-read happen well within it."""
 GIB = 1 << 30
 
 
@@ -156,9 +160,9 @@ class Activator:
         pipe = self.redis.pipeline(transaction=False)
         pipe.zcard(k.leases(model))
         pipe.zcard(k.queue(model))
-        pipe.exists(k.wake_request(model))
+        pipe.get(k.wake_request(model))
         leases, queued, asked = await pipe.execute()
-        return bool(leases or queued or asked)
+        return bool(leases or queued or is_wake_request(asked))
 
     async def tick(self) -> None:
         now = time.monotonic()
@@ -176,7 +180,7 @@ class Activator:
             busy = await self.busy(name)
             if busy or name not in self.last_used:
                 self.last_used[name] = now
-            asked = bool(await self.redis.exists(self.keys.wake_request(name)))
+            asked = is_wake_request(await self.redis.get(self.keys.wake_request(name)))
             if asleep and asked:
                 if now >= self.retry_at.get(name, 0.0):
                     self.spawn_wake(name, asleep, "a request waits")
@@ -221,8 +225,8 @@ class Activator:
             return
         self.last_used[model] = time.monotonic()
         await self.announce(model)
-        try:
-            await self.redis.delete(self.keys.wake_request(model))
+        try:  # a gateway that has not heard yet would ask again: the marker makes its SET NX fail
+            await self.redis.set(self.keys.wake_request(model), AWOKEN, px=AWOKEN_MS)
         except REDIS_ERRORS as exc:
             log.warning("model=%s wake request not cleared (%s): it expires by itself", model, exc)
         log.info("model=%s awake in %.2f s (%s)", model, took, why)
@@ -454,3 +458,10 @@ class Activator:
         slots = self.slots(r)
         waking = next(s for s in slots if s.replica == r.spec.id)
         return self.book(r).room(slots, waking, capacity)
+
+
+def is_wake_request(value: bytes | str | None) -> bool:
+    """A gateway's wake request: the key is set and is not the supervisor's just-awoken marker."""
+    if isinstance(value, bytes):
+        value = value.decode()
+    return value is not None and value != AWOKEN

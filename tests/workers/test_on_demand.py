@@ -27,7 +27,7 @@ from tests.support.fake_workers import fake_launch
 from tests.support.gateway import serve_gateway
 from tests.support.poll import until
 from tests.support.procs import free_port
-from workers.activator import Activator, ActivatorOptions
+from workers.activator import Activator, ActivatorOptions, is_wake_request
 from workers.headroom import Headroom
 from workers.launch import ReplicaSpec
 from workers.reconciler import FleetWatch, Reconciler
@@ -139,7 +139,9 @@ async def test_asleep_until_asked_then_woken_warmed_announced_and_put_back_to_sl
             notice = await pubsub.get_message(timeout=5)
         assert notice["data"] == b"od"
         await pubsub.aclose()  # type: ignore[no-untyped-call]
-        assert not await st.redis.exists(st.keys.wake_request("od"))
+        # the request is answered: a gateway that had not heard yet asks in vain (one wake asked per cycle)
+        assert not is_wake_request(await st.redis.get(st.keys.wake_request("od")))
+        assert not await st.redis.set(st.keys.wake_request("od"), "late-gateway", nx=True, px=30_000)
         stats = (await st.sup.client.get(f"{st.replica('od-0').spec.url}/stats")).json()
         assert stats["served"] >= 1  # the warm-up decoded a token before any traffic
         assert st.count(st.metrics.wakes, "od", "ok") == 1
@@ -241,3 +243,8 @@ async def test_a_wake_request_for_an_awake_model_is_cleared_not_left_to_keep_it_
 
 async def not_asked(st: Stack) -> bool:
     return not await st.redis.exists(st.keys.wake_request("od"))
+
+
+def test_wake_request_is_a_gateways_ask_not_the_awoken_marker() -> None:
+    assert is_wake_request("gateway-1") and is_wake_request(b"gateway-1")
+    assert not is_wake_request(None) and not is_wake_request(b"awoken")
