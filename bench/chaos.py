@@ -39,6 +39,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
@@ -671,6 +672,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--freeze-s", type=float, default=d.freeze_s, help="how long a replica stays frozen")
     p.add_argument("--phase", action="append", choices=list(PHASES), help="run only these phases")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--keep-logs", type=Path, default=None, help="copy the stack's logs here at the end")
     return p.parse_args(argv)
 
 
@@ -700,6 +702,8 @@ async def main_async(args: argparse.Namespace) -> int:
             results = await run_chaos(stack, plan, args.phase)
         finally:
             await stack.down()
+            if args.keep_logs is not None:
+                shutil.copytree(stack.logs, args.keep_logs, dirs_exist_ok=True)
     if args.out is not None:
         summary = {"plan": asdict(plan), "phases": [r.summary() for r in results]}
         args.out.write_text(json.dumps(summary, indent=2) + "\n")
