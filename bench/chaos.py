@@ -631,7 +631,8 @@ async def run_chaos(stack: Stack, plan: Plan, phases: list[str] | None = None) -
         result = await run_phase(chaos, index, name, reqs, headers, run_id)
         t, e = result.tally, result.engine
         counts = ", ".join(f"{o} {t.total(o)}" for o in (ANSWERED, CLEAR, CUT, LOST))
-        print(f"{name}: sent {t.sent}, {counts}, ran twice {len(e.ran_twice)}", flush=True)
+        errors = ", ".join(f"{k} x{n}" for k, n in t.errors.most_common())
+        print(f"{name}: sent {t.sent}, {counts}, ran twice {len(e.ran_twice)}; {errors}", flush=True)
         results.append(result)
     print(table(results), flush=True)
     return results
