@@ -403,6 +403,9 @@ class Proxy:
         """The attempt on ``ep`` ended; a failure the replica is to blame for counts toward ejection."""
         ep.inflight -= 1
         self.gw.policies[ep.record.model].on_finish(ep, ctx.route, ok)
+        if ok and ep.failures:  # it answered: back at once, without waiting for its half-open probe
+            self.gw.ejection.succeed(ep)
+            log.info("request_id=%s replica=%s back: it answered a request", ctx.request_id, ep.id)
         if ok or not blame:
             return
         if self.gw.ejection.fail(ep, time.monotonic()):
