@@ -571,7 +571,12 @@ async def run_phase(
     loader = asyncio.create_task(load(c.load, reqs, plan, start + plan.phase_s))
     await asyncio.sleep(plan.phase_s * plan.fault_at)
     log.info("phase %r: fault", name)
-    note = await PHASES[name](c)
+    try:
+        note = await PHASES[name](c)
+    except Exception as exc:  # the fault itself failed: said, and the run goes on
+        log.exception("phase %r: the fault failed", name)
+        note = f"the fault failed: {type(exc).__name__}: {exc}"
+        c.problems.append(note)
     await loader
     await c.stack.wait_for_fleet()  # full strength again before the next phase
     engine = count_engine_runs(c.replica_logs(), prefix, c.cuts)
