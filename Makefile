@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
 	@echo "make test    run every test (unit, real Redis/nginx/vLLM end-to-end)"
-	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost"
+	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost / ran twice"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
 	@echo "make lint    ruff and mypy --strict"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
@@ -113,10 +113,13 @@ bench-routing: install
 bench-admission: install
 	$(BIN)/python -m bench.admission $(BENCH_ARGS)
 
-# The fault matrix on a stack of its own (keys on): kill -9 a replica, a gateway, Redis, the key store;
-# freeze a replica. Prints answered / clear error / lost per phase; exits 1 if anything was lost.
+# The fault matrix on a stack of its own (keys on): long non-streamed requests past the first-byte
+# timeout; kill -9 a replica, a gateway, Redis, the key store, the supervisor; freeze a replica; a replica
+# that fails every start. Prints answered / clear error / cut / lost and the generations counted at the
+# engines (ran twice) per phase into bench/results/chaos.{log,json}; exits 1 if anything was lost or ran twice.
 chaos: install
-	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
+	set -o pipefail; $(BIN)/python -m bench.chaos --out bench/results/chaos.json $(CHAOS_ARGS) 2>&1 \
+	  | tee bench/results/chaos.log
 
 # The GPU run needs the lent H200 (see bench/gpu/device.sh); here it plans the fleet's budgets.
 bench-gpu: install

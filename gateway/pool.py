@@ -64,7 +64,14 @@ class ModelPool:
     endpoints: list[Endpoint] = field(default_factory=list)
 
     def candidates(self, exclude: Sequence[Endpoint] = ()) -> list[Endpoint]:
-        return [e for e in self.endpoints if e.available and e not in exclude]
+        """The replicas a request may go to: the available ones; when none is available but some are
+        routable (all ejected), every routable one. Ejection is a guess from one failure or one slow
+        health check (a busy CPU host), and while its back-off runs every request would get a 503 at
+        once; tried instead, a replica that is really down fails fast (refused) and the retry moves on."""
+        usable = [e for e in self.endpoints if e.available] or [
+            e for e in self.endpoints if e.record.routable
+        ]
+        return [e for e in usable if e not in exclude]
 
     @property
     def ready_count(self) -> int:

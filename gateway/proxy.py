@@ -164,9 +164,14 @@ class Proxy:
         finally:
             watch.cancel()
 
-    async def _settle(self, ctx: RequestContext, prompt: int, completion: int) -> None:
+    async def _settle(
+        self, ctx: RequestContext, prompt: int, completion: int, lease: Lease | None = None
+    ) -> None:
         """Refund what the request reserved but did not use, once, from its usage (zeros: nothing
-        generated, e.g. a failure); its prompt estimate stands in for a usage without prompt."""
+        generated, e.g. a failure): to its key's tokens per minute and, through its ``lease``, to its
+        tenant's fair-share tag; its prompt estimate stands in for a usage without prompt."""
+        if lease is not None:
+            await lease.refund(unused(ctx.cost.reserved, ctx.cost, prompt, completion))
         charge, ctx.charge = ctx.charge, None
         if charge is not None:
             await self.gw.auth.refund(ctx.caller, charge, unused(charge.tokens, ctx.cost, prompt, completion))
@@ -177,6 +182,7 @@ class Proxy:
             up = await self._forward(ctx, pool)
         except BaseException:
             await lease.release()
+            await self._settle(ctx, 0, 0, lease)
             raise
         return await self._respond(ctx, up, lease)
 
@@ -397,6 +403,9 @@ class Proxy:
         """The attempt on ``ep`` ended; a failure the replica is to blame for counts toward ejection."""
         ep.inflight -= 1
         self.gw.policies[ep.record.model].on_finish(ep, ctx.route, ok)
+        if ok and ep.failures:  # it answered: back at once, without waiting for its half-open probe
+            self.gw.ejection.succeed(ep)
+            log.info("request_id=%s replica=%s back: it answered a request", ctx.request_id, ep.id)
         if ok or not blame:
             return
         if self.gw.ejection.fail(ep, time.monotonic()):
@@ -429,7 +438,7 @@ class Proxy:
             await lease.release()
         await self._remember(ctx, body[:4096])
         prompt, completion = usage_of(body)
-        await self._settle(ctx, prompt, completion)
+        await self._settle(ctx, prompt, completion, lease)
         finish(ctx, self.gw.metrics, prompt, completion)
         media = up.content_type
         return Response(body, ctx.status, {"x-request-id": ctx.request_id}, media_type=media)
@@ -471,7 +480,7 @@ class Proxy:
             await lease.release()
             prompt, completion = stream_usage(tail)
             completion = completion or max(0, events - 1)
-            await self._settle(ctx, prompt, completion)
+            await self._settle(ctx, prompt, completion, lease)
             finish(ctx, self.gw.metrics, prompt, completion)
 
     @staticmethod

@@ -30,7 +30,7 @@ from workers.planner import make_config_loader
 from workers.planner.model_shape import shape_from_config
 from workers.planner.plan import estimate_model
 from workers.reconciler import FleetWatch, Reconciler
-from workers.supervisor import Replica, Supervisor, SupervisorOptions
+from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions
 from workers.weights import weights_for
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -55,6 +55,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sd-file", type=Path, default=None, help="Prometheus file_sd JSON of the ready replicas")
     p.add_argument("--metrics-port", type=int, default=9400, help="port of the supervisor's own /metrics")
     p.add_argument("--ready-deadline", type=float, default=600.0, help="seconds a replica may take to start")
+    restart = RestartBackoff()
+    p.add_argument(
+        "--restart-max-delay",
+        type=float,
+        default=restart.max_s,
+        help="longest wait before restarting a replica that died (the wait doubles from 1 s)",
+    )
+    p.add_argument(
+        "--restart-give-up-after",
+        type=int,
+        default=restart.give_up_after,
+        help="consecutive failed restarts after which a replica is left failed",
+    )
     p.add_argument(
         "--state-file",
         type=Path,
@@ -126,7 +139,8 @@ async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], La
     ``launch_for`` builds each replica's command (vLLM's, from the fleet, unless given)."""
     redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     timing = RegistryTiming(drain_grace_s=args.drain_grace)
-    options = SupervisorOptions(ready_deadline_s=args.ready_deadline, timing=timing)
+    backoff = RestartBackoff(max_s=args.restart_max_delay, give_up_after=args.restart_give_up_after)
+    options = SupervisorOptions(ready_deadline_s=args.ready_deadline, timing=timing, backoff=backoff)
     metrics = SupervisorMetrics()
     server = await serve_metrics(metrics, "127.0.0.1", args.metrics_port)
     registry = RegistryWriter(redis, RedisKeys(args.redis_prefix), timing)

@@ -28,6 +28,11 @@ class Lease(Protocol):
 
     async def release(self) -> None: ...
 
+    async def refund(self, tokens: int) -> None:
+        """The request used ``tokens`` fewer than its ticket's cost: fair share gives them back to its
+        tenant (where the order weighs tenants by tokens); at most what was charged, once."""
+        ...
+
 
 class Admission(Protocol):
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[Lease, float]:

@@ -32,6 +32,10 @@ class _LocalLease:
             self._released = True
             self._owner.give_back(self._model)
 
+    async def refund(self, tokens: int) -> None:
+        """Nothing to give back: the local queue orders by priority and arrival, not by tokens."""
+        return None
+
 
 class _ModelQueue:
     def __init__(self) -> None:

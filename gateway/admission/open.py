@@ -9,6 +9,9 @@ class NoLease:
     async def release(self) -> None:
         return None
 
+    async def refund(self, tokens: int) -> None:
+        return None
+
 
 class OpenAdmission:
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[NoLease, float]:

@@ -93,6 +93,7 @@ class QueueScripts:
         self._leave = LeanScript(redis, script_source("leave"))
         self._release = LeanScript(redis, script_source("release"))
         self._tick = LeanScript(redis, script_source("tick"))
+        self._refund = LeanScript(redis, script_source("refund"))
 
     def _model_keys(self, model: str) -> list[str]:
         k = self.keys
@@ -121,6 +122,10 @@ class QueueScripts:
         removed, granted = await self._release(self._model_keys(model), args)
         return int(removed), int(granted)
 
+    async def refund(self, model: str, tenant: str, tokens: int) -> int:
+        """Lower ``tenant``'s fair-share finish tag by ``tokens``; returns the tag after."""
+        return int(await self._refund([self.keys.tenant_usage(model)], [tenant, tokens]))
+
     async def tick(self, model: str, capacity: int, held: list[str]) -> tuple[int, int, list[str]]:
         """Renew ``held``; returns (queue depth, active leases, the held ids Redis no longer had)."""
         args: list[Arg] = [capacity, self.ttl_ms, self._wake_prefix(model), *held]
@@ -137,12 +142,18 @@ async def guarded(aw: Awaitable[T]) -> T:
 
 
 class RedisLease:
-    """A slot held in Redis; released exactly once, even when the releasing task is cancelled."""
+    """A slot held in Redis; released exactly once, even when the releasing task is cancelled.
 
-    __slots__ = ("_id", "_model", "_owner", "_released")
+    ``tagged`` is the cost the request was queued with, charged to its tenant's fair-share finish tag
+    (0 when it was granted without queueing: no tag was charged); :meth:`refund` gives back up to that."""
 
-    def __init__(self, owner: RedisAdmission, model: str, lease_id: str) -> None:
+    __slots__ = ("_id", "_model", "_owner", "_released", "_tagged", "_tenant")
+
+    def __init__(
+        self, owner: RedisAdmission, model: str, lease_id: str, tenant: str = "", tagged: int = 0
+    ) -> None:
         self._owner, self._model, self._id = owner, model, lease_id
+        self._tenant, self._tagged = tenant, tagged
         self._released = False
 
     @property
@@ -153,6 +164,13 @@ class RedisLease:
         if not self._released:
             self._released = True
             await self._owner.release(self._model, self._id)
+
+    async def refund(self, tokens: int) -> None:
+        """The request used ``tokens`` fewer than it was queued with: its tenant's tag gives them back
+        (at most what was charged to it, once; in the background, like the release)."""
+        back, self._tagged = min(max(0, tokens), self._tagged), 0
+        if back:
+            self._owner.refund(self._model, self._tenant, back)
 
 
 class RedisAdmission:
@@ -207,7 +225,7 @@ class RedisAdmission:
         lease_id = f"{self.gateway_id}:{uuid.uuid4().hex}"
         self._capacity[ticket.model] = capacity
         try:
-            await self._admit(ticket, lease_id, capacity, started)
+            queued = await self._admit(ticket, lease_id, capacity, started)
         except asyncio.CancelledError:
             log.info("request_id=%s model=%s left the queue: cancelled", ticket.request_id, ticket.model)
             await self._settle(ticket.model, lease_id, capacity)
@@ -216,13 +234,16 @@ class RedisAdmission:
             self._spawn(self._leave_quietly(ticket.model, lease_id, capacity))
             raise
         self._held.setdefault(ticket.model, set()).add(lease_id)
-        return RedisLease(self, ticket.model, lease_id), time.monotonic() - started
+        tagged = max(1, ticket.cost) if queued else 0
+        lease = RedisLease(self, ticket.model, lease_id, ticket.tenant, tagged)
+        return lease, time.monotonic() - started
 
-    async def _admit(self, t: Ticket, lease_id: str, capacity: int, started: float) -> None:
+    async def _admit(self, t: Ticket, lease_id: str, capacity: int, started: float) -> bool:
+        """Granted (False: at once, no fair-share tag charged; True: after queueing, tag charged)."""
         status, depth = await guarded(self.scripts.acquire(t, lease_id, capacity))
         self._set_depth(t.model, depth)
         if status is Acquired.GRANTED:
-            return
+            return False
         if status is Acquired.FULL:
             log.info("request_id=%s model=%s refused: queue full (%d waiting)", t.request_id, t.model, depth)
             raise QueueFull(
@@ -234,6 +255,7 @@ class RedisAdmission:
             raise RuntimeError(f"ticket {lease_id} was tombstoned before it was queued")
         log.debug("request_id=%s model=%s queued at depth %d", t.request_id, t.model, depth)
         await self._wait(t, lease_id, capacity, started)
+        return True
 
     async def _wait(self, t: Ticket, lease_id: str, capacity: int, started: float) -> None:
         wake = self.keys.wake(t.model, lease_id)
@@ -292,6 +314,18 @@ class RedisAdmission:
         a cancelled caller cannot cut the release short. ``drain()`` waits for it."""
         self._held.get(model, set()).discard(lease_id)
         self._spawn(self._release_quietly(model, lease_id))
+
+    def refund(self, model: str, tenant: str, tokens: int) -> None:
+        """Give ``tokens`` back to ``tenant``'s fair-share tag, in the background (``drain()`` waits)."""
+        self._spawn(self._refund_quietly(model, tenant, tokens))
+
+    async def _refund_quietly(self, model: str, tenant: str, tokens: int) -> None:
+        try:
+            await asyncio.wait_for(self.scripts.refund(model, tenant, tokens), self._io_budget)
+        except REDIS_ERRORS as exc:
+            log.warning(
+                "model=%s tenant=%s fair-share refund of %d tokens lost (%s)", model, tenant, tokens, exc
+            )
 
     async def drain(self, timeout_s: float | None = None) -> None:
         """Wait for the releases and queue exits still running in the background."""

@@ -1,10 +1,21 @@
-"""How bench/chaos.py sorts an outcome: answered, clear error (the API's shape), or lost (silent)."""
+"""How bench/chaos.py sorts an outcome (answered, clear error in the API's shape, or lost: silent) and
+counts generations at the engines from vLLM's request log."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from bench.chaos import ANSWERED, CLEAR, LOST, judge_stream, judge_whole
+from bench.chaos import (
+    ANSWERED,
+    CLEAR,
+    LOG_REQUESTS,
+    LOST,
+    count_engine_runs,
+    judge_stream,
+    judge_whole,
+    with_request_logs,
+)
 
 ERROR = json.dumps(
     {"error": {"message": "replica failed", "type": "server_error", "param": None, "code": "x"}}
@@ -25,3 +36,36 @@ def test_streams() -> None:
     assert judge_stream([b'{"choices": []}', ERROR.encode(), b"[DONE]"])[0] == CLEAR
     assert judge_stream([b'{"choices": []}'])[0] == LOST  # ended without [DONE]: a silent truncation
     assert judge_stream([])[0] == LOST
+
+
+def received(request_id: str, suffix: str = "0123456789ab", endpoint: str = "chatcmpl-") -> str:
+    """A line of vLLM's request log (``--enable-log-requests``) for the id the gateway passed on."""
+    return (
+        f"INFO 12-03 12:00:00 [request_logger.py:66] Received request {endpoint}{request_id}-{suffix}: "
+        "params: SamplingParams(n=1, max_tokens=16), lora_request: None.\n"
+    )
+
+
+def test_engine_runs_tell_a_rerun_after_a_kill_from_a_generation_run_twice(tmp_path: Path) -> None:
+    p = "chaos.ab12.3."
+    killed, other = tmp_path / "m-0.log", tmp_path / "m-1.log"
+    # m-0 took 1, 2 and 3, then was killed -9 (its log cut there); its successor took 5 in the same file
+    before = received(p + "1") + received(p + "2", endpoint="cmpl-") + received(p + "3")
+    killed.write_text(before + "INFO starting again\n" + received(p + "5"))
+    # m-1 took 2 again (the retry of a request in flight on the killed replica), 4 twice (ran twice),
+    # 6 with a completion's prompt index, and a request of another phase
+    other.write_text(
+        received(p + "2", "ffffffffffff") + received(p + "4") + received(p + "4", "aaaaaaaaaaaa")
+        + received(p + "6", endpoint="cmpl-").replace("0123456789ab:", "0123456789ab-0:")
+        + received("chaos.ab12.4.1")
+    )  # fmt: skip
+    runs = count_engine_runs([killed, other], p, {killed: len(before)})
+    assert runs.ids == {p + str(i) for i in range(1, 7)}
+    assert runs.rerun_after_kill == [p + "2"]
+    assert runs.ran_twice == [p + "4"]
+    assert runs.by_replica == {"m-0": 4, "m-1": 4}
+
+
+def test_request_logs_are_turned_on_for_every_model() -> None:
+    fleet = with_request_logs({"models": [{"name": "a"}, {"name": "b", "engine": {"extra_args": ["--x"]}}]})
+    assert [m["engine"]["extra_args"] for m in fleet["models"]] == [[LOG_REQUESTS], ["--x", LOG_REQUESTS]]

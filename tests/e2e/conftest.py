@@ -10,6 +10,7 @@ import httpx
 import pytest
 import yaml
 
+from bench.chaos import with_request_logs
 from tests.support.procs import REPO, free_port
 from workers.stack.stack import Stack, StackConfig
 
@@ -20,8 +21,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def test_fleet(tmp: Path) -> Path:
-    """The default fleet.yaml, moved to ports of its own so a running `make run` is left alone."""
-    data = yaml.safe_load((REPO / "fleet.yaml").read_text())
+    """The default fleet.yaml, moved to ports of its own so a running `make run` is left alone, with
+    vLLM's request log on (the chaos test counts generations at the engine)."""
+    data = with_request_logs(yaml.safe_load((REPO / "fleet.yaml").read_text()))
     data.setdefault("defaults", {})["base_port"] = 18100
     for m in data["models"]:
         if m.get("activation") == "on_demand":

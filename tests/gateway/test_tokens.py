@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.auth.redis_auth import charged_tokens
 from gateway.errors import InvalidRequest
 from gateway.steps.tokens import DEFAULT_CONTEXT, Asked, TokenCost, asked, reserve, unused
 
@@ -53,3 +54,18 @@ def test_unused_part_is_refunded_from_usage() -> None:
     assert unused(1000, cost, 0, 20) == 880  # no prompt in usage: the estimate stands in
     assert unused(1000, cost, 0, 0) == 900  # nothing generated (a failure): only the prompt is kept
     assert unused(50, cost, 80, 20) == 0  # never negative
+
+
+def test_an_open_ended_request_charges_at_most_the_keys_minute() -> None:
+    # No max_tokens with 2,000 tokens of context left and a key of 1,000 tokens per minute: it charges
+    # the whole minute (admitted once the minute is empty, refunded from usage), never 2,000 (refused
+    # forever: more than the key may ever spend in a minute).
+    open_ended = reserve(10, Asked(None, 1), 2010)
+    assert open_ended.reserved == 2010 and not open_ended.explicit
+    assert charged_tokens(open_ended, 1000) == 1000
+    assert charged_tokens(open_ended, 5000) == 2010  # it fits: all of it
+    assert charged_tokens(open_ended, 0) == 2010  # no token limit on the key
+    # a prompt alone over the minute can never pass: charged as is (400, lower the prompt)
+    assert charged_tokens(reserve(1500, Asked(None, 1), 2048), 1000) == 1500
+    # an explicit max_tokens is what the client asked for: charged whole (400 when over the minute)
+    assert charged_tokens(reserve(10, Asked(1990, 1), 2048), 1000) == 2000

@@ -41,6 +41,8 @@ class StackConfig:
     drain_grace_s: float = 30.0
     gateway_grace_s: float = 5.0
     gateway_env: dict[str, str] = field(default_factory=dict)
+    workers_args: tuple[str, ...] = ()
+    """More flags for the supervisor (``llmgw-workers``), e.g. a shorter restart back-off."""
     # vLLM's API key, fresh for each stack: only the gateways and the supervisor hold it.
     vllm_api_key: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
 
@@ -116,6 +118,7 @@ class Stack:
         ]
         if c.models_dir is not None:
             argv += ["--models-dir", str(c.models_dir)]
+        argv += c.workers_args
         probe = tcp_probe(c.host, c.supervisor_metrics_port)
         env = {API_KEY_ENV: c.vllm_api_key}  # vLLM reads it as its --api-key; the supervisor's probes send it
         return Service(

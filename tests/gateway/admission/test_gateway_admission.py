@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from gateway.admission.base import Ticket
 from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
 from tests.support.gateway import fleet_yaml, register, serve_gateway, wait_ready
 from tests.support.poll import until
-from tests.support.procs import Proc, free_port, spawn, start_fake_engine, start_redis
+from tests.support.procs import Proc, free_port, running, spawn, start_fake_engine, start_redis
 
 MODEL = "m"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -254,3 +254,36 @@ async def test_redis_stopped_and_restarted_mid_load(
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_queued_open_ended_request_is_refunded_from_its_usage_in_fair_share(
+    tmp_path: Path, redis_url: str, prefix: str, http: httpx.AsyncClient
+) -> None:
+    # One slot: a request holds it, an open-ended one (no max_tokens: it may generate the whole
+    # context, 8192) queues behind it, its tenant's fair-share tag charged with all of that. When it
+    # ends, the tag keeps only what its usage says it used.
+    keys, redis = RedisKeys(prefix), aioredis.Redis.from_url(redis_url)
+    with running(start_fake_engine(tmp_path, "--latency-ms", "700")) as slow:
+        await register(redis_url, prefix, MODEL, slow.url, "r0", concurrency=1)
+        async with serve_gateway(tmp_path, fleet(), redis_url, prefix) as gw:
+            url = f"{gw}/v1/chat/completions"
+            holder = asyncio.create_task(http.post(url, json=BODY))
+            await until(lambda: _held(redis, keys, 1))
+            open_ended = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+            queued = asyncio.create_task(http.post(url, json=open_ended))
+            await until(lambda: _tag_is(redis, keys, lambda t: t is not None and t >= 8192 - 100))
+            assert (await holder).status_code == 200
+            r = await queued
+            assert r.status_code == 200
+            used = r.json()["usage"]["total_tokens"]
+            await until(lambda: _tag_is(redis, keys, lambda t: t == used))
+    await redis.aclose()
+
+
+async def _held(redis: aioredis.Redis, keys: RedisKeys, n: int) -> bool:
+    return bool(await redis.zcard(keys.leases(MODEL)) == n)
+
+
+async def _tag_is(redis: aioredis.Redis, keys: RedisKeys, ok: Callable[[int | None], bool]) -> bool:
+    value = await redis.hget(keys.tenant_usage(MODEL), "t:anonymous")
+    return ok(None if value is None else int(value))

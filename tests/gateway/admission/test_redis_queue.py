@@ -288,3 +288,47 @@ async def test_in_flight_never_exceeds_capacity_across_gateways(make_admission: 
 
     await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(120))), 30)
     assert served == 120 and peak == capacity
+
+
+async def tag(redis: aioredis.Redis, keys: RedisKeys, tenant: str) -> int | None:
+    """The tenant's fair-share finish tag (None: never charged)."""
+    value = await redis.hget(keys.tenant_usage(MODEL), f"t:{tenant}")
+    return None if value is None else int(value)
+
+
+async def test_a_queued_request_gives_back_to_its_tenants_tag_what_it_did_not_use(
+    make_admission: MakeAdmission, redis: aioredis.Redis, keys: RedisKeys
+) -> None:
+    adm = await make_admission()
+    holder, _ = await adm.acquire(ticket("z0", tenant="z"), 1)  # granted at once: no tag charged
+    queued = asyncio.create_task(adm.acquire(ticket("a1", tenant="a", cost=1000), 1))
+    await until(lambda: _depth(adm, 1))
+    await holder.release()
+    a1, _ = await queued
+    assert await tag(redis, keys, "a") == 1000  # queued with what it may generate
+    await a1.refund(990)  # it used 10
+    await a1.refund(990)  # given back once only
+    await adm.drain()
+    assert await tag(redis, keys, "a") == 10
+    await a1.release()
+    await adm.drain()  # the release runs in the background
+    z1, _ = await adm.acquire(ticket("z1", tenant="z"), 1)  # at once again: nothing to give back
+    await z1.refund(5)
+    await adm.drain()
+    assert await tag(redis, keys, "z") is None
+    # Behind z1: tenant b's three requests and a's next one, each of cost 10. With the refund a's next
+    # one starts at 10 (after b's first, beside b's second); charged its whole 1000 it would come last.
+    names = ["b1", "b2", "a2", "b3"]
+    tasks = {}
+    for i, name in enumerate(names, start=1):
+        tasks[asyncio.create_task(adm.acquire(ticket(name, tenant=name[0]), 1))] = name
+        await until(lambda n=i: _depth(adm, n))  # type: ignore[misc]
+    await z1.release()
+    order, pending = [], set(tasks)
+    while pending:
+        done, pending = await asyncio.wait(pending, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+        assert len(done) == 1
+        task = done.pop()
+        order.append(tasks[task])
+        await task.result()[0].release()
+    assert order == ["b1", "b2", "a2", "b3"]
