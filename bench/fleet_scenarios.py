@@ -12,14 +12,16 @@ scenarios change the fleet file or kill parts of the stack in turn:
   1 -> 2, rolling-replace SmolLM2 (max_model_len changed), a replace whose new replica cannot start (a bad
   flag: the old ones keep serving, the failure is logged), a model whose start always fails (bounded
   attempts, left failed), remove the added model (404 model_not_found on both gateways), Redis killed -9
-  and restarted empty, a gateway killed -9, the nginx master killed -9, the supervisor killed -9 (the keeper
+  and restarted empty, a gateway killed -9, the nginx master killed -9 (its workers live on and finish
+  their requests), nginx killed -9 whole (as a container dies), the supervisor killed -9 (the keeper
   starts it again; it adopts its replicas).
 
 Per scenario: the time to converge and the requests answered / clear error / cut / lost (chaos.py's
-words) while it ran and for a settle period after, and client-side connection refusals (retried, as the
-OpenAI SDK does: the request was never sent). A request the load failed (anything but answered) on a
-model that was not removed is a failure (for the gateway kill: a lost one; the requests the killed gateway
-held end as nginx's 503 or a cut stream); the exit status is 1 when there is one.
+words) while it ran and for a settle period after, and the requests nginx never took, sent again as the
+OpenAI SDK does (:class:`Load`): refused connections, and resets of requests nginx never read. A request
+the load failed (anything but answered; it only asks models that are never removed) is a failure, except
+in the two kills of a process holding requests (:data:`IN_FLIGHT_KILLS`), where only a lost one is; the
+exit status is 1 when there is one.
 
     flock /tmp/llmgw-heavy.lock .venv/bin/python -m bench.fleet_scenarios \
         --out bench/results/fleet-scenarios-real.json
@@ -42,6 +44,8 @@ import signal
 import sys
 import tempfile
 import time
+import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -90,6 +94,7 @@ class Outcome:
     cut: int
     lost: int
     refused_retried: int
+    unread_retried: int
     errors: dict[str, int]
     failed_detail: list[str]
 
@@ -136,18 +141,23 @@ class FakeWorkersStack(Stack):
 
 class Load:
     """``plan.concurrency`` clients sending the next kind of request through nginx until stopped; each
-    outcome goes to the current scenario's tally. A refused connection (nginx not listening) is retried."""
+    outcome goes to the current scenario's tally. Retried, and counted apart, are only requests nginx
+    never took: a refused connection (nothing listening), and a connection reset whose request id nginx
+    never logged (its access log has every request it read, answered or not): a keep-alive connection
+    closed by a gracefully quitting nginx worker just as the request arrived, which it never read."""
 
-    def __init__(self, url: str, reqs: list[Request], plan: Plan) -> None:
-        self.url, self.reqs, self.plan = url, reqs, plan
-        self.tally, self.refused = Tally(), 0
+    def __init__(self, url: str, reqs: list[Request], plan: Plan, access_log: Path) -> None:
+        self.url, self.reqs, self.plan, self.access_log = url, reqs, plan, access_log
+        self.tally, self.retried = Tally(), Counter[str]()
         self.stop = asyncio.Event()
+        self.nginx_killed = False
+        """While nginx itself is killed -9 its access log proves nothing (a request it held dies unlogged)."""
 
-    def take(self) -> tuple[Tally, int]:
+    def take(self) -> tuple[Tally, Counter[str]]:
         """The tally so far, and a fresh one for the next scenario."""
-        tally, refused = self.tally, self.refused
-        self.tally, self.refused = Tally(), 0
-        return tally, refused
+        tally, retried = self.tally, self.retried
+        self.tally, self.retried = Tally(), Counter[str]()
+        return tally, retried
 
     async def run(self) -> None:
         kinds = itertools.cycle(self.reqs)
@@ -158,14 +168,35 @@ class Load:
         async with httpx.AsyncClient(timeout=timeout) as client:
             while not self.stop.is_set():
                 req = next(kinds)
-                outcome, detail = await send(client, self.url, req)
-                while outcome == CUT and detail.startswith("ConnectError") and not self.stop.is_set():
-                    self.refused += 1  # never sent: nginx was not listening
-                    await asyncio.sleep(0.2)
-                    outcome, detail = await send(client, self.url, req)
+                outcome, detail = await self.send(client, req)
                 self.tally.add(req.kind, outcome, detail)
                 if self.plan.pause_s:
                     await asyncio.sleep(self.plan.pause_s)
+
+    async def send(self, client: httpx.AsyncClient, req: Request) -> tuple[str, str]:
+        """One request, sent again while nginx never took it."""
+        while True:
+            rid = uuid.uuid4().hex
+            client.headers["x-request-id"] = rid
+            outcome, detail = await send(client, self.url, req)
+            why = await self.not_taken(outcome, detail, rid)
+            if not why or self.stop.is_set():
+                return outcome, detail
+            self.retried[why] += 1
+            log.info("request %s %s (%s): sent again", rid, why, detail)
+            await asyncio.sleep(0.2)
+
+    async def not_taken(self, outcome: str, detail: str, rid: str) -> str:
+        if outcome != CUT:
+            return ""
+        if detail.startswith("ConnectError"):
+            return "refused"
+        if self.nginx_killed:
+            return ""
+        with contextlib.suppress(AssertionError):  # logged within the second: nginx read it
+            await until(lambda: rid in self.access_log.read_text(errors="replace"), 1.0, "logged", 0.1)
+            return ""
+        return "reset unread"
 
 
 # ---- observing the stack -----------------------------------------------------------------------------
@@ -249,10 +280,11 @@ class Scenarios:
         took = time.monotonic() - started
         seen = self.load.tally.total(ANSWERED)
         await self.wait(lambda: self.load.tally.total(ANSWERED) >= seen + self.plan.settle_answers, "settle")
-        tally, refused = self.load.take()
+        tally, retried = self.load.take()
         out = Outcome(
             name, round(took, 2), note, tally.total(ANSWERED), tally.total(CLEAR), tally.total(CUT),
-            tally.total(LOST), refused, dict(tally.errors), list(tally.lost),
+            tally.total(LOST), retried["refused"], retried["reset unread"], dict(tally.errors),
+            list(tally.lost),
         )  # fmt: skip
         self.outcomes.append(out)
         print(row(out), flush=True)
@@ -376,6 +408,13 @@ class Scenarios:
             "nginx master killed -9 (its workers finish what they serve), a new nginx started by the keeper"
         )
 
+    async def nginx_group_killed(self) -> str:
+        self.load.nginx_killed = True
+        pid, s = await self.kill("nginx", whole_group=True)
+        await self.wait(lambda: self.restarted(s, pid), "nginx restarted")
+        self.load.nginx_killed = False
+        return "nginx killed -9 whole (master and workers, as a container dies), started again by the keeper"
+
     async def supervisor_killed(self) -> str:
         instances = {m: await self.ready(m) for m in self.want()}
         pid, s = await self.kill("workers", whole_group=True)
@@ -400,15 +439,15 @@ SCENARIOS: dict[str, Callable[[Scenarios], Awaitable[str]]] = {
     "Redis killed, empty again": Scenarios.redis_replaced,
     "gateway killed -9": Scenarios.gateway_killed,
     "nginx master killed -9": Scenarios.nginx_killed,
+    "nginx group killed -9": Scenarios.nginx_group_killed,
     "supervisor killed -9": Scenarios.supervisor_killed,
 }
 SHORT = ["scale SmolLM2 2 -> 1", "scale SmolLM2 1 -> 2", "rolling replace SmolLM2"]
 
 
 def row(o: Outcome) -> str:
-    counts = (
-        f"{o.converge_s:>8.1f} {o.answered:>8} {o.clear:>6} {o.cut:>4} {o.lost:>5} {o.refused_retried:>8}"
-    )
+    counts = f"{o.converge_s:>8.1f} {o.answered:>8} {o.clear:>6} {o.cut:>4} {o.lost:>5}"
+    counts += f" {o.refused_retried:>8} {o.unread_retried:>7}"
     lines = [f"{o.name:<28} {counts}  {o.note}"]
     if o.errors:
         lines.append(f"{'':<28} clear errors: " + ", ".join(f"{k} x{n}" for k, n in o.errors.items()))
@@ -417,7 +456,8 @@ def row(o: Outcome) -> str:
 
 
 HEADER = (
-    f"{'scenario':<28} {'converge':>8} {'answered':>8} {'clear':>6} {'cut':>4} {'lost':>5} {'refused':>8}"
+    f"{'scenario':<28} {'converge':>8} {'answered':>8} {'clear':>6} {'cut':>4} {'lost':>5}"
+    f" {'refused':>8} {'unread':>7}"
 )
 
 
@@ -448,7 +488,8 @@ async def run(tmp: Path, plan: Plan, fake: bool, names: list[str]) -> tuple[floa
         up_s = time.monotonic() - started
         log.info("stack ready in %.0f s", up_s)
         keeper = asyncio.create_task(stack.keep(KeepPolicy(ready_deadline_s=120)))
-        load = Load(stack.config.nginx_url, requests_for(stack, plan.max_tokens), plan)
+        access = stack.config.run_dir / "nginx" / "nginx-access.log"
+        load = Load(stack.config.nginx_url, requests_for(stack, plan.max_tokens), plan, access)
         loader = asyncio.create_task(load.run())
         s = Scenarios(stack, plan, load)
         print(HEADER, flush=True)
@@ -465,10 +506,11 @@ async def run(tmp: Path, plan: Plan, fake: bool, names: list[str]) -> tuple[floa
         await stack.down()
 
 
-# A gateway killed -9 takes the requests it held with it: nginx answers those not yet begun with its 503
-# (it never sends a POST to a second gateway, which could run a generation twice) and cannot finish a
-# stream already begun (a cut). Only a lost request counts against that scenario.
-IN_FLIGHT_KILLS = {"gateway killed -9"}
+# A process killed -9 takes the requests it held with it. A gateway: nginx answers those not yet begun
+# with its 503 (it never sends a POST to a second gateway, which could run a generation twice) and cannot
+# finish a stream already begun (a cut). nginx whole: the kernel resets the clients' connections it held
+# (cuts). Only a lost request counts against these two.
+IN_FLIGHT_KILLS = {"gateway killed -9", "nginx group killed -9"}
 
 
 def failures(outcomes: list[Outcome]) -> int:
