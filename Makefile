@@ -92,7 +92,7 @@ fleet-scenarios: install
 	  $(PYTEST_ARGS)
 
 # The same changes and kills on the embedded stack with REAL vLLM CPU replicas (SmolLM2 x2, MiniLM) under
-# mixed load through nginx (bench/fleet_scenarios.py; about 15 minutes here). `make test` runs a short form
+# mixed load through nginx (bench/fleet_scenarios.py; 15 minutes here). `make test` runs a short form
 # (tests/e2e/test_fleet_scenarios_real.py: scale 2 -> 1 -> 2 and a rolling replace).
 fleet-scenarios-real: install
 	set -o pipefail; flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.fleet_scenarios \
