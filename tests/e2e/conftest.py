@@ -16,8 +16,11 @@ from workers.stack.stack import Stack, StackConfig
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The chaos run goes last: it kills and freezes parts of the shared stack (and restores them)."""
-    items.sort(key=lambda item: "test_chaos.py" in item.nodeid)
+    """The fleet scenarios go first (their own stack, up and down before the shared one starts); the chaos
+    run goes last: it kills and freezes parts of the shared stack (and restores them)."""
+    items.sort(
+        key=lambda item: ("test_chaos.py" in item.nodeid) - ("test_fleet_scenarios_real" in item.nodeid)
+    )
 
 
 def test_fleet(tmp: Path) -> Path:

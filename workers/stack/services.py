@@ -36,7 +36,7 @@ def tcp_probe(host: str, port: int) -> Probe:
 
 
 class Service(ManagedProcess):
-    """A named child process with its readiness probe."""
+    """A named child process with its readiness probe (and, for nginx, the graceful quit signal)."""
 
     def __init__(
         self,
@@ -46,9 +46,13 @@ class Service(ManagedProcess):
         probe: Probe,
         env: dict[str, str] | None = None,
         stop_grace_s: float = 10.0,
+        quit_signal: int | None = None,
     ) -> None:
         super().__init__(argv, env or {}, log_file, stop_grace_s)
         self.name, self.probe = name, probe
+        self.quit_signal = quit_signal
+        """The signal that makes what is left of the service's group finish its work and exit (nginx's
+        workers: SIGQUIT, a graceful shutdown) when its main process died; None: they are stopped."""
 
     async def wait_until_ready(self, deadline_s: float) -> None:
         try:

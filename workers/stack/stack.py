@@ -6,6 +6,7 @@ import asyncio
 import logging
 import secrets
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -156,7 +157,9 @@ class Stack:
             nginx_conf(REPO / "deploy/nginx/nginx.conf.template", f"{c.host}:{c.nginx_port}", upstreams, run)
         )
         argv = [tool("nginx"), "-c", str(conf), "-p", str(run), "-g", "daemon off;"]
-        return Service("nginx", argv, self.logs / "nginx.log", http_probe(f"{c.nginx_url}/health"))
+        probe = http_probe(f"{c.nginx_url}/health")
+        # A master killed -9 leaves its workers serving: SIGQUIT lets them finish their requests.
+        return Service("nginx", argv, self.logs / "nginx.log", probe, quit_signal=signal.SIGQUIT)
 
     def prometheus(self) -> Service:
         c = self.config
