@@ -228,15 +228,41 @@ class Proxy:
         """Step 4, admit: wait for a slot, leaving the queue at once if the client disconnects
         (``watch`` ends)."""
         ticket = self._ticket(ctx)
-        acquire = asyncio.ensure_future(self.gw.admission.acquire(ticket, max(1, pool.capacity)))
-        await asyncio.wait((acquire, watch), return_when=asyncio.FIRST_COMPLETED)
-        if not acquire.done():
-            acquire.cancel()
-            await asyncio.gather(acquire, return_exceptions=True)
-            raise ClientClosedRequest("the client disconnected while the request waited for admission")
-        lease, ctx.wait_s = acquire.result()
+        if self.gw.admission.waits:
+            lease, ctx.wait_s = await self._acquire(ticket, pool, watch)
+        else:  # admission off: a lease at once, nothing to race
+            lease, ctx.wait_s = await self.gw.admission.acquire(ticket, max(1, pool.capacity))
         self.gw.metrics.queue_wait.labels(ticket.model).observe(ctx.wait_s)
         return lease
+
+    async def _acquire(
+        self, ticket: Ticket, pool: ModelPool, watch: asyncio.Future[None]
+    ) -> tuple[Lease, float]:
+        """A slot from the queue, leaving it at once if the client disconnects first: the watch
+        cancels this task (acquire is cancellation-safe), which becomes a ClientClosedRequest; no task
+        of its own per acquire."""
+        current = asyncio.current_task()
+        assert current is not None
+        closed = over = False
+
+        def gone(_: asyncio.Future[None]) -> None:
+            nonlocal closed
+            if not closed and not over:  # a callback scheduled before the acquire ended may run after
+                closed = True
+                current.cancel()
+
+        watch.add_done_callback(gone)
+        try:
+            return await self.gw.admission.acquire(ticket, max(1, pool.capacity))
+        except asyncio.CancelledError:
+            if not closed or current.uncancel() > 0:  # cancelled from outside too: let that through
+                raise
+            raise ClientClosedRequest(
+                "the client disconnected while the request waited for admission"
+            ) from None
+        finally:
+            over = True
+            watch.remove_done_callback(gone)
 
     async def _admit_waking(self, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None]) -> Lease:
         """Step 4 for an on-demand model that is not awake: ask for one wake, wait in the shared queue
