@@ -4,8 +4,11 @@ the first body message (a non-streamed answer leaves in a single ``send`` system
 uvicorn writes the status line and headers when the application sends ``http.response.start`` and
 the body on each ``http.response.body``. Here each request's cycle writes through a
 :class:`HeldHead` that keeps the head's bytes until the next write (or a close) and writes both
-together. Everything else (keep-alive, pipelining, flow control, disconnects, limits, the graceful
-shutdown) is uvicorn's own code, unchanged.
+together. Each request's scope also carries, under :data:`GONE`, a future that resolves when the
+client's connection is lost (what uvicorn's ``receive`` would report as ``http.disconnect``), so the
+request path can watch the client without a task of its own. Everything else (keep-alive,
+pipelining, flow control, disconnects, limits, the graceful shutdown) is uvicorn's own code,
+unchanged.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import Any
 
 from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+GONE = "llmgw.gone"  # scope key: a future resolved when the client's connection is lost
 
 
 class HeldHead:
@@ -83,4 +88,12 @@ class OneWriteProtocol(HttpToolsProtocol):
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         cycle.__class__ = OneWriteCycle
         cycle.transport = HeldHead(cycle.transport)  # type: ignore[assignment]
+        cycle.scope[GONE] = self.loop.create_future()  # type: ignore[literal-required]
         super()._start_asgi_task(cycle, app)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        cycle = self.cycle
+        super().connection_lost(exc)
+        gone = cycle.scope.get(GONE) if cycle is not None and cycle.disconnected else None
+        if isinstance(gone, asyncio.Future) and not gone.done():
+            gone.set_result(None)

@@ -31,6 +31,7 @@ from gateway.errors import (
     error_response,
     sse_error_event,
 )
+from gateway.one_write import GONE
 from gateway.pool import Endpoint, ModelPool
 from gateway.state import Gateway
 from gateway.steps.finish import finish, stream_usage, usage_of
@@ -125,7 +126,7 @@ class Proxy:
         ctx.upstream_id = upstream_id(ctx.request_id, headers)
         try:
             ctx.body = await read_body(receive, self.gw.settings.max_body_bytes)
-            return await self._serve(ctx, receive)
+            return await self._serve(ctx, receive, scope.get(GONE))
         except GatewayError as err:
             await self._settle(ctx, 0, 0)
             return self._fail(ctx, err)
@@ -141,7 +142,9 @@ class Proxy:
         response.headers["x-request-id"] = ctx.request_id
         return response
 
-    async def _serve(self, ctx: RequestContext, receive: Receive) -> Response:
+    async def _serve(
+        self, ctx: RequestContext, receive: Receive, gone: asyncio.Future[None] | None = None
+    ) -> Response:
         gw = self.gw
         ctx.caller = await gw.auth.authenticate(ctx.headers)
         parse(ctx, gw.settings.prefix_chars, gw.settings.prefix_chunk_bytes, gw.settings.prefix_max_chunks)
@@ -150,7 +153,9 @@ class Proxy:
         ctx.cost = reserve(ctx.cost.prompt, ctx.asked, model.engine.max_model_len)
         ctx.charge = await gw.auth.charge(ctx.caller, model.name, ctx.cost)
         pool = gw.table.pool(model.name)
-        watch = asyncio.ensure_future(disconnected(receive))  # one watch from admission to the answer
+        # one watch from admission to the answer: the server's own disconnect future (gateway/one_write.py)
+        # or a task reading ``receive``
+        watch = gone if gone is not None else asyncio.ensure_future(disconnected(receive))
         try:
             if pool.candidates():
                 lease = await self._admit(ctx, pool, watch)
@@ -162,7 +167,8 @@ class Proxy:
                 )
             return await self._until_disconnect(self._run(ctx, pool, lease), watch)
         finally:
-            watch.cancel()
+            if watch is not gone:
+                watch.cancel()
 
     async def _settle(self, ctx: RequestContext, prompt: int, completion: int) -> None:
         """Refund what the request reserved but did not use, once, from its usage (zeros: nothing
@@ -232,7 +238,7 @@ class Proxy:
             lease, ctx.wait_s = await self._acquire(ticket, pool, watch)
         else:  # admission off: a lease at once, nothing to race
             lease, ctx.wait_s = await self.gw.admission.acquire(ticket, max(1, pool.capacity))
-        self.gw.metrics.queue_wait.labels(ticket.model).observe(ctx.wait_s)
+        self.gw.metrics.series(ticket.model).queue_wait.observe(ctx.wait_s)
         return lease
 
     async def _acquire(
