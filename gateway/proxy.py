@@ -112,6 +112,21 @@ async def disconnected(receive: Receive) -> None:
         pass
 
 
+class WholeResponse(Response):
+    """A relayed non-streamed answer with its headers built directly (what Starlette's ``Response``
+    would send for these arguments: x-request-id, content-length, content-type with a charset for
+    text/*), without its generic header handling."""
+
+    def __init__(self, body: bytes, status: int, request_id: str, media_type: str) -> None:
+        self.status_code, self.body, self.background = status, body, None
+        if media_type.startswith("text/") and "charset=" not in media_type.lower():
+            media_type += "; charset=utf-8"
+        self.raw_headers = [(b"x-request-id", request_id.encode("latin-1"))]
+        if status >= 200 and status not in (204, 304):
+            self.raw_headers.append((b"content-length", str(len(body)).encode()))
+        self.raw_headers.append((b"content-type", media_type.encode("latin-1")))
+
+
 class Proxy:
     """Serves every path of the allow-list (gateway/endpoints.py) for one gateway."""
 
@@ -463,8 +478,7 @@ class Proxy:
         prompt, completion = usage_of(body)
         await self._settle(ctx, prompt, completion)
         finish(ctx, self.gw.metrics, prompt, completion)
-        media = up.content_type
-        return Response(body, ctx.status, {"x-request-id": ctx.request_id}, media_type=media)
+        return WholeResponse(body, ctx.status, ctx.request_id, up.content_type)
 
     async def _relay(self, ctx: RequestContext, up: Upstream, lease: Lease) -> AsyncIterator[bytes]:
         assert ctx.replica is not None and ctx.model is not None

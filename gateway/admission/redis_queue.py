@@ -201,6 +201,10 @@ class RedisAdmission:
         return frozenset(self._held.get(model, ()))
 
     async def start(self) -> None:
+        """Renewal in the background; the pipelined connection opened now, so that a burst of first
+        requests does not wait on its opening (Redis down here: the first call tries again)."""
+        with contextlib.suppress(*REDIS_ERRORS):
+            await self.lean.connect()
         self._bg = Background()
         self._bg.start(self.renew_interval_s, self.tick)
 

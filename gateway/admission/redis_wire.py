@@ -241,6 +241,11 @@ class PipelinedRedis:
         proto.transport.write(encode(parts))
         return await fut
 
+    async def connect(self) -> None:
+        """Open the connection now (within the timeout) rather than on the first call."""
+        async with asyncio.timeout(self.timeout_s):
+            await self._connection()
+
     async def call(self, *parts: bytes | str | int | float) -> Reply:
         proto = self._proto
         if proto is None or proto.lost is not None:
