@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from redis.exceptions import RedisError
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import Receive, Scope
 
 from gateway.admission.base import Lease, Ticket
@@ -33,6 +33,7 @@ from gateway.errors import (
 )
 from gateway.one_write import GONE
 from gateway.pool import Endpoint, ModelPool
+from gateway.responses import RelayResponse, WholeResponse
 from gateway.state import Gateway
 from gateway.steps.finish import finish, stream_usage, usage_of
 from gateway.steps.parse import parse
@@ -110,21 +111,6 @@ async def disconnected(receive: Receive) -> None:
     """Returns when the client has gone away (the body was already read)."""
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-class WholeResponse(Response):
-    """A relayed non-streamed answer with its headers built directly (what Starlette's ``Response``
-    would send for these arguments: x-request-id, content-length, content-type with a charset for
-    text/*), without its generic header handling."""
-
-    def __init__(self, body: bytes, status: int, request_id: str, media_type: str) -> None:
-        self.status_code, self.body, self.background = status, body, None
-        if media_type.startswith("text/") and "charset=" not in media_type.lower():
-            media_type += "; charset=utf-8"
-        self.raw_headers = [(b"x-request-id", request_id.encode("latin-1"))]
-        if status >= 200 and status not in (204, 304):
-            self.raw_headers.append((b"content-length", str(len(body)).encode()))
-        self.raw_headers.append((b"content-type", media_type.encode("latin-1")))
 
 
 class Proxy:
@@ -457,7 +443,7 @@ class Proxy:
         if not streaming:
             return await self._whole(ctx, up, lease)
         headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
-        return StreamingResponse(self._relay(ctx, up, lease), 200, headers, media_type="text/event-stream")
+        return RelayResponse(self._relay(ctx, up, lease), 200, headers, media_type="text/event-stream")
 
     async def _whole(self, ctx: RequestContext, up: Upstream, lease: Lease) -> Response:
         assert ctx.replica is not None
