@@ -61,6 +61,8 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, comple
         series.completion_tokens.inc(completion)
     if ctx.caller.key_id:
         by_tenant(ctx, metrics, prompt, completion)
+    if not log.isEnabledFor(logging.INFO):  # the line's fields are not even formatted
+        return
     log.info(
         "request_id=%s model=%s endpoint=%s status=%d replica=%s attempts=%d stream=%s wait_ms=%.1f"
         " ttft_ms=%s duration_ms=%.1f tenant=%s upstream_id=%s%s",
