@@ -53,7 +53,7 @@ $(STAMPS)/venv: pyproject.toml | $(STAMPS)
 	@echo "==> removing the CUDA builds of torchvision/torchaudio/torchcodec (they break transformers beside CPU torch)"
 	@$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	@echo "==> installing the project (log: .cache/pip-project.log)"
-	@$(BIN)/pip install -q --progress-bar off $(PIP_TORCH_INDEX) gguf accelerate -e '.[dev]' > .cache/pip-project.log 2>&1 \
+	@$(BIN)/pip install -q --progress-bar off $(PIP_TORCH_INDEX) gguf accelerate -e '.[dev,bench]' > .cache/pip-project.log 2>&1 \
 	  || { tail -30 .cache/pip-project.log; exit 1; }
 	@touch $@
 

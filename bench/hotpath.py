@@ -3,16 +3,20 @@
 The FAKE ENGINE (bench/fake_engine.py) stands in for vLLM.  The proxy under test is pinned to
 core 0; the engine and this load generator share core 1.  For each target (direct to the engine,
 nginx alone, the gateway with admission off and on, and, over two fake replicas with admission off,
-``rr-2`` round robin against ``prefix-2`` the default policy with its shared prefix index in Redis)
-and each shape (non-streamed 16 tokens, streamed 64 tokens) at concurrency 1, 32 and 256 it prints
-requests/s, p50/p99 latency and TTFT, the added p50 over direct, and the proxy's CPU milliseconds per
-request (from /proc of its process tree), each the median of 3 runs.
+``rr-2`` round robin against ``prefix-2`` the default policy with its shared prefix index in Redis),
+and vLLM Router (the Rust router of the ``vllm-router`` package) as the peer: round robin over one engine,
+round robin over two, its default cache_aware over two, and each shape (non-streamed 16 tokens, streamed
+64 tokens) at concurrency 1, 32 and 256 it prints requests/s, p50/p99 latency and TTFT, the added p50 over
+direct, the proxy's CPU milliseconds per request (from /proc of its process tree), each the median of 3
+runs, and that CPU as a ratio to vLLM Router's in the same run (rr-2 and prefix-2 against the router over
+the same two engines, round robin and cache_aware; every other target against the router over one).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -35,6 +39,16 @@ from workers.stack.render import nginx_conf
 PROXY_CORE, LOAD_CORE = "0", "1"
 SHAPES = {"non-stream": (False, 16), "stream": (True, 64)}
 TWO_REPLICAS = {"rr-2": "round_robin", "prefix-2": "prefix_affinity"}
+# vLLM Router (the Rust router of the vllm-router package), the peer every CPU figure is divided by:
+# round robin over one engine (beside nginx and the gateway), over two (beside rr-2), and its own
+# default, cache_aware, over two (beside prefix-2).
+ROUTER = "vllm-router"
+ROUTERS = {
+    ROUTER: ("round_robin", 1),
+    "vllm-router-rr-2": ("round_robin", 2),
+    "vllm-router-cache-2": ("cache_aware", 2),
+}
+PEER = {"rr-2": "vllm-router-rr-2", "prefix-2": "vllm-router-cache-2"}
 
 
 @dataclass
@@ -49,6 +63,7 @@ class Row:
     cpu_ms_per_req: float
     errors: int
     added_p50_ms: float = 0.0
+    cpu_vs_router: float = 0.0
 
 
 def say(msg: str) -> None:
@@ -124,6 +139,21 @@ def start_nginx(tmp: Path, engine: Proc) -> Proc:
     argv = pinned(PROXY_CORE, ["nginx", "-c", str(conf), "-p", str(run_dir), "-g", "daemon off;"])
     proc = spawn(argv, port, run_dir / "nginx.log")
     wait_until(lambda: port_open(port), 10, "nginx")
+    return proc
+
+
+def start_router(tmp: Path, engines: list[Proc], policy: str) -> Proc:
+    """vLLM Router pinned to the proxy core, over the given fake engines, retries and its circuit
+    breaker off (the fake engine never fails here), logs at warning."""
+    port = free_port()
+    argv = [
+        str(Path(sys.executable).parent / "vllm-router"),
+        *("--host", "127.0.0.1", "--port", str(port), "--policy", policy, "--log-level", "warning"),
+        *("--worker-urls", *[e.url for e in engines]),
+        *("--worker-startup-check-interval", "1", "--disable-retries", "--disable-circuit-breaker"),
+    ]
+    proc = spawn(pinned(PROXY_CORE, argv), port, tmp / f"vllm-router-{port}.log")
+    wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 60, "vllm-router")
     return proc
 
 
@@ -203,22 +233,48 @@ def bench_target(name: str, proc: Proc | None, port: int, args: argparse.Namespa
 
 
 def add_overheads(rows: list[Row]) -> None:
+    """Added p50 over direct, and CPU per request as a ratio to vLLM Router's in the same run (rr-2 and
+    prefix-2 to the router over the same two engines, every other target to the router over one)."""
     direct = {(r.shape, r.concurrency): r.p50_ms for r in rows if r.target == "direct"}
+    cpu = {(r.target, r.shape, r.concurrency): r.cpu_ms_per_req for r in rows}
     for r in rows:
         r.added_p50_ms = r.p50_ms - direct.get((r.shape, r.concurrency), r.p50_ms)
+        peer = cpu.get((PEER.get(r.target, ROUTER), r.shape, r.concurrency), 0.0)
+        r.cpu_vs_router = r.cpu_ms_per_req / peer if peer > 0 and r.target != "direct" else 0.0
 
 
 def table(rows: list[Row]) -> str:
     head = (
         "| target | shape | conc | req/s | p50 ms | p99 ms | TTFT p50 ms | added p50 ms | proxy CPU ms/req "
-        "| errors |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| × vLLM Router | errors |\n|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [
         f"| {r.target} | {r.shape} | {r.concurrency} | {r.rps:.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | "
-        f"{r.ttft_p50_ms:.2f} | {r.added_p50_ms:+.2f} | {r.cpu_ms_per_req:.3f} | {r.errors} |"
+        f"{r.ttft_p50_ms:.2f} | {r.added_p50_ms:+.2f} | {r.cpu_ms_per_req:.3f} | "
+        f"{f'{r.cpu_vs_router:.2f}' if r.cpu_vs_router else '—'} | {r.errors} |"
         for r in rows
     ]
     return "\n".join([head, *lines])
+
+
+def ratio_table(rows: list[Row]) -> str:
+    """The issue's table: one line per target, CPU ms per request with its ratio to vLLM Router's."""
+    cells = [(shape, c) for shape in SHAPES for c in sorted({r.concurrency for r in rows})]
+    head = "| proxy | " + " | ".join(f"{shape} c={c}" for shape, c in cells) + " |"
+    lines = [head, "|---|" + "---|" * len(cells)]
+    by = {(r.target, r.shape, r.concurrency): r for r in rows}
+    for name in dict.fromkeys(r.target for r in rows if r.target != "direct"):
+        found = [by.get((name, shape, c)) for shape, c in cells]
+        text = [
+            "—"
+            if r is None
+            else f"{r.cpu_ms_per_req:.3f} ({r.cpu_vs_router:.2f}×)"
+            if r.cpu_vs_router
+            else f"{r.cpu_ms_per_req:.3f}"
+            for r in found
+        ]
+        lines.append(f"| {name} | " + " | ".join(text) + " |")
+    return "\n".join(lines)
 
 
 def many_streams(tmp: Path, gateway: Proc, n: int) -> str:
@@ -250,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--targets",
         nargs="+",
-        default=["direct", "nginx", "gateway", "gateway+admission", "rr-2", "prefix-2"],
+        default=["direct", "nginx", *ROUTERS, "gateway", "gateway+admission", "rr-2", "prefix-2"],
     )
     p.add_argument("--streams", type=int, default=1000, help="concurrent streams check (0 to skip)")
     p.add_argument("--soak", type=float, default=0, help="seconds of soak at concurrency 256 (0 to skip)")
@@ -268,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows += bench_one(name, tmp, engine, redis, args, notes)
     add_overheads(rows)
     print("\n" + table(rows))
+    print("\nproxy CPU ms per request (× vLLM Router's in this run):\n" + ratio_table(rows))
     for n in notes:
         print(n)
     args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -283,6 +340,12 @@ def bench_one(
     if name == "nginx":
         with started(start_nginx(tmp, engine)) as nginx:
             return bench_target(name, nginx, nginx.port, args)
+    if name in ROUTERS:
+        policy, count = ROUTERS[name]
+        with contextlib.ExitStack() as extra:
+            more = [extra.enter_context(started(start_engine(tmp))) for _ in range(count - 1)]
+            with started(start_router(tmp, [engine, *more], policy)) as router:
+                return bench_target(name, router, router.port, args)
     if name in TWO_REPLICAS:
         with started(start_engine(tmp)) as second:
             gateway = start_gateway(tmp, [engine, second], redis, admission=False, policy=TWO_REPLICAS[name])

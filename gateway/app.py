@@ -31,7 +31,7 @@ from gateway.errors import (
     NotFound,
     error_response,
 )
-from gateway.fastpath import FastPath
+from gateway.fastpath import GatewayApp
 from gateway.fleet_reload import FleetReload
 from gateway.http1 import ConnectionPool
 from gateway.inflight import InflightShare
@@ -198,12 +198,12 @@ def create_app(settings: GatewaySettings, **fastapi_kwargs: Any) -> FastAPI:
         async with lifespan_for(gw, discovery):
             yield
 
-    app = FastAPI(title="llm-gateway", version="0.1.0", lifespan=lifespan, **fastapi_kwargs)
+    app = GatewayApp(title="llm-gateway", version="0.1.0", lifespan=lifespan, **fastapi_kwargs)
     app.state.gateway = gw
     app.state.discovery = discovery
     add_error_handlers(app)
     proxy = Proxy(gw)
     add_routes(app, gw, proxy, discovery)
     add_admin_routes(app, gw)
-    app.add_middleware(FastPath, proxy=proxy)
+    app.proxy = proxy  # the proxied paths, ahead of FastAPI (gateway/fastpath.py)
     return app

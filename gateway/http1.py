@@ -162,6 +162,11 @@ class Response:
         self._conn.chunks.clear()
         return parts
 
+    @property
+    def arrived(self) -> bool:
+        """The whole body is here: reading the rest will not wait."""
+        return self._conn.complete
+
     async def read(self) -> bytes:
         parts = []
         while chunk := await self.next_chunk():

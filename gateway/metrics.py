@@ -6,6 +6,8 @@ Buckets resolve well under 300 ms because the alert thresholds (500 ms p99) do.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (
@@ -36,8 +38,22 @@ ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
+@dataclass
+class ModelSeries:
+    """One model's per-request series, looked up once (``labels()`` takes a lock and builds a key on
+    every call): latency, TTFT, token counters, queue wait, and requests by status."""
+
+    latency: Histogram
+    ttft: Histogram
+    prompt_tokens: Counter
+    completion_tokens: Counter
+    queue_wait: Histogram
+    by_status: dict[int, Counter] = field(default_factory=dict)
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
+        self._series: dict[str, ModelSeries] = {}
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "llmgw_requests", "Requests answered, by model and HTTP status.", ["model", "status"], registry=r
@@ -166,6 +182,27 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+
+    def series(self, model: str) -> ModelSeries:
+        """The model's per-request series (made on first use, then reused)."""
+        found = self._series.get(model)
+        if found is None:
+            found = self._series[model] = ModelSeries(
+                self.latency.labels(model),
+                self.ttft.labels(model),
+                self.prompt_tokens.labels(model),
+                self.completion_tokens.labels(model),
+                self.queue_wait.labels(model),
+            )
+        return found
+
+    def requests_of(self, model: str, status: int) -> Counter:
+        """The requests counter of one model and status (reused)."""
+        by_status = self.series(model).by_status
+        child = by_status.get(status)
+        if child is None:
+            child = by_status[status] = self.requests.labels(model, str(status))
+        return child
 
     def forget_replica(self, model: str, replica: str) -> None:
         """Drop a replica's series once it left the registry (pods churn: series must not pile up)."""

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from redis.exceptions import RedisError
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import Receive, Scope
 
 from gateway.admission.base import Lease, Ticket
@@ -31,7 +31,9 @@ from gateway.errors import (
     error_response,
     sse_error_event,
 )
+from gateway.one_write import GONE
 from gateway.pool import Endpoint, ModelPool
+from gateway.responses import RelayResponse, WholeResponse
 from gateway.state import Gateway
 from gateway.steps.finish import finish, stream_usage, usage_of
 from gateway.steps.parse import parse
@@ -125,7 +127,7 @@ class Proxy:
         ctx.upstream_id = upstream_id(ctx.request_id, headers)
         try:
             ctx.body = await read_body(receive, self.gw.settings.max_body_bytes)
-            return await self._serve(ctx, receive)
+            return await self._serve(ctx, receive, scope.get(GONE))
         except GatewayError as err:
             await self._settle(ctx, 0, 0)
             return self._fail(ctx, err)
@@ -141,7 +143,9 @@ class Proxy:
         response.headers["x-request-id"] = ctx.request_id
         return response
 
-    async def _serve(self, ctx: RequestContext, receive: Receive) -> Response:
+    async def _serve(
+        self, ctx: RequestContext, receive: Receive, gone: asyncio.Future[None] | None = None
+    ) -> Response:
         gw = self.gw
         ctx.caller = await gw.auth.authenticate(ctx.headers)
         parse(ctx, gw.settings.prefix_chars, gw.settings.prefix_chunk_bytes, gw.settings.prefix_max_chunks)
@@ -150,7 +154,9 @@ class Proxy:
         ctx.cost = reserve(ctx.cost.prompt, ctx.asked, model.engine.max_model_len)
         ctx.charge = await gw.auth.charge(ctx.caller, model.name, ctx.cost)
         pool = gw.table.pool(model.name)
-        watch = asyncio.ensure_future(disconnected(receive))  # one watch from admission to the answer
+        # one watch from admission to the answer: the server's own disconnect future (gateway/one_write.py)
+        # or a task reading ``receive``
+        watch = gone if gone is not None else asyncio.ensure_future(disconnected(receive))
         try:
             if pool.candidates():
                 lease = await self._admit(ctx, pool, watch)
@@ -162,7 +168,8 @@ class Proxy:
                 )
             return await self._until_disconnect(self._run(ctx, pool, lease), watch)
         finally:
-            watch.cancel()
+            if watch is not gone:
+                watch.cancel()
 
     async def _settle(
         self, ctx: RequestContext, prompt: int, completion: int, lease: Lease | None = None
@@ -234,15 +241,41 @@ class Proxy:
         """Step 4, admit: wait for a slot, leaving the queue at once if the client disconnects
         (``watch`` ends)."""
         ticket = self._ticket(ctx)
-        acquire = asyncio.ensure_future(self.gw.admission.acquire(ticket, max(1, pool.capacity)))
-        await asyncio.wait((acquire, watch), return_when=asyncio.FIRST_COMPLETED)
-        if not acquire.done():
-            acquire.cancel()
-            await asyncio.gather(acquire, return_exceptions=True)
-            raise ClientClosedRequest("the client disconnected while the request waited for admission")
-        lease, ctx.wait_s = acquire.result()
-        self.gw.metrics.queue_wait.labels(ticket.model).observe(ctx.wait_s)
+        if self.gw.admission.waits:
+            lease, ctx.wait_s = await self._acquire(ticket, pool, watch)
+        else:  # admission off: a lease at once, nothing to race
+            lease, ctx.wait_s = await self.gw.admission.acquire(ticket, max(1, pool.capacity))
+        self.gw.metrics.series(ticket.model).queue_wait.observe(ctx.wait_s)
         return lease
+
+    async def _acquire(
+        self, ticket: Ticket, pool: ModelPool, watch: asyncio.Future[None]
+    ) -> tuple[Lease, float]:
+        """A slot from the queue, leaving it at once if the client disconnects first: the watch
+        cancels this task (acquire is cancellation-safe), which becomes a ClientClosedRequest; no task
+        of its own per acquire."""
+        current = asyncio.current_task()
+        assert current is not None
+        closed = over = False
+
+        def gone(_: asyncio.Future[None]) -> None:
+            nonlocal closed
+            if not closed and not over:  # a callback scheduled before the acquire ended may run after
+                closed = True
+                current.cancel()
+
+        watch.add_done_callback(gone)
+        try:
+            return await self.gw.admission.acquire(ticket, max(1, pool.capacity))
+        except asyncio.CancelledError:
+            if not closed or current.uncancel() > 0:  # cancelled from outside too: let that through
+                raise
+            raise ClientClosedRequest(
+                "the client disconnected while the request waited for admission"
+            ) from None
+        finally:
+            over = True
+            watch.remove_done_callback(gone)
 
     async def _admit_waking(self, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None]) -> Lease:
         """Step 4 for an on-demand model that is not awake: ask for one wake, wait in the shared queue
@@ -419,7 +452,7 @@ class Proxy:
         if not streaming:
             return await self._whole(ctx, up, lease)
         headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
-        return StreamingResponse(self._relay(ctx, up, lease), 200, headers, media_type="text/event-stream")
+        return RelayResponse(self._relay(ctx, up, lease), 200, headers, media_type="text/event-stream")
 
     async def _whole(self, ctx: RequestContext, up: Upstream, lease: Lease) -> Response:
         assert ctx.replica is not None
@@ -440,8 +473,7 @@ class Proxy:
         prompt, completion = usage_of(body)
         await self._settle(ctx, prompt, completion, lease)
         finish(ctx, self.gw.metrics, prompt, completion)
-        media = up.content_type
-        return Response(body, ctx.status, {"x-request-id": ctx.request_id}, media_type=media)
+        return WholeResponse(body, ctx.status, ctx.request_id, up.content_type)
 
     async def _relay(self, ctx: RequestContext, up: Upstream, lease: Lease) -> AsyncIterator[bytes]:
         assert ctx.replica is not None and ctx.model is not None

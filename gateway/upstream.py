@@ -94,6 +94,9 @@ async def read_rest(up: Upstream, wait_s: float, url: str) -> bytes:
     """The whole body of a non-streamed answer, within ``wait_s``."""
     if not up.first:
         return b""
+    if up.response.arrived:  # a small answer came whole with its head: no wait, no timer
+        rest = await up.response.read()
+        return up.first + rest if rest else up.first
     try:
         async with asyncio.timeout(wait_s):
             rest = await up.response.read()

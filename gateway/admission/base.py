@@ -35,6 +35,10 @@ class Lease(Protocol):
 
 
 class Admission(Protocol):
+    #: False when ``acquire`` returns at once without I/O (admission off): the request path then
+    #: awaits it directly instead of racing it against the client's disconnect.
+    waits: bool
+
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[Lease, float]:
         """Wait for a slot; returns the lease and the seconds waited. Raises QueueFull or QueueTimeout.
 

@@ -27,6 +27,8 @@ MIN_LOCAL_WAIT_S = 0.001
 
 
 class FallbackAdmission:
+    waits = True
+
     def __init__(
         self,
         shared: RedisAdmission,

@@ -46,6 +46,8 @@ class _ModelQueue:
 class LocalAdmission:
     """Capacity slots per model with a priority-then-arrival queue; waiters are woken on release."""
 
+    waits = True
+
     def __init__(self, share: float = 1.0) -> None:
         self._queues: dict[str, _ModelQueue] = {}
         self._seq = itertools.count()

@@ -14,6 +14,8 @@ class NoLease:
 
 
 class OpenAdmission:
+    waits = False
+
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[NoLease, float]:
         return NoLease(), 0.0
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Coroutine
 from enum import IntEnum
 from importlib import resources
@@ -29,7 +30,7 @@ from redis.exceptions import RedisError
 from contract.redis_keys import RedisKeys
 from gateway.admission.base import AdmissionUnavailable, Ticket
 from gateway.admission.order import clamp_priority
-from gateway.admission.redis_wire import LeanScript, PipelinedRedis
+from gateway.admission.redis_wire import LeanScript, PipelinedRedis, RedisReplyError, Reply
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.metrics import GatewayMetrics
 from gateway.periodic import Background
@@ -126,6 +127,13 @@ class QueueScripts:
         """Lower ``tenant``'s fair-share finish tag by ``tokens``; returns the tag after."""
         return int(await self._refund([self.keys.tenant_usage(model)], [tenant, tokens]))
 
+    def release_nowait(
+        self, model: str, ticket_id: str, capacity: int, timeout_s: float
+    ) -> asyncio.Future[Reply] | None:
+        """The release sent without waiting: its reply's future, or None (no connection open yet)."""
+        args: list[Arg] = [ticket_id, capacity, self.ttl_ms, self._wake_prefix(model)]
+        return self._release.nowait(self._model_keys(model), args, timeout_s)
+
     async def tick(self, model: str, capacity: int, held: list[str]) -> tuple[int, int, list[str]]:
         """Renew ``held``; returns (queue depth, active leases, the held ids Redis no longer had)."""
         args: list[Arg] = [capacity, self.ttl_ms, self._wake_prefix(model), *held]
@@ -176,6 +184,8 @@ class RedisLease:
 class RedisAdmission:
     """The shared queue. Raises AdmissionUnavailable when Redis cannot be reached (see fallback.py)."""
 
+    waits = True
+
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -194,6 +204,7 @@ class RedisAdmission:
         self._held: dict[str, set[str]] = {}
         self._capacity: dict[str, int] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
+        self._releases: set[asyncio.Future[Reply]] = set()  # sent without a task (release_nowait)
         self._bg: Background | None = None
 
     @property
@@ -208,6 +219,10 @@ class RedisAdmission:
         return frozenset(self._held.get(model, ()))
 
     async def start(self) -> None:
+        """Renewal in the background; the pipelined connection opened now, so that a burst of first
+        requests does not wait on its opening (Redis down here: the first call tries again)."""
+        with contextlib.suppress(*REDIS_ERRORS):
+            await self.lean.connect()
         self._bg = Background()
         self._bg.start(self.renew_interval_s, self.tick)
 
@@ -222,7 +237,7 @@ class RedisAdmission:
 
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[RedisLease, float]:
         started = time.monotonic()
-        lease_id = f"{self.gateway_id}:{uuid.uuid4().hex}"
+        lease_id = f"{self.gateway_id}:{os.urandom(16).hex()}"
         self._capacity[ticket.model] = capacity
         try:
             queued = await self._admit(ticket, lease_id, capacity, started)
@@ -311,9 +326,27 @@ class RedisAdmission:
 
     async def release(self, model: str, lease_id: str) -> None:
         """Gives the slot back in the background: the answer to the client does not wait for Redis, and
-        a cancelled caller cannot cut the release short. ``drain()`` waits for it."""
+        a cancelled caller cannot cut the release short. ``drain()`` waits for it. The script is sent
+        at once and its reply handled by a callback (no task per release); before the connection is
+        open, or when Redis lacks the script, a background task makes the call."""
         self._held.get(model, set()).discard(lease_id)
-        self._spawn(self._release_quietly(model, lease_id))
+        capacity = self._capacity.get(model, 1)
+        reply = self.scripts.release_nowait(model, lease_id, capacity, self._io_budget)
+        if reply is None:
+            self._spawn(self._release_quietly(model, lease_id))
+            return
+        self._releases.add(reply)
+        reply.add_done_callback(functools.partial(self._released, model, lease_id))
+
+    def _released(self, model: str, lease_id: str, reply: asyncio.Future[Reply]) -> None:
+        self._releases.discard(reply)
+        exc = None if reply.cancelled() else reply.exception()
+        if isinstance(exc, RedisReplyError) and str(exc).startswith("NOSCRIPT"):
+            self._spawn(self._release_quietly(model, lease_id))
+        elif exc is not None:
+            log.warning(
+                "model=%s lease=%s release failed (%s); the lease expires by itself", model, lease_id, exc
+            )
 
     def refund(self, model: str, tenant: str, tokens: int) -> None:
         """Give ``tokens`` back to ``tenant``'s fair-share tag, in the background (``drain()`` waits)."""
@@ -329,6 +362,8 @@ class RedisAdmission:
 
     async def drain(self, timeout_s: float | None = None) -> None:
         """Wait for the releases and queue exits still running in the background."""
+        if self._releases:
+            await asyncio.wait(list(self._releases), timeout=timeout_s)
         if self._cleanups:
             await asyncio.wait(list(self._cleanups), timeout=timeout_s)
 

@@ -2,9 +2,10 @@
 
 Every admitted request runs two scripts (acquire, release). Through redis-py each call cost more
 CPU than the rest of the request path together (see README "Performance"); here one connection
-carries every call of the gateway, pipelined: commands are written as they come and replies are
-matched to callers in order. Only what EVALSHA needs is spoken: RESP2 integers, bulk strings,
-arrays, simple strings and errors.
+carries every call of the gateway, pipelined: the commands of one event-loop tick leave in one write
+and replies are matched to callers in order. A call's deadline is one timer (not a timeout context),
+and a caller that need not wait (a release) gets the reply's future without a task. Only what
+EVALSHA needs is spoken: RESP2 integers, bulk strings, arrays, simple strings and errors.
 """
 
 from __future__ import annotations
@@ -97,20 +98,48 @@ class _Parser:
         return items, at
 
 
+def expire(fut: asyncio.Future[Reply], timeout_s: float) -> None:
+    """A call's deadline passed: its caller gets TimeoutError (a late reply is skipped)."""
+    if not fut.done():
+        fut.set_exception(TimeoutError(f"no reply from Redis within {timeout_s:g} s"))
+
+
 class _Protocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.parser = _Parser()
-        self.pending: collections.deque[asyncio.Future[Reply]] = collections.deque()
+        self.pending: collections.deque[tuple[asyncio.Future[Reply], asyncio.TimerHandle | None]] = (
+            collections.deque()
+        )
         self.transport: asyncio.Transport | None = None
         self.lost: Exception | None = None
+        self.out: list[bytes] = []  # the commands of this tick, written together by flush()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
+    def send(
+        self, loop: asyncio.AbstractEventLoop, command: bytes, timeout_s: float
+    ) -> asyncio.Future[Reply]:
+        """Queue ``command`` for this tick's write; its reply's future fails with TimeoutError
+        past ``timeout_s``."""
+        fut: asyncio.Future[Reply] = loop.create_future()
+        self.pending.append((fut, loop.call_later(timeout_s, expire, fut, timeout_s)))
+        if not self.out:
+            loop.call_soon(self.flush)
+        self.out.append(command)
+        return fut
+
+    def flush(self) -> None:
+        out, self.out = self.out, []
+        if out and self.transport is not None and self.lost is None:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
     def data_received(self, data: bytes) -> None:
         self.parser.feed(data)
         for reply in self.parser.replies():
-            fut = self.pending.popleft()
+            fut, timer = self.pending.popleft()
+            if timer is not None:
+                timer.cancel()
             if fut.done():
                 continue
             if isinstance(reply, RedisReplyError):
@@ -121,7 +150,9 @@ class _Protocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = ConnectionResetError("the Redis connection was lost")
         while self.pending:
-            fut = self.pending.popleft()
+            fut, timer = self.pending.popleft()
+            if timer is not None:
+                timer.cancel()
             if not fut.done():
                 fut.set_exception(self.lost)
 
@@ -206,13 +237,32 @@ class PipelinedRedis:
     async def _send(self, proto: _Protocol, parts: list[bytes | str | int | float]) -> Reply:
         assert proto.transport is not None
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        proto.pending.append(fut)
+        proto.pending.append((fut, None))
         proto.transport.write(encode(parts))
         return await fut
 
-    async def call(self, *parts: bytes | str | int | float) -> Reply:
+    async def connect(self) -> None:
+        """Open the connection now (within the timeout) rather than on the first call."""
         async with asyncio.timeout(self.timeout_s):
-            return await self._send(await self._connection(), list(parts))
+            await self._connection()
+
+    async def call(self, *parts: bytes | str | int | float) -> Reply:
+        proto = self._proto
+        if proto is None or proto.lost is not None:
+            async with asyncio.timeout(self.timeout_s):
+                proto = await self._connection()
+        return await proto.send(asyncio.get_running_loop(), encode(list(parts)), self.timeout_s)
+
+    def call_nowait(
+        self, parts: list[bytes | str | int | float], timeout_s: float | None = None
+    ) -> asyncio.Future[Reply] | None:
+        """The reply's future of a call sent without waiting (no task), failing with TimeoutError past
+        ``timeout_s`` (the connection's own by default); None while no connection is open (then use
+        :meth:`call`)."""
+        proto = self._proto
+        if proto is None or proto.lost is not None:
+            return None
+        return proto.send(asyncio.get_running_loop(), encode(parts), timeout_s or self.timeout_s)
 
     def close(self) -> None:
         if self._proto is not None and self._proto.transport is not None:
@@ -233,3 +283,10 @@ class LeanScript:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
         return await self.client.call("EVAL", self.source, len(keys), *keys, *args)
+
+    def nowait(
+        self, keys: list[str], args: list[str | int | float], timeout_s: float | None = None
+    ) -> asyncio.Future[Reply] | None:
+        """EVALSHA sent without waiting: the reply's future (a NOSCRIPT error in it means: use the
+        awaited call, which loads the script), or None while no connection is open."""
+        return self.client.call_nowait(["EVALSHA", self.sha, len(keys), *keys, *args], timeout_s)

@@ -50,16 +50,19 @@ def by_tenant(ctx: RequestContext, metrics: GatewayMetrics, prompt: int, complet
 def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, completion: int = 0) -> None:
     now = time.perf_counter()
     model = ctx.model_label
-    metrics.requests.labels(model, str(ctx.status)).inc()
-    metrics.latency.labels(model).observe(now - ctx.started)
+    series = metrics.series(model)
+    metrics.requests_of(model, ctx.status).inc()
+    series.latency.observe(now - ctx.started)
     if ctx.first_byte_at is not None:
-        metrics.ttft.labels(model).observe(ctx.first_byte_at - ctx.started)
+        series.ttft.observe(ctx.first_byte_at - ctx.started)
     if prompt:
-        metrics.prompt_tokens.labels(model).inc(prompt)
+        series.prompt_tokens.inc(prompt)
     if completion:
-        metrics.completion_tokens.labels(model).inc(completion)
+        series.completion_tokens.inc(completion)
     if ctx.caller.key_id:
         by_tenant(ctx, metrics, prompt, completion)
+    if not log.isEnabledFor(logging.INFO):  # the line's fields are not even formatted
+        return
     log.info(
         "request_id=%s model=%s endpoint=%s status=%d replica=%s attempts=%d stream=%s wait_ms=%.1f"
         " ttft_ms=%s duration_ms=%.1f tenant=%s upstream_id=%s%s",

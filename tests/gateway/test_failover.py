@@ -349,3 +349,33 @@ async def test_every_replica_ejected_is_still_tried_and_an_answer_brings_it_back
         for e in engines:
             os.killpg(e.popen.pid, signal.SIGCONT)
             e.stop()
+
+async def test_client_leaving_a_stream_aborts_it_and_frees_its_slot(tmp_path: Path, redis_url: str) -> None:
+    # One slot on a replica that streams slowly (100 ms between events): a stream client that leaves
+    # after its first event must end the upstream request (the engine sees it close) and free the
+    # slot; the next stream is admitted and its own leaving ends it too.
+    slow = start_fake_engine(tmp_path, "--delay-ms", "100")
+    prefix = f"s{uuid.uuid4().hex[:8]}"
+    body = {**CHAT, "max_tokens": 200, "stream": True}
+    try:
+        await register(redis_url, prefix, "m", slow.url, "m-0", concurrency=1)
+        async with (
+            serve_gateway(tmp_path, FLEET, redis_url, prefix, health_interval_s=60) as gw,
+            httpx.AsyncClient(timeout=60) as c,
+        ):
+
+            async def stats() -> dict[str, int]:
+                return dict((await c.get(f"{slow.url}/stats")).json())
+
+            for n in (1, 2):
+                async with httpx.AsyncClient(timeout=60) as leaving:
+                    async with leaving.stream("POST", f"{gw}/v1/chat/completions", json=body) as r:
+                        assert r.status_code == 200
+                        first = await anext(r.aiter_bytes())
+                        assert first.startswith(b"data: ")
+                await until(lambda n=n: started_is(stats, n), 10, f"stream {n} reached the engine")
+                await until(lambda: inflight_is(stats, 0), 10, f"the engine saw stream {n} end")
+            metrics = (await c.get(f"{gw}/metrics")).text
+    finally:
+        slow.stop()
+    assert 'llmgw_requests_total{model="m",status="200"} 2.0' in metrics

@@ -15,6 +15,7 @@ import uvicorn
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, ReplicaState, publish
 from gateway.app import create_app
+from gateway.one_write import OneWriteProtocol
 from gateway.settings import GatewaySettings
 from tests.support.procs import free_port
 
@@ -61,6 +62,7 @@ async def serve_gateway(
             create_app(s),
             host="127.0.0.1",
             port=port,
+            http=OneWriteProtocol,  # the protocol llmgw-gateway serves with (gateway/cli.py)
             log_level="warning",
             lifespan="on",
             timeout_graceful_shutdown=1,

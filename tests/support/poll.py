@@ -13,7 +13,8 @@ Check = Callable[[], object | Awaitable[object]]
 async def until(
     check: Check, deadline_s: float = 20.0, what: str = "condition", interval_s: float = 0.05
 ) -> object:
-    """Return ``check()``'s result (sync or async) once it is truthy; AssertionError naming ``what`` at the deadline."""
+    """``check()``'s result (sync or async) once it is truthy; AssertionError naming ``what`` at the
+    deadline."""
     end = time.monotonic() + deadline_s
     while True:
         result = check()
