@@ -350,6 +350,7 @@ async def test_every_replica_ejected_is_still_tried_and_an_answer_brings_it_back
             os.killpg(e.popen.pid, signal.SIGCONT)
             e.stop()
 
+
 async def test_client_leaving_a_stream_aborts_it_and_frees_its_slot(tmp_path: Path, redis_url: str) -> None:
     # One slot on a replica that streams slowly (100 ms between events): a stream client that leaves
     # after its first event must end the upstream request (the engine sees it close) and free the
