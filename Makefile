@@ -52,7 +52,7 @@ $(STAMPS)/venv: pyproject.toml | $(STAMPS)
 	@echo "==> removing the CUDA builds of torchvision/torchaudio/torchcodec (they break transformers beside CPU torch)"
 	@$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	@echo "==> installing the project (log: .cache/pip-project.log)"
-	@$(BIN)/pip install -q --progress-bar off $(PIP_TORCH_INDEX) gguf accelerate -e '.[dev]' > .cache/pip-project.log 2>&1 \
+	@$(BIN)/pip install -q --progress-bar off $(PIP_TORCH_INDEX) gguf accelerate -e '.[dev,bench]' > .cache/pip-project.log 2>&1 \
 	  || { tail -30 .cache/pip-project.log; exit 1; }
 	@touch $@
 
@@ -107,6 +107,9 @@ format: $(STAMPS)/venv
 bench: install
 	$(BIN)/python -m bench.hotpath $(BENCH_ARGS)
 
+# Every routing policy on two real SmolLM2 CPU replicas behind 2 and 4 gateways behind nginx: conversations,
+# templates and `vllm bench serve` prefix_repetition (Poisson arrivals); the table, shares, hot-spot factor,
+# bench/results/routing.json and the picture bench/results/routing.png. About 30-40 minutes.
 bench-routing: install
 	$(BIN)/python -m bench.routing $(BENCH_ARGS)
 
