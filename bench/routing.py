@@ -404,12 +404,14 @@ def content_of(line: str) -> str | None:
     return content if isinstance(content, str) and content else None
 
 
-async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Sample:
+async def stream_chat(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> Sample:
     started = time.perf_counter()
     sample = Sample(ok=False)
     parts: list[str] = []
     try:
-        async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers) as r:
             sample.status = r.status_code
             if r.status_code != 200:
                 await r.aread()
@@ -499,6 +501,7 @@ class Options:
     serve_prefixes: int = 8
     serve_prefix_len: int = 512
     serve_suffix_len: int = 64
+    serve_random: int = 0  # if > 0: once, vllm bench serve's random dataset with this many prompts
     rendezvous: bool = False
     ideal: bool = True
     workloads: tuple[str, ...] = WORKLOADS
@@ -625,6 +628,8 @@ class Bench:
         self.model = fleet.models[0].name
         self.replicas: list[ReplicaSpec] = plan_replicas(fleet.models, fleet.defaults, 2)
         self.served: list[dict[str, Any]] = []  # each vllm bench serve run's summary
+        # vLLM's own API key (the stack's, fresh per run): the replicas' /v1 paths need it when asked direct
+        self.replica_headers = {"Authorization": f"Bearer {self.config.vllm_api_key}"}
 
     # -- lifecycle
 
@@ -638,9 +643,8 @@ class Bench:
         progress(f"starting redis and the workers ({len(self.replicas)} replicas); logs in {self.stack.logs}")
         await self.stack.launch(self.stack.redis())
         workers = self.stack.workers()
-        await self.stack.launch(
-            dataclasses.replace(workers, env={**workers.env, "VLLM_SERVER_DEV_MODE": "1"})
-        )
+        workers.env = {**workers.env, "VLLM_SERVER_DEV_MODE": "1"}  # for /reset_prefix_cache
+        await self.stack.launch(workers)
         for spec in self.replicas:
             ready = functools.partial(self.replica_ready, spec)
             await poll(ready, self.opts.ready_deadline_s, f"replica {spec.id}")
@@ -650,7 +654,7 @@ class Bench:
     async def replica_ready(self, spec: ReplicaSpec) -> bool:
         self.stack.check_alive()
         try:
-            r = await self.http.get(f"{spec.url}/v1/models", timeout=2.0)
+            r = await self.http.get(f"{spec.url}/v1/models", timeout=2.0, headers=self.replica_headers)
         except httpx.HTTPError:
             return False
         return r.status_code == 200 and self.model in r.text
@@ -659,7 +663,7 @@ class Bench:
         """One short request per replica, so that no run pays the first request's one-off costs."""
         for spec in self.replicas:
             body = chat_body(self.model, chat_messages("Warm up.", [], "Say hi."), 4, "warm-up")
-            sample = await stream_chat(self.http, spec.url, body)
+            sample = await stream_chat(self.http, spec.url, body, self.replica_headers)
             if not sample.ok:
                 raise RuntimeError(f"warm-up request to {spec.id} failed (status {sample.status})")
         progress("warm-up done")
@@ -698,7 +702,7 @@ class Bench:
     # -- replica state
 
     async def metrics(self, spec: ReplicaSpec) -> str:
-        r = await self.http.get(f"{spec.url}/metrics", timeout=5.0)
+        r = await self.http.get(f"{spec.url}/metrics", timeout=5.0, headers=self.replica_headers)
         r.raise_for_status()
         return r.text
 
@@ -726,7 +730,7 @@ class Bench:
             await redis.aclose()
 
     async def reset_cache(self, spec: ReplicaSpec) -> bool:
-        r = await self.http.post(f"{spec.url}/reset_prefix_cache", timeout=10.0)
+        r = await self.http.post(f"{spec.url}/reset_prefix_cache", timeout=10.0, headers=self.replica_headers)
         if r.status_code == 404:
             raise RuntimeError(
                 f"{spec.id} has no /reset_prefix_cache: VLLM_SERVER_DEV_MODE=1 did not reach it"
@@ -759,6 +763,8 @@ class Bench:
                 if picks:
                     progress(f"policy={run.label} workload={workload}: pick outcomes {picks}")
                 results.append(dataclasses.replace(result, gateways=run.gateways, picks=picks))
+            if self.opts.serve_random and not any(x["dataset"] == "random" for x in self.served):
+                await self.serve_random(run)
             return results
         finally:
             await gw.down()
@@ -813,6 +819,20 @@ class Bench:
             progress(f"policy={policy}: vllm bench serve errors {served.errors}")
         self.served.append({"policy": policy, "gateways": gateways, **served.summary()})
         return served
+
+    async def serve_random(self, run: Run) -> None:
+        """Once per benchmark: ``vllm bench serve`` with its random dataset (chat) through nginx."""
+        spec = ServeBench(
+            base_url=self.config.nginx_url,
+            dataset="random",
+            backend="openai-chat",
+            num_prompts=self.opts.serve_random,
+            output_len=self.opts.max_tokens,
+            seed=self.opts.seed,
+        )
+        served = await run_async(spec)
+        progress(f"policy={run.label} ({run.gateways} gateways): {served.line()}")
+        self.served.append({"policy": run.label, "gateways": run.gateways, **served.summary()})
 
     async def close(self) -> None:
         progress("stopping the workers and redis")
@@ -1036,6 +1056,9 @@ def parse_args(argv: list[str] | None) -> Options:
     p.add_argument("--serve-prefixes", type=int, default=d.serve_prefixes, help="its distinct prefixes")
     p.add_argument("--serve-prefix-len", type=int, default=d.serve_prefix_len, help="tokens per prefix")
     p.add_argument("--serve-suffix-len", type=int, default=d.serve_suffix_len, help="tokens per suffix")
+    p.add_argument(
+        "--serve-random", type=int, default=d.serve_random, help="once, N prompts of vllm's random dataset"
+    )
     p.add_argument("--plot", type=Path, default=d.plot, help="the picture (PNG)")
     p.add_argument("--no-plot", action="store_true", help="draw no picture")
     p.add_argument("--plot-only", type=Path, default=None, help="redraw the picture from a results file")
@@ -1070,6 +1093,7 @@ def parse_args(argv: list[str] | None) -> Options:
         serve_prefixes=a.serve_prefixes,
         serve_prefix_len=a.serve_prefix_len,
         serve_suffix_len=a.serve_suffix_len,
+        serve_random=a.serve_random,
         plot=None if a.no_plot else a.plot,
         plot_only=a.plot_only,
     )
