@@ -494,7 +494,7 @@ class Options:
     max_tokens: int = 8
     seed: int = 1
     policies: tuple[str, ...] = POLICIES
-    epsilons: tuple[float, ...] = (DEFAULT_EPSILON,)
+    epsilons: tuple[float, ...] = (DEFAULT_EPSILON, 1.0)
     gateways: tuple[int, ...] = (2, 4)
     serve_prompts: int = 64
     serve_rate: float = 2.0

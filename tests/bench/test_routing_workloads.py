@@ -343,7 +343,7 @@ def test_why_lines_count_the_extra_prefill_and_the_picks() -> None:
 
 
 def test_default_runs_cover_two_and_four_gateways_and_the_serve_workload() -> None:
-    opts = Options(policies=("round_robin", "prefix_affinity"))
+    opts = Options(policies=("round_robin", "prefix_affinity"), epsilons=(DEFAULT_EPSILON,))
     assert [(r.label, r.gateways) for r in opts.runs] == [
         (IDEAL, 2),
         ("round_robin", 2),
