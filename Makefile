@@ -116,6 +116,9 @@ format: $(STAMPS)/venv
 bench: install
 	$(BIN)/python -m bench.hotpath $(BENCH_ARGS)
 
+# Every routing policy on two real SmolLM2 CPU replicas behind 2 and 4 gateways behind nginx: conversations,
+# templates and `vllm bench serve` prefix_repetition (Poisson arrivals); the table, shares, hot-spot factor,
+# bench/results/routing.json and the picture bench/results/routing.png. About 30-40 minutes.
 bench-routing: install
 	$(BIN)/python -m bench.routing $(BENCH_ARGS)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import Counter
@@ -18,6 +19,7 @@ from bench.routing import (
     Result,
     content_of,
     counts,
+    extra_prefill,
     first_choices,
     floats,
     hotspot,
@@ -29,8 +31,10 @@ from bench.routing import (
     summarise,
     table,
     targets,
+    why_lines,
     with_ideal,
 )
+from bench.routing_plot import draw
 from bench.routing_workloads import (
     DOC_WORDS,
     WORDS,
@@ -258,11 +262,13 @@ def test_conversation_turns_count_once_each_in_the_split() -> None:
 
 
 def test_prefix_affinity_runs_once_per_epsilon_and_is_labelled_by_it() -> None:
-    opts = Options(policies=("round_robin", "prefix_affinity"), epsilons=(DEFAULT_EPSILON, 1.0))
-    assert [r.label for r in opts.runs] == ["round_robin", "prefix_affinity", "prefix_affinity ε=1", IDEAL]
-    assert opts.runs[0].gateway_env == {} and opts.runs[3].gateway_env == {}
-    assert opts.runs[2].gateway_env == {"LLMGW_PREFIX_EPSILON": "1.0"}
-    assert [r.label for r in Options(ideal=False, policies=("session",)).runs] == ["session"]
+    opts = Options(
+        policies=("round_robin", "prefix_affinity"), epsilons=(DEFAULT_EPSILON, 1.0), gateways=(2,)
+    )
+    assert [r.label for r in opts.runs] == [IDEAL, "round_robin", "prefix_affinity", "prefix_affinity ε=1"]
+    assert opts.runs[0].gateway_env == {} and opts.runs[1].gateway_env == {}
+    assert opts.runs[3].gateway_env == {"LLMGW_PREFIX_EPSILON": "1.0"}
+    assert [r.label for r in Options(ideal=False, policies=("session",), gateways=(2,)).runs] == ["session"]
 
 
 def test_gateway_counts_and_the_rendezvous_row() -> None:
@@ -271,13 +277,13 @@ def test_gateway_counts_and_the_rendezvous_row() -> None:
     )
     runs = [(r.label, r.gateways) for r in opts.runs]
     assert runs == [
+        (IDEAL, 2),
         ("prefix_affinity", 2),
         ("prefix_affinity rendezvous", 2),
         ("prefix_affinity", 4),
         ("prefix_affinity rendezvous", 4),
-        (IDEAL, 2),
     ]
-    assert opts.runs[1].gateway_env == {"LLMGW_PREFIX_INDEX": "false"}
+    assert opts.runs[2].gateway_env == {"LLMGW_PREFIX_INDEX": "false"}
     assert hotspot([0.5, 0.5]) == 1.0 and hotspot([0.75, 0.25]) == 1.5
     assert counts("2,4") == (2, 4)
     with pytest.raises(Exception, match="integers"):
@@ -304,3 +310,66 @@ def test_targets_are_checked_per_prefix_affinity_label() -> None:
     )
     assert [met for _, met in targets(results, "prefix_affinity ε=1")] == [True, True, True]
     assert targets(results) == []
+
+
+def test_ttft_target_is_the_best_of_round_robin_and_least_inflight_with_two_gateways_only() -> None:
+    rows = [
+        result(IDEAL, "templates", 0.80, 900.0, 1.0),
+        result("round_robin", "templates", 0.50, 800.0, 0.5),
+        result("least_inflight", "templates", 0.50, 600.0, 0.5),
+        result("prefix_affinity", "templates", 0.80, 700.0, 0.5),
+    ]
+    two = with_ideal(rows)
+    met = dict(targets(two))
+    assert met["templates: TTFT p90 700 ms <= least_inflight's 600 ms"] is False
+    assert sum(met.values()) == 2  # hit rate and shares
+    four = with_ideal([dataclasses.replace(r, gateways=4) if r.policy != IDEAL else r for r in rows])
+    assert [t for t, _ in targets(four, gateways=4)] == [
+        "templates: hit rate 100.0% of ideal >= 98%",
+        "templates: shares 50.0/50.0 within 42.5%..57.5%",
+    ]
+
+
+def test_why_lines_count_the_extra_prefill_and_the_picks() -> None:
+    ideal = summarise(IDEAL, "conversations", [0.1], 0, 1.0, [Counters(600, 1000, 4, 0), Counters()])
+    halves = [Counters(300, 500, 2, 0), Counters(200, 500, 2, 0)]
+    pa = summarise("prefix_affinity", "conversations", [0.1], 0, 1.0, halves)
+    pa = dataclasses.replace(pa, picks={"cold": 2, "hit": 1, "moved": 1})
+    rows = with_ideal([ideal, pa])
+    assert extra_prefill(rows, rows[1]) == 500 - 400
+    (line,) = why_lines(rows)
+    assert "83.3% of ideal" in line and "+100 against the ideal" in line
+    assert "cold 2, hit 1, moved 1" in line and "100 extra tokens per moved pick" in line
+
+
+def test_default_runs_cover_two_and_four_gateways_and_the_serve_workload() -> None:
+    opts = Options(policies=("round_robin", "prefix_affinity"), epsilons=(DEFAULT_EPSILON,))
+    assert [(r.label, r.gateways) for r in opts.runs] == [
+        (IDEAL, 2),
+        ("round_robin", 2),
+        ("prefix_affinity", 2),
+        ("round_robin", 4),
+        ("prefix_affinity", 4),
+    ]
+    assert "prefix_repetition" in opts.workloads
+    spec = opts.serve_bench("http://nginx", Path("/tmp/x.json"))
+    assert (spec.dataset, spec.request_rate, spec.num_prefixes, spec.output_len) == (
+        "prefix_repetition",
+        2.0,
+        8,
+        opts.max_tokens,
+    )
+
+
+def test_the_picture_is_drawn_from_a_results_file(tmp_path: Path) -> None:
+    rows = with_ideal(
+        [
+            result(IDEAL, "templates", 0.80, 900.0, 1.0),
+            result("round_robin", "templates", 0.50, 800.0, 0.5),
+            dataclasses.replace(result("prefix_affinity", "templates", 0.79, 700.0, 0.55), gateways=4),
+            result("prefix_affinity", "prefix_repetition", 0.7, 300.0, 0.5),
+        ]
+    )
+    doc = json.loads(json.dumps(jsonable({"results": [dataclasses.asdict(r) for r in rows]})))
+    out = draw(doc, tmp_path / "routing.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
