@@ -86,7 +86,7 @@ async def test_a_supervisor_killed_with_9_is_restarted_and_adopts_its_replicas(
         }
         second.kill(signal.SIGTERM)
         second = None
-        wait_until(lambda: not any(pid_alive(e["pid"]) for e in entries.values()), 20, "replicas stopped")
+        wait_until(lambda: not any(pid_alive(e["pid"]) for e in entries.values()), 60, "replicas stopped")
         assert json.loads(state.read_text()) == []
     finally:
         for p in (first, second):
