@@ -35,8 +35,10 @@ from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
 from tests.support.gateway import serve_gateway
+from tests.support.poll import until
 from tests.support.procs import free_port, start_redis
 from workers.activator import Activator, ActivatorOptions
+from workers.control import control_loops
 from workers.headroom import Headroom, host_available_bytes
 from workers.launch import Launch, ReplicaSpec, build_launch
 from workers.reconciler import FleetWatch, Reconciler
@@ -141,25 +143,11 @@ async def workers(
             metrics,
             ActivatorOptions(tick_s=0.1),
         )
-        tasks = [asyncio.create_task(c) for c in (sup.run(), rec.run(), act.run())]
         try:
-            yield sup, metrics
+            async with control_loops(sup, rec, act):
+                yield sup, metrics
         finally:
-            act.close()
-            for t in tasks[1:]:
-                t.cancel()
-            await asyncio.gather(*tasks[1:], return_exceptions=True)
-            await sup.drain()
-            await tasks[0]
             await redis.aclose()
-
-
-async def until(check: Callable[[], bool], deadline_s: float, what: str) -> None:
-    end = time.monotonic() + deadline_s
-    while not check():
-        if time.monotonic() > end:
-            raise TimeoutError(what)
-        await asyncio.sleep(0.05)
 
 
 def counter(text: str, name: str) -> float:

@@ -21,6 +21,7 @@ from contract.vllm_probe import probe_client
 from workers.activator import Activator
 from workers.adopt import StateFile, check_entries
 from workers.budgets import BudgetError, PlannedBudgets, arithmetic, needs_plan, planned_budgets
+from workers.control import stop_loops
 from workers.gpu import ProbeError, gpu_memory, nvidia_smi_probe
 from workers.headroom import cpu_need_bytes, headroom_probe, host_available_bytes, weights_bytes
 from workers.launch import Launch, ReplicaSpec, build_launch
@@ -169,11 +170,7 @@ async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], La
         activating = asyncio.create_task(act.run())
 
         async def drain() -> None:
-            reconciling.cancel()
-            act.close()
-            activating.cancel()
-            await asyncio.gather(reconciling, activating, return_exceptions=True)
-            await sup.drain()
+            await stop_loops(sup, act, [reconciling, activating])
             drained.set()
 
         for sig in (signal.SIGTERM, signal.SIGINT):

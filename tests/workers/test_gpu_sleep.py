@@ -8,7 +8,6 @@ a wrong wake fails the warm-up."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import uuid
@@ -30,6 +29,7 @@ from tests.support.poll import until
 from tests.support.procs import REPO, free_port
 from tests.workers.test_on_demand import OPTIONS, Stack, fits
 from workers.activator import Activator, ActivatorOptions
+from workers.control import control_loops
 from workers.gpu import nvidia_smi_reading
 from workers.oom import needed_bytes
 from workers.reconciler import FleetWatch, Reconciler
@@ -79,16 +79,10 @@ async def gpu_stack(
             sup, keys, lambda: rec.fleet, estimate, lambda: 1 << 40, metrics, ActivatorOptions(tick_s=0.05),
             gpu_reading=nvidia_smi_reading, weights=lambda r: 13 * GIB,
         )  # fmt: skip
-        tasks = [asyncio.create_task(t) for t in (sup.run(), rec.run(), act.run())]
         try:
-            yield Stack(sup, act, redis, keys, metrics, path)
+            async with control_loops(sup, rec, act):
+                yield Stack(sup, act, redis, keys, metrics, path)
         finally:
-            act.close()
-            for t in tasks[1:]:
-                t.cancel()
-            await asyncio.gather(*tasks[1:], return_exceptions=True)
-            await sup.drain()
-            await tasks[0]
             await redis.aclose()
 
 

@@ -28,6 +28,7 @@ from tests.support.gateway import serve_gateway
 from tests.support.poll import until
 from tests.support.procs import free_port
 from workers.activator import Activator, ActivatorOptions, is_wake_request
+from workers.control import control_loops
 from workers.headroom import Headroom
 from workers.launch import ReplicaSpec
 from workers.reconciler import FleetWatch, Reconciler
@@ -104,20 +105,10 @@ async def on_demand_stack(
             sup, keys, lambda: rec.fleet, lambda r: 1 * GIB, lambda: 1 << 40, metrics,
             ActivatorOptions(tick_s=0.05), measure=lambda pid: 1 * GIB,
         )  # fmt: skip
-        tasks = [
-            asyncio.create_task(sup.run()),
-            asyncio.create_task(rec.run()),
-            asyncio.create_task(act.run()),
-        ]
         try:
-            yield Stack(sup, act, redis, keys, metrics, path)
+            async with control_loops(sup, rec, act):
+                yield Stack(sup, act, redis, keys, metrics, path)
         finally:
-            act.close()
-            for t in tasks[1:]:
-                t.cancel()
-            await asyncio.gather(*tasks[1:], return_exceptions=True)
-            await sup.drain()
-            await tasks[0]
             await redis.aclose()
 
 
