@@ -151,6 +151,7 @@ class Load:
         self.tally, self.retried = Tally(), Counter[str]()
         self.stop = asyncio.Event()
         self.nginx_killed = False
+        self.failed: Exception | None = None
         """While nginx itself is killed -9 its access log proves nothing (a request it held dies unlogged)."""
 
     def take(self) -> tuple[Tally, Counter[str]]:
@@ -160,8 +161,14 @@ class Load:
         return tally, retried
 
     async def run(self) -> None:
+        """The clients until stopped; a client that fails ends the load with its error kept in ``failed``
+        (the scenarios' waits raise it instead of waiting out their deadline)."""
         kinds = itertools.cycle(self.reqs)
-        await asyncio.gather(*(self.client(kinds) for _ in range(self.plan.concurrency)))
+        try:
+            await asyncio.gather(*(self.client(kinds) for _ in range(self.plan.concurrency)))
+        except Exception as exc:
+            self.failed = exc
+            raise
 
     async def client(self, kinds: itertools.cycle[Request]) -> None:
         timeout = httpx.Timeout(self.plan.client_timeout_s, connect=10.0)
@@ -177,8 +184,7 @@ class Load:
         """One request, sent again while nginx never took it."""
         while True:
             rid = uuid.uuid4().hex
-            client.headers["x-request-id"] = rid
-            outcome, detail = await send(client, self.url, req)
+            outcome, detail = await send(client, self.url, req, rid)
             why = await self.not_taken(outcome, detail, rid)
             if not why or self.stop.is_set():
                 return outcome, detail
@@ -267,7 +273,14 @@ class Scenarios:
         return out
 
     async def wait(self, check: Callable[[], object], what: str) -> Any:
-        return await until(check, self.plan.converge_s, what, interval_s=0.2)
+        """``check`` polled until truthy; the load's own failure raised at once."""
+
+        def checked() -> object:
+            if self.load.failed is not None:
+                raise RuntimeError(f"the load failed: {self.load.failed!r}") from self.load.failed
+            return check()
+
+        return await until(checked, self.plan.converge_s, what, interval_s=0.2)
 
     async def run(self, name: str, act: Callable[[], Awaitable[str]]) -> Outcome:
         """One scenario: ``act`` changes something and waits until it converged; then the load runs on
