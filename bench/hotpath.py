@@ -29,10 +29,11 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 from bench.loadgen import Result, Target, percentile, run
-from tests.support.procs import REPO, Proc, free_port, http_ok, port_open, spawn, wait_until
+from tests.support.poll import wait_until
+from tests.support.procs import REPO, Proc, free_port, http_ok, port_open, spawn
 from workers.process import redis_server_argv
 from workers.stack.render import nginx_conf
 
@@ -315,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     os.sched_setaffinity(0, {int(LOAD_CORE)})
-    rows, notes = [], []
+    rows: list[Row] = []
+    notes: list[str] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         with started(start_engine(tmp)) as engine, started(start_redis(tmp)) as redis:

@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,11 @@ def prose_chat(target_bytes: int = 9000) -> list[dict[str, str]]:
 # --- cost ---------------------------------------------------------------------------------------------
 
 
+def exact_keys(lean: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The exact path in all: the chat template, tokenizing and the block-hash chain."""
+    return block_keys(lean.ids(messages))
+
+
 def per_call(fn: Callable[[], object], n: int) -> dict[str, float]:
     """CPU and wall milliseconds per call of ``fn`` over ``n`` calls (after 3 warm-up calls)."""
     for _ in range(3):
@@ -201,18 +207,18 @@ def cost(log: Callable[[str], None]) -> dict[str, Any]:
     for name, messages, n in workloads:
         ids = lean.ids(messages)
         payload = {"model": "m", "messages": messages}
-        case = {
+        case: dict[str, Any] = {
             "prompt_tokens": len(ids),
             "prompt_bytes": len("".join(m["content"] for m in messages).encode()),
             "full_blocks": len(ids) // BLOCK,
             "lean_equals_hf_tokens": ids == hf_ids(hf, messages),
-            "approx_chain": per_call(lambda p=payload: request_chain(p, CHUNK_BYTES, MAX_CHUNKS), n),
-            "exact_template_only": per_call(lambda m=messages: lean.text(m), n),
-            "exact_tokenize_lean": per_call(lambda m=messages: lean.ids(m), n),
-            "exact_tokenize_hf": per_call(lambda m=messages: hf_ids(hf, m), max(20, n // 10)),
-            "exact_hash_sha256": per_call(lambda t=ids: block_keys(t, "sha256"), n),
-            "exact_hash_sha256_cbor": per_call(lambda t=ids: block_keys(t, "sha256_cbor"), n),
-            "exact_total_lean_sha256": per_call(lambda m=messages: block_keys(lean.ids(m)), n),
+            "approx_chain": per_call(partial(request_chain, payload, CHUNK_BYTES, MAX_CHUNKS), n),
+            "exact_template_only": per_call(partial(lean.text, messages), n),
+            "exact_tokenize_lean": per_call(partial(lean.ids, messages), n),
+            "exact_tokenize_hf": per_call(partial(hf_ids, hf, messages), max(20, n // 10)),
+            "exact_hash_sha256": per_call(partial(block_keys, ids, "sha256"), n),
+            "exact_hash_sha256_cbor": per_call(partial(block_keys, ids, "sha256_cbor"), n),
+            "exact_total_lean_sha256": per_call(partial(exact_keys, lean, messages), n),
         }
         case["exact_over_approx_cpu"] = round(
             case["exact_total_lean_sha256"]["cpu_ms"] / max(case["approx_chain"]["cpu_ms"], 1e-6), 1
@@ -296,7 +302,7 @@ def as_int(h: int | bytes) -> int:
 
 def subscribe(endpoint: str, events: EventLog, stop: threading.Event) -> None:
     """SUB bound at ``endpoint`` (vLLM connects to a non-wildcard address); decode as vLLM encodes."""
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sock = ctx.socket(zmq.SUB)
     sock.setsockopt(zmq.SUBSCRIBE, b"")
     sock.bind(endpoint)
@@ -506,7 +512,7 @@ def prediction_phase(
             settle(events, keys)
             rows.append({"conv": c, "turn": turn, "prompt_tokens": len(ids), "truth": truth,
                          "exact": exact_tokens, "approx": approx_tokens})  # fmt: skip
-    summary = {"requests": len(rows), "approx_capacity_keys": view.capacity}
+    summary: dict[str, Any] = {"requests": len(rows), "approx_capacity_keys": view.capacity}
     for mode in ("exact", "approx"):
         err = [abs(r[mode] - r["truth"]) for r in rows]
         summary[mode] = {

@@ -68,7 +68,7 @@ async def read_body(reader: asyncio.StreamReader, headers: dict[str, str], first
         body = await reader.readexactly(int(headers["content-length"]))
         first.append(time.perf_counter())
         return body
-    parts = []
+    parts: list[bytes] = []
     while True:
         size = int((await reader.readuntil(b"\r\n")).strip(), 16)
         if not first:

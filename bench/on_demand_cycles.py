@@ -172,6 +172,7 @@ async def one_cycle(
     c: httpx.AsyncClient, gateways: list[str], model: str, clients: int, per_client: int, kind: str
 ) -> tuple[float, int, int]:
     """Load on the asleep model through both gateways; returns (first answer s, requests, failed)."""
+    body: dict[str, Any]
     if kind == "embedding":
         path, body = "/v1/embeddings", {"model": model, "input": "hello"}
     else:

@@ -55,7 +55,8 @@ from gateway.routing.prefix_index import (
 )
 from gateway.routing.rendezvous import rank
 from gateway.routing.shared_index import SharedIndex
-from tests.support.procs import REPO, Proc, free_port, http_ok, spawn, start_redis, wait_until
+from tests.support.poll import wait_until
+from tests.support.procs import REPO, Proc, free_port, http_ok, spawn, start_redis
 from workers.stack.stack import script
 
 MODEL = "sim-model"

@@ -36,7 +36,7 @@ def plan_for(fleet_in: Path, config_dir: Path, target: float, total_bytes: int) 
 
 def planned_fleet(data: dict[str, Any], plan: Plan) -> dict[str, Any]:
     """The fleet document with each model's budget set from its replica 0's plan."""
-    out = json.loads(json.dumps(data))  # a deep copy without YAML anchors
+    out: dict[str, Any] = json.loads(json.dumps(data))  # a deep copy without YAML anchors
     for model in out["models"]:
         r = plan.replica(model["name"], 0)
         model["budget"] = {

@@ -242,7 +242,9 @@ def stats(xs: list[float]) -> str:
 
 def rate(bursts: list[dict[str, Any]]) -> float:
     """Tokens per second over a set of bursts."""
-    return sum(b["tokens"] for b in bursts) / max(1e-9, sum(b["wall_s"] for b in bursts))
+    tokens: float = sum(b["tokens"] for b in bursts)
+    wall: float = sum(b["wall_s"] for b in bursts)
+    return tokens / max(1e-9, wall)
 
 
 def table(res: dict[str, Any], ledger: list[dict[str, Any]]) -> list[str]:
