@@ -18,19 +18,8 @@ export PYTHONPATH=$APP:$SITE:$VLLM PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORM
 export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 REDIS_URL=redis://127.0.0.1:6379/0
-say() { echo "[device $(date +%H:%M:%S)] $*"; }
+. "$(dirname "$0")/lib.sh"  # say, smi, untar, follow_driver
 
-untar() {  # untar DIR FILE... : Python's tarfile, no pip needed
-  python3 - "$@" <<'EOF'
-import sys, tarfile, time
-dest = sys.argv[1]
-for f in sys.argv[2:]:
-    t = time.time()
-    with tarfile.open(f) as tf:
-        tf.extractall(dest, filter="fully_trusted")
-    print(f"unpacked {f} in {time.time() - t:.1f} s", flush=True)
-EOF
-}
 
 smi() { nvidia-smi --query-gpu=index,memory.used,memory.free,memory.total --format=csv,noheader,nounits; }
 
@@ -91,15 +80,7 @@ driver)
   say "DRIVER DONE"
   ;;
 wait)
-  end=$(( $(date +%s) + ${2:-540} ))
-  seen=0
-  while [ "$(date +%s)" -lt "$end" ]; do
-    lines=$(wc -l < $RUN/driver.log)
-    [ "$lines" -gt "$seen" ] && sed -n "$((seen + 1)),${lines}p" $RUN/driver.log && seen=$lines
-    grep -q "DRIVER DONE\|redis-server does not run" $RUN/driver.log && break
-    sleep 5
-  done
-  sed -n "$((seen + 1)),\$p" $RUN/driver.log
+  follow_driver $RUN/driver.log ${2:-540} "DRIVER DONE\|redis-server does not run"
   smi
   cp $RUN/results/* "$OUT/" 2>/dev/null
   cp $RUN/supervisor.log "$OUT/" 2>/dev/null

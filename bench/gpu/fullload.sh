@@ -24,20 +24,8 @@ export PYTHONPATH=$APP:$SITE:$VLLM PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORM
 export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 REDIS_URL=redis://127.0.0.1:6379/0
-say() { echo "[device $(date +%H:%M:%S)] $*"; }
-smi() { nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits; }
+. "$(dirname "$0")/lib.sh"  # say, smi, untar, follow_driver
 
-untar() {  # untar DIR FILE... : Python's tarfile, no pip needed
-  python3 - "$@" <<'EOF'
-import sys, tarfile, time
-dest = sys.argv[1]
-for f in sys.argv[2:]:
-    t = time.time()
-    with tarfile.open(f) as tf:
-        tf.extractall(dest, filter="fully_trusted")
-    print(f"unpacked {f} in {time.time() - t:.1f} s", flush=True)
-EOF
-}
 
 ready_json() {  # ready_json PORT: the gateway's ready replicas of llama-2-7b (0 when it does not answer)
   python3 - "$1" <<'EOF'
@@ -170,15 +158,7 @@ driver)
   say "DRIVER DONE"
   ;;
 wait)
-  end=$(( $(date +%s) + ${2:-540} ))
-  seen=$(cat $RUN/seen 2>/dev/null || echo 0)
-  while [ "$(date +%s)" -lt "$end" ]; do
-    lines=$(wc -l < $RUN/driver.log)
-    [ "$lines" -gt "$seen" ] && sed -n "$((seen + 1)),${lines}p" $RUN/driver.log && seen=$lines
-    grep -q "DRIVER DONE" $RUN/driver.log && break
-    sleep 3
-  done
-  sed -n "$((seen + 1)),\$p" $RUN/driver.log; wc -l < $RUN/driver.log > $RUN/seen
+  follow_driver $RUN/driver.log ${2:-540}
   python3 - <<EOF
 import glob, os, tarfile
 with tarfile.open("$OUT/results.tar.gz", "w:gz") as t:

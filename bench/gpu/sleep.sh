@@ -23,20 +23,8 @@ REDIS_PORT=${REDIS_PORT:-6379}
 REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 PY=${PY:-python3}
 WORKERS=${WORKERS:-workers.cli}
-say() { echo "[device $(date +%H:%M:%S)] $*"; }
-smi() { nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits; }
+. "$(dirname "$0")/lib.sh"  # say, smi, untar, follow_driver
 
-untar() {  # untar DIR FILE... : Python's tarfile, no pip needed
-  $PY - "$@" <<'PYEOF'
-import sys, tarfile, time
-dest = sys.argv[1]
-for f in sys.argv[2:]:
-    t = time.time()
-    with tarfile.open(f) as tf:
-        tf.extractall(dest, filter="fully_trusted")
-    print(f"unpacked {f} in {time.time() - t:.1f} s", flush=True)
-PYEOF
-}
 
 write_real_weights() {  # random bf16 safetensors of the Llama-2-7B shape (level 2 reloads from disk)
   mkdir -p $MODELS/llama-2-7b-real && cp $MODELS/llama-2-7b/* $MODELS/llama-2-7b-real/
@@ -139,15 +127,7 @@ dry)  # here, no GPU: FAKE GPU ENGINES + FAKE nvidia-smi, a private Redis, the s
   stop_pidfile $RUN/redis.pid
   ;;
 wait)
-  end=$(( $(date +%s) + ${2:-540} ))
-  seen=$(cat $RUN/seen 2>/dev/null || echo 0)
-  while [ "$(date +%s)" -lt "$end" ]; do
-    lines=$(wc -l < $RUN/driver.log)
-    [ "$lines" -gt "$seen" ] && sed -n "$((seen + 1)),${lines}p" $RUN/driver.log && seen=$lines
-    grep -q "DRIVER DONE" $RUN/driver.log && break
-    sleep 3
-  done
-  sed -n "$((seen + 1)),\$p" $RUN/driver.log; wc -l < $RUN/driver.log > $RUN/seen
+  follow_driver $RUN/driver.log ${2:-540}
   cp $RUN/results/summary.md $RUN/results/sleep.json "$OUT/" 2>/dev/null
   python3 - <<PYEOF
 import glob, tarfile
