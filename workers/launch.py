@@ -118,12 +118,16 @@ def sleep_mode_args(spec: ReplicaSpec) -> tuple[list[str], dict[str, str]]:
     return ["--enable-sleep-mode"], {"VLLM_SERVER_DEV_MODE": "1"}
 
 
-def build_launch(spec: ReplicaSpec, weights: Path | str, python: str = sys.executable) -> Launch:
+def build_launch(
+    spec: ReplicaSpec, weights: Path | str, python: str = sys.executable, sleep_mode: bool = True
+) -> Launch:
+    """The vLLM command line and environment of one replica; ``sleep_mode=False`` leaves vLLM's sleep mode
+    off even for an on-demand GPU model (where no agent of ours will call its endpoints)."""
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", *source_args(spec.model, weights)]
     argv += ["--host", spec.host, "--port", str(spec.port), *engine_args(spec.model)]
     if spec.device_kind == "gpu" and spec.gpu_memory_utilization is not None:
         argv += [BUDGET_FLAG, f"{spec.gpu_memory_utilization:.3f}"]
-    sleep_argv, sleep_env = sleep_mode_args(spec)
+    sleep_argv, sleep_env = sleep_mode_args(spec) if sleep_mode else ([], {})
     argv += sleep_argv
     argv += spec.model.engine.extra_args  # last, so that they override
     if spec.device_kind == "cpu":

@@ -87,8 +87,8 @@ def test_a_fleet_change_shows_in_the_manifests_and_compose(tmp_path: Path) -> No
     assert by_kind(smol, "Deployment")["spec"]["replicas"] == 3
     assert by_kind(smol, "ScaledObject")["spec"]["minReplicaCount"] == 3
     gemma_args = by_kind(k8s / "models" / f"{slug(second)}.yaml", "Deployment")["spec"]["template"]["spec"]
-    assert "--gpu-memory-utilization" in gemma_args["containers"][0]["args"]
-    assert gemma_args["containers"][0]["args"][-1] == "0.600"
+    args = gemma_args["containers"][0]["args"]
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.600"
 
     qwen_file = k8s / "models" / f"{slug(new)}.yaml"
     assert slug(new) == "qwen-qwen2-5-7b-instruct-" + slug(new).rsplit("-", 1)[1]
@@ -195,3 +195,13 @@ def test_register_records_are_replica_records() -> None:
     assert {(r.model, int(r.id.rsplit("-", 1)[1])) for r in records} == expected
     for r in records:
         assert r.url == f"http://vllm-{slug(r.model)}-{r.id.rsplit('-', 1)[1]}:8000"
+
+
+def test_containers_never_serve_vllm_dev_mode_endpoints() -> None:
+    # The default fleet's Gemma is on demand: the supervisor would start it with sleep mode on a GPU, but in
+    # a container nothing of ours calls /sleep or /wake_up (KEDA scales it to zero), so neither the flag
+    # nor the dev-mode server that exposes /collective_rpc beside /v1 is rendered.
+    rendered = [REPO / "compose.yaml", *sorted((REPO / "deploy/k8s/models").glob("*.yaml"))]
+    for path in rendered:
+        text = path.read_text()
+        assert "--enable-sleep-mode" not in text and "VLLM_SERVER_DEV_MODE" not in text, path

@@ -84,7 +84,9 @@ def container_launch(model: Model, gpu_memory_utilization: float | None) -> Cont
     """build_launch's command line for one GPU replica in a container listening on all interfaces."""
     devices = tuple(range(model.engine.tensor_parallel_size))
     spec = ReplicaSpec(model, 0, VLLM_PORT, devices, "0.0.0.0", "gpu", gpu_memory_utilization)
-    launch = build_launch(spec, weights_for(model, MODELS_MOUNT), python="python3")
+    # No sleep mode in a container: the orchestrator scales an on-demand model to zero (KEDA) and no
+    # agent there calls /sleep or /wake_up, so the dev-mode server that serves them stays off.
+    launch = build_launch(spec, weights_for(model, MODELS_MOUNT), python="python3", sleep_mode=False)
     env = {k: v for k, v in launch.env.items() if k not in HOST_ONLY_ENV}
     env["HF_HOME"] = HF_HOME
     return ContainerLaunch(launch.argv[:3], launch.argv[3:], env)
