@@ -134,7 +134,7 @@ async def test_level_1_sleeps_in_place_and_wakes_with_one_call_measured_by_the_l
         assert st.replica("a-0").process.pid == pid  # woken in place, not restarted
         assert calls_file(tmp_path, "a") == ["POST /sleep?level=1", "POST /wake_up"]
         await until(lambda: ledger_matches_card(st))  # measured once the gateways were told
-        assert st.count(st.metrics.wakes, "a", "ok") == 2
+        await until(lambda: st.count(st.metrics.wakes, "a", "ok") == 2)  # counted once the wake returns
 
 
 async def test_level_2_wakes_weights_reloads_them_then_the_kv_cache(tmp_path: Path, redis_url: str) -> None:
@@ -176,7 +176,7 @@ async def test_a_wake_without_room_puts_the_least_recently_used_to_sleep_in_plac
         await wake(st, "b")
         await wake(st, "c")  # a (least recently used) sleeps at level 1 to make room
         assert st.state("a-0") is ReplicaState.ASLEEP and st.replica("a-0").process.alive
-        assert st.count(st.metrics.sleeps, "a", "room") == 1
+        await until(lambda: st.count(st.metrics.sleeps, "a", "room") == 1)
         await wake(st, "a")  # now b makes room
         assert st.state("b-0") is ReplicaState.ASLEEP and st.state("c-0") is ReplicaState.READY
         assert card_used() <= H200

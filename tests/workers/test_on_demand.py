@@ -140,7 +140,7 @@ async def test_asleep_until_asked_then_woken_warmed_announced_and_put_back_to_sl
         await until(lambda: st.state("od-0") is ReplicaState.ASLEEP)
         assert not st.replica("od-0").process.alive
         assert await st.published("od-0") is ReplicaState.ASLEEP
-        assert st.count(st.metrics.sleeps, "od", "idle") == 1
+        await until(lambda: st.count(st.metrics.sleeps, "od", "idle") == 1)  # counted after the notice
 
 
 async def test_a_model_with_leases_in_the_queue_stays_awake(tmp_path: Path, redis_url: str) -> None:
@@ -174,7 +174,7 @@ async def test_a_wake_without_room_puts_the_least_recently_used_idle_model_to_sl
         await st.ask("c")
         await until(lambda: st.state("c-0") is ReplicaState.READY)
         assert st.state("a-0") is ReplicaState.ASLEEP and st.state("b-0") is ReplicaState.READY
-        assert st.count(st.metrics.sleeps, "a", "room") == 1
+        await until(lambda: st.count(st.metrics.sleeps, "a", "room") == 1)
         # now a asks again: c is idle and least recently used next to busy b, so c makes room
         await st.ask("a")
         await until(lambda: st.state("a-0") is ReplicaState.READY)
@@ -214,7 +214,7 @@ async def test_through_a_gateway_requests_wake_the_model_and_idleness_stops_it_e
                 *(c.post(f"{gw}/v1/chat/completions", json=body) for _ in range(4))
             )
             assert [r.status_code for r in answers] == [200] * 4, [r.text for r in answers]
-            assert st.count(st.metrics.wakes, "od", "ok") == cycle  # one wake per cycle
+            await until(lambda n=cycle: st.count(st.metrics.wakes, "od", "ok") == n)  # one wake per cycle
             await until(lambda cycle=cycle: st.count(st.metrics.sleeps, "od", "idle") == cycle)  # type: ignore[misc]
 
 
