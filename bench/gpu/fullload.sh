@@ -24,7 +24,7 @@ export PYTHONPATH=$APP:$SITE:$VLLM PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORM
 export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 REDIS_URL=redis://127.0.0.1:6379/0
-. "$(dirname "$0")/lib.sh"  # say, smi, untar, follow_driver
+. "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver
 
 
 ready_json() {  # ready_json PORT: the gateway's ready replicas of llama-2-7b (0 when it does not answer)
@@ -51,13 +51,6 @@ start_gateway() {  # start_gateway FLEET PORT ID
 wait_gateway() {  # wait_gateway PORT WANT
   for _ in $(seq 1 120); do [ "$(ready_json "$1")" -ge "$2" ] && return 0; sleep 0.5; done
   say "gateway on $1 never saw $2 ready replicas"; return 1
-}
-
-stop_pidfile() {  # SIGTERM the process in a pid file, wait for it (the supervisor drains and stops vLLM)
-  local pid; pid=$(cat "$1" 2>/dev/null) || return 0
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 1 90); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-  kill -KILL "$pid" 2>/dev/null; rm -f "$1"
 }
 
 start_supervisor() {  # start_supervisor FLEET WANT_READY NAME

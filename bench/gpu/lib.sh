@@ -16,6 +16,13 @@ for f in sys.argv[2:]:
 PYEOF
 }
 
+stop_pidfile() {  # SIGTERM the process in a pid file, wait for it (the supervisor drains and stops vLLM)
+  local pid; pid=$(cat "$1" 2>/dev/null) || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 90); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+  kill -KILL "$pid" 2>/dev/null; rm -f "$1"
+}
+
 follow_driver() {  # follow_driver LOG SECONDS [DONE_PATTERN]: print the driver log's new lines until
   # DONE_PATTERN (default "DRIVER DONE") appears or SECONDS pass; LOG.seen keeps the place between calls.
   local log=$1 end=$(( $(date +%s) + $2 )) done=${3:-DRIVER DONE} seen lines

@@ -23,7 +23,7 @@ REDIS_PORT=${REDIS_PORT:-6379}
 REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 PY=${PY:-python3}
 WORKERS=${WORKERS:-workers.cli}
-. "$(dirname "$0")/lib.sh"  # say, smi, untar, follow_driver
+. "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver
 
 
 write_real_weights() {  # random bf16 safetensors of the Llama-2-7B shape (level 2 reloads from disk)
@@ -56,13 +56,6 @@ wait_http() {  # wait_http URL SECONDS
     sleep 0.5
   done
   say "$1 never answered"; return 1
-}
-
-stop_pidfile() {  # SIGTERM the process in a pid file, wait for it (the supervisor drains and stops vLLM)
-  local pid; pid=$(cat "$1" 2>/dev/null) || return 0
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 1 90); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-  kill -KILL "$pid" 2>/dev/null; rm -f "$1"
 }
 
 bench() {  # the stack, then the load; BENCH_ARGS shorten it (dry)
