@@ -74,6 +74,8 @@ class SimOptions:
     concurrency: int = 64
     kv_tokens: int = 65536
     epsilon: float = 0.25
+    inflight_epsilon: float = 1.0
+    window: int = 64
     seed: int = 1
     live: bool = True
     out: Path = REPO / "bench/results/routing-sim.json"
@@ -141,6 +143,13 @@ def views(ids: Sequence[str], loads: Loads, cap: int) -> tuple[ReplicaView, ...]
     return tuple(ReplicaView(i, "i0", loads.load[i], cap) for i in ids)
 
 
+def index_input(req: Req, reps: tuple[ReplicaView, ...], o: SimOptions) -> PickInput:
+    """The pick the gateway sends the index: in-flight bound ``o.inflight_epsilon``, share bound
+    ``o.epsilon`` over the last ``o.window`` picks."""
+    share = bound_ratio(o.epsilon)
+    return PickInput(req.chain, reps, bound_ratio(o.inflight_epsilon), req.session, share, o.window)
+
+
 async def info(r: aioredis.Redis) -> tuple[Counter[str], int, int, int]:
     """Commands run so far (by name), bytes in, bytes out, memory used."""
     stats = await r.info("commandstats")
@@ -153,12 +162,10 @@ async def info(r: aioredis.Redis) -> tuple[Counter[str], int, int, int]:
 async def replay_shared(
     clients: Sequence[SharedIndex], prefix_model: str, reqs: Sequence[Req], ids: Sequence[str], o: SimOptions
 ) -> list[Decision]:
-    loads, cap, ratio = Loads(ids, o.concurrency), capacity_keys(o.kv_tokens, CHUNK), bound_ratio(o.epsilon)
+    loads, cap = Loads(ids, o.concurrency), capacity_keys(o.kv_tokens, CHUNK)
     out = []
     for i, req in enumerate(reqs):
-        d = await clients[i % len(clients)].pick(
-            prefix_model, PickInput(req.chain, views(ids, loads, cap), ratio, req.session)
-        )
+        d = await clients[i % len(clients)].pick(prefix_model, index_input(req, views(ids, loads, cap), o))
         assert d is not None, "Redis unreachable during the replay"
         loads.place(d.replica)
         out.append(d)
@@ -166,10 +173,10 @@ async def replay_shared(
 
 
 def replay_reference(reqs: Sequence[Req], ids: Sequence[str], o: SimOptions) -> list[Decision]:
-    loads, cap, ratio = Loads(ids, o.concurrency), capacity_keys(o.kv_tokens, CHUNK), bound_ratio(o.epsilon)
+    loads, cap = Loads(ids, o.concurrency), capacity_keys(o.kv_tokens, CHUNK)
     ref, out = PrefixIndex(), []
     for req in reqs:
-        d = ref.pick(PickInput(req.chain, views(ids, loads, cap), ratio, req.session))
+        d = ref.pick(index_input(req, views(ids, loads, cap), o))
         loads.place(d.replica)
         out.append(d)
     return out

@@ -45,6 +45,10 @@ class RedisKeys:
     def prefix_clock(self, model: str) -> str:
         return f"{self.prefix}:px:{{{model}}}:clock"
 
+    def prefix_recent(self, model: str) -> str:
+        """The replicas of the model's last picks, latest first (the share bound's window)."""
+        return f"{self.prefix}:px:{{{model}}}:recent"
+
     def prefix_lru(self, model: str, replica_id: str) -> str:
         """One replica's keys by last use; with ``replica_id=""`` the prefix the scripts append ids to."""
         return f"{self.prefix}:px:{{{model}}}:lru:{replica_id}"

@@ -56,10 +56,12 @@ def policy_options(
     model: Model, settings: GatewaySettings, index: SharedIndex | None = None
 ) -> PolicyOptions:
     """The model's own ε from the fleet file, else the gateway's ``LLMGW_PREFIX_EPSILON``; the shared
-    prefix index and its chunking."""
+    prefix index, its bounds and its chunking."""
     eps = settings.prefix_epsilon if model.epsilon is None else model.epsilon
     return PolicyOptions(
         epsilon=eps,
+        inflight_epsilon=settings.prefix_inflight_epsilon,
+        share_window=settings.prefix_share_window,
         model=model.name,
         index=index,
         chunk_bytes=settings.prefix_chunk_bytes,

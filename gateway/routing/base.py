@@ -28,6 +28,11 @@ class RouteRequest:
 @dataclass(frozen=True, slots=True)
 class PolicyOptions:
     epsilon: float = 0.25
+    """The balance bound: of the recent share with the index, of the in-flight load without it."""
+    inflight_epsilon: float = 1.0
+    """With the index, the looser bound on a holder's in-flight load (a burst guard)."""
+    share_window: int = 64
+    """With the index, how many of the model's last picks the share bound counts."""
     seed: int | None = None
     model: str = ""
     index: SharedIndex | None = None

@@ -3,8 +3,10 @@
 Two modes. With the shared prefix index (``options.index``, the gateway's default), :meth:`route` sends
 the request's prefix chain, session key and candidates' loads to Redis, where one Lua script reads the
 index, decides (:func:`gateway.routing.prefix_index.decide`: the session's replica, else the holder of
-the longest cached prefix, each within the load bound below; else the least loaded, and the placement
-follows) and records, so every gateway decides alike from the same state. Without the index, or while
+the longest cached prefix, each within two bounds of the form below: ε on the replica's share of the
+model's last ``options.share_window`` picks, ``options.inflight_epsilon`` on its in-flight load; else
+the least loaded, and the placement follows) and records, so every gateway decides alike from the same
+state. Without the index, or while
 Redis is unreachable (degraded, counted in ``llmgw_prefix_index_picks{outcome="degraded"}``), the pick is
 the stateless rendezvous ranking described next, today's rule.
 
@@ -67,7 +69,8 @@ class PrefixAffinity(Policy):
         self._ratio: tuple[int, int] | None = (
             None if math.isinf(eps) else (Fraction(1) + Fraction(eps)).as_integer_ratio()
         )
-        self._index_ratio = bound_ratio(eps)
+        self._index_ratio = bound_ratio(options.inflight_epsilon)
+        self._share_ratio = bound_ratio(eps)
 
     def accepts(self, load: int, total: int, n: int) -> bool:
         """Whether a replica of ``load`` may take one more, with ``total`` load over ``n`` candidates.
@@ -102,7 +105,14 @@ class PrefixAffinity(Policy):
         if index is None:
             return self.pick(candidates, request)
         views = tuple(self.view(e) for e in candidates)
-        inp = PickInput(request.chain, views, self._index_ratio, request.session_key or None)
+        inp = PickInput(
+            request.chain,
+            views,
+            self._index_ratio,
+            request.session_key or None,
+            self._share_ratio,
+            self.options.share_window,
+        )
         decision = await index.pick(model, inp)
         chosen = None if decision is None else next((e for e in candidates if e.id == decision.replica), None)
         if decision is None or chosen is None:

@@ -12,18 +12,27 @@ The index, per model:
 - ``instances``: replica -> the instance id it had when it was last seen (``ReplicaRecord.instance``):
   a replica whose instance changed has restarted with an empty cache, and its entries are dropped;
 - ``sessions``: session key -> the replica that served it last (in Redis with a TTL);
-- ``clock``: a counter, one tick per recorded pick.
+- ``clock``: a counter, one tick per recorded pick;
+- ``recent``: the replicas of the model's last ``window`` picks, the latest first: each replica's count
+  there is its *recent share* of the model's requests, the load that placement balances.
 
 One pick (:meth:`PrefixIndex.pick`): drop the entries of restarted candidates, decide
 (:func:`decide`), then record: the chosen replica goes first among every chain key's holders, its LRU
-touches them all and drops what is over its capacity, and the session (if any) points to it.
+touches them all and drops what is over its capacity, the session (if any) points to it, and it enters
+``recent``.
+
+Two bounds, both of :func:`accepts`'s form ``x < (1 + ε) · (Σ x + 1) / n``: the *share* bound on each
+candidate's count in ``recent`` (ε = the model's ``epsilon``), which keeps every replica's share of the
+model's recent requests near 1/n whatever the prefixes' popularity; and the *in-flight* bound on its
+live load (ε = ``inflight_epsilon``, looser), which guards against a burst on one replica. A replica
+*qualifies* when it passes both.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -61,10 +70,15 @@ class ReplicaView:
 
 @dataclass(frozen=True, slots=True)
 class PickInput:
+    """One pick's input: the chain, the candidates, the in-flight bound ``ratio``, the share bound
+    ``share_ratio`` over the model's last ``window`` picks, and the session key (if any)."""
+
     chain: tuple[str, ...]
     replicas: tuple[ReplicaView, ...]
     ratio: Ratio
     session: str | None = None
+    share_ratio: Ratio = (1, 0)
+    window: int = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,39 +102,64 @@ def tie_hash(tie: str, replica: str) -> str:
     return hashlib.sha1((tie + "\0" + replica).encode()).hexdigest()  # a tie-break, not a secret
 
 
-def least_loaded(replicas: Sequence[ReplicaView], tie: str) -> ReplicaView:
-    """The least loaded replica; ties by :func:`tie_hash` (so idle replicas share cold prefixes), then id."""
-    return min(replicas, key=lambda r: (r.load, tie_hash(tie, r.id), r.id))
+def least_loaded(replicas: Sequence[ReplicaView], tie: str, recent: Mapping[str, int]) -> ReplicaView:
+    """The least loaded replica; ties by recent share, then :func:`tie_hash` (so idle replicas share cold
+    prefixes instead of all landing on the first), then id."""
+    return min(replicas, key=lambda r: (r.load, recent.get(r.id, 0), tie_hash(tie, r.id), r.id))
 
 
-def decide(inp: PickInput, holders: Sequence[Sequence[str]], session_replica: str | None) -> Decision:
-    """Where the request goes, from the holders of each of its chain keys and its session's replica.
+def recent_counts(recent: Sequence[str], replicas: Sequence[ReplicaView]) -> dict[str, int]:
+    """Each candidate's count among the recent picks (non-candidates left out)."""
+    counts = dict.fromkeys((r.id for r in replicas), 0)
+    for rid in recent:
+        if rid in counts:
+            counts[rid] += 1
+    return counts
 
-    1. The session's last replica, when it is a candidate within the bound (:func:`accepts`).
-    2. Else the longest chain key that some candidate holds: its first holder within the bound
-       (``hit``); if none of its holders is within the bound, the least loaded replica (``moved``: the
-       placement follows it when recorded).
-    3. No candidate holds any prefix: the least loaded replica (``cold``).
+
+def qualifying(inp: PickInput, recent: Mapping[str, int]) -> Callable[[ReplicaView], bool]:
+    """Whether a candidate passes both bounds: in flight (``inp.ratio``) and recent share
+    (``inp.share_ratio``)."""
+    n, total, shares = len(inp.replicas), sum(r.load for r in inp.replicas), sum(recent.values())
+    return lambda r: (
+        accepts(r.load, total, n, inp.ratio) and accepts(recent.get(r.id, 0), shares, n, inp.share_ratio)
+    )
+
+
+def decide(
+    inp: PickInput, holders: Sequence[Sequence[str]], session_replica: str | None, recent: Sequence[str] = ()
+) -> Decision:
+    """Where the request goes, from the holders of each of its chain keys, its session's replica and the
+    replicas of the recent picks (latest first).
+
+    1. The session's last replica, when it is a candidate that qualifies (:func:`qualifying`).
+    2. Else the longest chain key that some candidate holds: its first holder that qualifies (``hit``);
+       if none does, the least loaded qualifying replica (``moved``: the placement follows it when
+       recorded).
+    3. No candidate holds any prefix: the least loaded qualifying replica (``cold``).
+
+    "Least loaded" is :func:`least_loaded` among the qualifying candidates, or among all of them when
+    none qualifies (then the in-flight bound still holds: the least loaded replica always passes it).
     """
     reps = inp.replicas
     by_id = {r.id: r for r in reps}
-    n, total = len(reps), sum(r.load for r in reps)
+    counts = recent_counts(recent, reps)
+    ok = qualifying(inp, counts)
     tie = inp.chain[0] if inp.chain else ""
-    depth, outcome = 0, "cold"
+    depth, outcome, chosen = 0, "cold", None
     for j in range(len(inp.chain), 0, -1):
         known = [by_id[h] for h in holders[j - 1] if h in by_id]
         if known:
             depth, outcome = j, "moved"
-            chosen = next((r for r in known if accepts(r.load, total, n, inp.ratio)), None)
+            chosen = next((r for r in known if ok(r)), None)
             break
-    else:
-        chosen = None
     session = by_id.get(session_replica) if session_replica else None
-    if session is not None and accepts(session.load, total, n, inp.ratio):
+    if session is not None and ok(session):
         return Decision(session.id, "session", depth)
     if chosen is not None:
         return Decision(chosen.id, "hit", depth)
-    return Decision(least_loaded(reps, tie).id, outcome, depth)
+    pool = [r for r in reps if ok(r)] or reps
+    return Decision(least_loaded(pool, tie, counts).id, outcome, depth)
 
 
 @dataclass(slots=True)
@@ -132,6 +171,7 @@ class PrefixIndex:
     instances: dict[str, str] = field(default_factory=dict)
     sessions: dict[str, str] = field(default_factory=dict)
     clock: int = 0
+    recent: list[str] = field(default_factory=list)
 
     def drop_holder(self, key: str, replica: str) -> None:
         rest = [h for h in self.holders.get(key, []) if h != replica]
@@ -180,9 +220,10 @@ class PrefixIndex:
         self.check_instances(inp.replicas)
         holders = [self.holders.get(key, []) for key in inp.chain]
         session_replica = self.sessions.get(inp.session) if inp.session else None
-        decision = decide(inp, holders, session_replica)
+        decision = decide(inp, holders, session_replica, self.recent[: inp.window])
         chosen = next(r for r in inp.replicas if r.id == decision.replica)
         self.record(inp.chain, chosen)
         if inp.session:
             self.sessions[inp.session] = chosen.id
+        self.recent = [chosen.id, *self.recent][: inp.window]
         return decision

@@ -54,9 +54,10 @@ def pick_call(
     """The script's KEYS and ARGV for one pick."""
     session_key = keys.prefix_session(model, session_digest(inp.session or ""))
     names = [keys.prefix_holders(model), keys.prefix_instances(model), keys.prefix_clock(model), session_key]
-    names += [keys.prefix_lru(model, r.id) for r in inp.replicas]
-    p, q = inp.ratio
+    names += [keys.prefix_recent(model), *(keys.prefix_lru(model, r.id) for r in inp.replicas)]
+    (p, q), (sp, sq) = inp.ratio, inp.share_ratio
     args = [str(len(inp.replicas)), str(p), str(q), "1" if inp.session else "0", str(session_ttl_ms)]
+    args += [str(sp), str(sq), str(inp.window)]
     for r in inp.replicas:
         args += [r.id, r.instance, str(r.load), str(r.capacity)]
     return names, [*args, *inp.chain]

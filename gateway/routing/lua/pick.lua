@@ -1,42 +1,54 @@
 -- One pick: drop restarted replicas' entries, decide, record. At most one round trip per pick.
--- KEYS[3]: clock, KEYS[4]: the session's key (unused without a session), KEYS[4 + i]: LRU of replica i.
--- ARGV: n, p, q, has_session (0/1), session_ttl_ms, then per replica id, instance, load, capacity,
--- then the chain keys. Returns {replica id, outcome, depth}.
+-- KEYS[3]: clock, KEYS[4]: the session's key (unused without a session), KEYS[5]: the recent picks
+-- (a list, latest first), KEYS[5 + i]: LRU of replica i.
+-- ARGV: n, p, q (in-flight bound), has_session (0/1), session_ttl_ms, sp, sq (share bound), window,
+-- then per replica id, instance, load, capacity, then the chain keys. Returns {replica id, outcome, depth}.
 local n, p, q = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local has_session, ttl = ARGV[4] == '1', tonumber(ARGV[5])
+local sp, sq, window = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local ids, inst, load, cap, index_of = {}, {}, {}, {}, {}
 local total = 0
 for i = 1, n do
-  local b = 5 + (i - 1) * 4
+  local b = 8 + (i - 1) * 4
   ids[i], inst[i], load[i], cap[i] = ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
   index_of[ids[i]] = i
   total = total + load[i]
 end
 local chain = {}
-for j = 6 + n * 4, #ARGV do chain[#chain + 1] = ARGV[j] end
+for j = 9 + n * 4, #ARGV do chain[#chain + 1] = ARGV[j] end
 
 -- 1. restarted (or first seen) replicas: drop their entries, remember their instance
 local stored = redis.call('HMGET', KEYS[2], unpack(ids))
 for i = 1, n do
   if stored[i] ~= inst[i] then
-    purge(KEYS[4 + i], ids[i])
+    purge(KEYS[5 + i], ids[i])
     redis.call('HSET', KEYS[2], ids[i], inst[i])
   end
 end
 
--- 2. decide
-local function accepts(i) return load[i] * q * n < p * (total + 1) end
+-- 2. decide: a replica qualifies when it passes the in-flight bound and the share bound
+local recent, shares = {}, 0
+for i = 1, n do recent[i] = 0 end
+for _, rid in ipairs(redis.call('LRANGE', KEYS[5], 0, window - 1)) do
+  local i = index_of[rid]
+  if i then recent[i], shares = recent[i] + 1, shares + 1 end
+end
+local function qualifies(i)
+  return load[i] * q * n < p * (total + 1) and recent[i] * sq * n < sp * (shares + 1)
+end
 local tie = chain[1] or ''
+local function before(i, j)  -- least loaded: load, then recent share, then the tie hash, then id
+  if load[i] ~= load[j] then return load[i] < load[j] end
+  if recent[i] ~= recent[j] then return recent[i] < recent[j] end
+  local hi, hj = redis.sha1hex(tie .. '\0' .. ids[i]), redis.sha1hex(tie .. '\0' .. ids[j])
+  if hi ~= hj then return hi < hj end
+  return ids[i] < ids[j]
+end
 local function least_loaded()
-  local best, best_h = 1, nil
-  for i = 2, n do
-    if load[i] < load[best] then
-      best, best_h = i, nil
-    elseif load[i] == load[best] then
-      best_h = best_h or redis.sha1hex(tie .. '\0' .. ids[best])
-      local h = redis.sha1hex(tie .. '\0' .. ids[i])
-      if h < best_h or (h == best_h and ids[i] < ids[best]) then best, best_h = i, h end
-    end
+  local any, best = false, nil
+  for i = 1, n do any = any or qualifies(i) end
+  for i = 1, n do
+    if (not any or qualifies(i)) and (best == nil or before(i, best)) then best = i end
   end
   return best
 end
@@ -51,7 +63,7 @@ for j = #chain, 1, -1 do
       local i = index_of[h]
       if i then
         known = true
-        if accepts(i) then held = i break end
+        if qualifies(i) then held = i break end
       end
     end
     if known then
@@ -63,7 +75,7 @@ end
 local chosen
 local session = has_session and redis.call('GET', KEYS[4]) or false
 local si = session and index_of[session]
-if si and accepts(si) then
+if si and qualifies(si) then
   chosen, outcome = si, 'session'
 elseif held then
   chosen, outcome = held, 'hit'
@@ -85,7 +97,7 @@ if #chain > 0 then
     scored[#scored + 1] = chain[j]
   end
   redis.call('HSET', KEYS[1], unpack(fields))
-  local lru = KEYS[4 + chosen]
+  local lru = KEYS[5 + chosen]
   redis.call('ZADD', lru, unpack(scored))
   local over = redis.call('ZCARD', lru) - cap[chosen]
   if over > 0 then
@@ -94,4 +106,6 @@ if #chain > 0 then
   end
 end
 if has_session then redis.call('SET', KEYS[4], id, 'PX', ttl) end
+redis.call('LPUSH', KEYS[5], id)
+redis.call('LTRIM', KEYS[5], 0, window - 1)
 return {id, outcome, depth}

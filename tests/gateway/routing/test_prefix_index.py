@@ -15,6 +15,7 @@ from gateway.routing.prefix_index import (
     PickInput,
     PrefixIndex,
     ReplicaView,
+    accepts,
     bound_ratio,
     capacity_keys,
     decide,
@@ -128,7 +129,7 @@ def test_replica_leaving_drops_its_entries() -> None:
 
 def test_idle_replicas_share_cold_prefixes() -> None:
     reps = views({f"r{i}": 0 for i in range(4)})
-    firsts = {least_loaded(reps, chain_keys(f"doc {i}".encode(), 8, 1)[0]).id for i in range(40)}
+    firsts = {least_loaded(reps, chain_keys(f"doc {i}".encode(), 8, 1)[0], {}).id for i in range(40)}
     assert firsts == {"r0", "r1", "r2", "r3"}
 
 
@@ -154,6 +155,59 @@ def test_bound_ratio(eps: float, ratio: tuple[int, int]) -> None:
 def test_invalid_epsilon(eps: float) -> None:
     with pytest.raises(ValueError, match="epsilon"):
         bound_ratio(eps)
+
+
+# -- the share bound over the recent picks -------------------------------------------------------------
+
+S = bound_ratio(0.25)
+
+
+def share_pick(idx: PrefixIndex, chain: tuple[str, ...], loads: dict[str, int], window: int = 64) -> Decision:
+    """A pick with the share bound (ε 0.25) and the in-flight bound unbounded."""
+    return idx.pick(PickInput(chain, views(loads), bound_ratio(math.inf), None, S, window))
+
+
+def test_holder_over_its_recent_share_moves_the_placement() -> None:
+    idx = PrefixIndex(holders={"p": ["a"]}, recent=["a"] * 6 + ["b"] * 2)  # a: 6 of 8, 6·4·2 >= 5·9
+    d = share_pick(idx, ("p", "q"), {"a": 0, "b": 0})
+    assert d == Decision("b", "moved", 1)
+    assert idx.holders["p"] == ["b", "a"] and idx.recent[0] == "b"
+
+
+def test_holder_within_its_recent_share_keeps_the_request_whatever_its_in_flight() -> None:
+    idx = PrefixIndex(holders={"p": ["a"]}, recent=["a", "b"] * 4)
+    assert share_pick(idx, ("p",), {"a": 7, "b": 0}) == Decision("a", "hit", 1)
+
+
+def test_equally_loaded_replicas_place_a_cold_prefix_by_recent_share() -> None:
+    idx = PrefixIndex(recent=["a", "a", "b"])
+    assert share_pick(idx, ("new",), {"a": 1, "b": 1}) == Decision("b", "cold", 0)
+
+
+def test_recent_picks_are_a_window() -> None:
+    idx = PrefixIndex()
+    for i in range(10):
+        share_pick(idx, (f"k{i}",), {"a": 0, "b": 0}, window=4)
+    assert len(idx.recent) == 4
+
+
+def test_one_hot_prefix_is_shared_by_the_replicas() -> None:
+    """Every request starts with one system prompt: the share bound spreads it, so both replicas hold it
+    and neither takes more than (1 + ε) / n of any window."""
+    idx = PrefixIndex()
+    for i in range(200):
+        share_pick(idx, ("system", f"q{i}"), {"a": 0, "b": 0})
+        counts = {r: idx.recent.count(r) for r in ("a", "b")}
+        assert max(counts.values()) <= math.ceil(Fraction(5, 4) * Fraction(len(idx.recent), 2)) + 1
+    assert sorted(idx.holders["system"]) == ["a", "b"]
+
+
+def test_placement_corrects_an_unlucky_split() -> None:
+    """Four equally popular documents placed 3 + 1: the share bound moves one, shares come back to ~1/2."""
+    idx = PrefixIndex(holders={"d0": ["a"], "d1": ["a"], "d2": ["a"], "d3": ["b"]})
+    placed = [share_pick(idx, (f"d{i % 4}", f"q{i}"), {"a": 0, "b": 0}).replica for i in range(400)]
+    assert abs(placed[100:].count("a") / 300 - 0.5) < 0.075
+    assert sum(1 for i in range(4) if idx.holders[f"d{i}"][0] == "a") == 2
 
 
 # -- the load bound, property-tested -----------------------------------------------------------------
@@ -214,6 +268,57 @@ def test_decide_ignores_candidate_order(loads: list[int], held: list[list[int]],
     chain = tuple(f"k{j}" for j in range(len(held)))
     holders = [[f"r{h}" for h in hs] for hs in held]
     s = None if session is None else f"r{session}"
-    one = decide(PickInput(chain, reps, R), holders, s)
-    two = decide(PickInput(chain, tuple(reversed(reps)), R), holders, s)
+    recent = [f"r{i % 10}" for i in range(len(loads) * 3)]
+    one = decide(PickInput(chain, reps, R, None, S), holders, s, recent)
+    two = decide(PickInput(chain, tuple(reversed(reps)), R, None, S), holders, s, recent)
     assert one == two
+
+
+def share_over(count: int, counts: list[int], eps: float) -> bool:
+    return count > (1 + Fraction(eps)) * Fraction(sum(counts), len(counts)) + 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(1, 6),
+    eps=st.sampled_from([0.0, 0.25, 0.5]),
+    inflight_eps=st.sampled_from([0.25, 1.0, math.inf]),
+    window=st.integers(1, 12),
+    start=st.lists(st.integers(0, 5), min_size=6, max_size=6),
+    script=events,
+)
+def test_the_share_and_in_flight_bounds(
+    n: int,
+    eps: float,
+    inflight_eps: float,
+    window: int,
+    start: list[int],
+    script: list[tuple[str, object, object]],
+) -> None:
+    """Every pick keeps the in-flight bound (as above); it keeps the share bound (the chosen replica's
+    count in the window, counting this pick, at most ⌈(1 + ε) · mean⌉) whenever some candidate passes
+    both bounds, and then no replica goes over (1 + ε) · mean + 1 of the window by this pick."""
+    ids = [f"r{i}" for i in range(n)]
+    loads = {r: start[i] for i, r in enumerate(ids)}
+    idx = PrefixIndex()
+    ratio, share = bound_ratio(inflight_eps), bound_ratio(eps)
+    for kind, arg, session in script:
+        if kind == "depart":
+            assert isinstance(arg, int)
+            rid = ids[arg % n]
+            loads[rid] = max(0, loads[rid] - 1)
+            continue
+        assert isinstance(arg, tuple) and (session is None or isinstance(session, str))
+        counts = [idx.recent.count(r) for r in ids]
+        total, shares = sum(loads.values()), sum(counts)
+        both = any(
+            accepts(loads[r], total, n, ratio) and accepts(counts[i], shares, n, share)
+            for i, r in enumerate(ids)
+        )
+        d = idx.pick(PickInput(arg, views(loads), ratio, session, share, window))
+        assert accepts(loads[d.replica], total, n, ratio)
+        loads[d.replica] += 1
+        if both:
+            assert accepts(counts[ids.index(d.replica)], shares, n, share)
+            after = [c + (ids[i] == d.replica) for i, c in enumerate(counts)]
+            assert after[ids.index(d.replica)] <= math.ceil(Fraction(*share) * Fraction(shares + 1, n))

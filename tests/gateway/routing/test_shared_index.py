@@ -3,6 +3,7 @@ two gateways (two clients) make the same decisions for an interleaved sequence."
 
 from __future__ import annotations
 
+import math
 import random
 import uuid
 from collections.abc import AsyncIterator
@@ -41,17 +42,21 @@ async def redis_state(r: aioredis.Redis, keys: RedisKeys) -> PrefixIndex:
         members = await r.zrange(keys.prefix_lru(MODEL, rid), 0, -1, withscores=True)
         if members:
             lru[rid] = {m.decode(): int(s) for m, s in members}
-    return PrefixIndex(holders=holders, lru=lru, instances=inst)
+    recent = [x.decode() for x in await r.lrange(keys.prefix_recent(MODEL), 0, -1)]
+    return PrefixIndex(holders=holders, lru=lru, instances=inst, recent=recent)
 
 
-def random_input(rng: random.Random, instances: dict[str, str]) -> PickInput:
-    """A pick over a random subset of 5 replicas, a chain from a small tree of prefixes, maybe a session."""
+def random_input(rng: random.Random, instances: dict[str, str], window: int = 8) -> PickInput:
+    """A pick over a random subset of 5 replicas, a chain from a small tree of prefixes, maybe a session,
+    random in-flight and share bounds over a window of ``window`` picks."""
     ids = sorted(rng.sample(sorted(instances), rng.randint(1, 5)))
     reps = tuple(ReplicaView(i, instances[i], rng.randint(0, 6), rng.choice([2, 4, 50])) for i in ids)
     root = rng.choice(["s0", "s1", "s2"])
     chain = tuple(f"{root}-{'-'.join(map(str, range(d)))}" for d in range(rng.randint(0, 5)))
     session = rng.choice([None, None, "alice", "bob"])
-    return PickInput(chain, reps, bound_ratio(rng.choice([0.0, 0.25, 1.0])), session)
+    ratio = bound_ratio(rng.choice([0.0, 0.25, 1.0, math.inf]))
+    share = bound_ratio(rng.choice([0.0, 0.25, 1.0, math.inf]))
+    return PickInput(chain, reps, ratio, session, share, window)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -76,6 +81,7 @@ async def test_lua_agrees_with_the_reference(
         assert state.holders == ref.holders, f"step {step}"
         assert state.lru == {r: used for r, used in ref.lru.items() if used}, f"step {step}"
         assert state.instances == ref.instances
+        assert state.recent == ref.recent, f"step {step}"
     assert all(g.mode == SHARED for g in gateways)
 
 
