@@ -133,9 +133,10 @@ def decide(
     replicas of the recent picks (latest first).
 
     1. The session's last replica, when it is a candidate that qualifies (:func:`qualifying`).
-    2. Else the longest chain key that some candidate holds: its first holder that qualifies (``hit``);
-       if none does, the least loaded qualifying replica (``moved``: the placement follows it when
-       recorded).
+    2. Else the longest chain key that some candidate holds: of its holders that qualify, the one with
+       the smallest recent share, then the least loaded, then the latest placed (``hit``; a prefix that
+       moved once is held by both replicas, and its requests then share them); if none qualifies, the
+       least loaded qualifying replica (``moved``: the placement follows it when recorded).
     3. No candidate holds any prefix: the least loaded qualifying replica (``cold``).
 
     "Least loaded" is :func:`least_loaded` among the qualifying candidates, or among all of them when
@@ -151,7 +152,11 @@ def decide(
         known = [by_id[h] for h in holders[j - 1] if h in by_id]
         if known:
             depth, outcome = j, "moved"
-            chosen = next((r for r in known if ok(r)), None)
+            chosen = min(
+                (r for r in known if ok(r)),
+                key=lambda r: (counts[r.id], r.load, known.index(r)),
+                default=None,
+            )
             break
     session = by_id.get(session_replica) if session_replica else None
     if session is not None and ok(session):

@@ -59,11 +59,14 @@ local depth, outcome, held = 0, 'cold', nil
 for j = #chain, 1, -1 do
   if got[j] then
     local known = false
-    for _, h in ipairs(split(got[j])) do
+    for _, h in ipairs(split(got[j])) do  -- holders, latest placed first: keep the first of equals
       local i = index_of[h]
       if i then
         known = true
-        if qualifies(i) then held = i break end
+        if qualifies(i) and (held == nil or recent[i] < recent[held]
+            or (recent[i] == recent[held] and load[i] < load[held])) then
+          held = i
+        end
       end
     end
     if known then

@@ -51,7 +51,16 @@ def test_longest_match_wins() -> None:
     d = pick(idx, ("s1", "s2", "c1", "c2", "c3"), {"a": 1, "b": 1})
     assert d == Decision("b", "hit", 4)
     d = pick(idx, ("s1", "x"), {"a": 1, "b": 1})
-    assert d == Decision("b", "hit", 1)  # b is first among the holders of s1 (the latest placement)
+    assert d == Decision("a", "hit", 1)  # both hold s1: a has the smaller recent share (1 pick against 2)
+
+
+def test_among_holders_the_smaller_recent_share_then_the_lesser_load_then_the_latest_placed() -> None:
+    idx = PrefixIndex(holders={"p": ["b", "a"]}, recent=["a", "b", "b"])
+    assert pick(idx, ("p",), {"a": 1, "b": 0}) == Decision("a", "hit", 1)
+    idx = PrefixIndex(holders={"p": ["b", "a"]}, recent=["a", "b"])
+    assert pick(idx, ("p",), {"a": 0, "b": 1}) == Decision("a", "hit", 1)
+    idx = PrefixIndex(holders={"p": ["b", "a"]}, recent=["a", "b"])
+    assert pick(idx, ("p",), {"a": 1, "b": 1}) == Decision("b", "hit", 1)
 
 
 def test_holder_over_the_bound_moves_the_placement_to_the_least_loaded() -> None:
