@@ -37,7 +37,7 @@ What is measured, per policy × workload:
   until the replicas' counters add up to the requests sent), and the hot-spot factor: replicas × the
   busiest replica's share (1.0 is perfect balance, 2.0 with two replicas is all on one).
 
-Run it alone: ``flock /tmp/llmgw-heavy.lock timeout 2700 make bench-routing`` (about 30-40 minutes).
+Run it alone: ``flock /tmp/llmgw-heavy.lock timeout 2700 make bench-routing`` (about 30-35 minutes).
 """
 
 from __future__ import annotations
@@ -494,7 +494,7 @@ class Options:
     max_tokens: int = 8
     seed: int = 1
     policies: tuple[str, ...] = POLICIES
-    epsilons: tuple[float, ...] = (DEFAULT_EPSILON, 1.0)
+    epsilons: tuple[float, ...] = (DEFAULT_EPSILON,)
     gateways: tuple[int, ...] = (2, 4)
     serve_prompts: int = 64
     serve_rate: float = 2.0
@@ -676,14 +676,18 @@ class Bench:
             self.config, fleet_file=path, gateway_env=run.gateway_env, gateway_ports=ports
         )
         gw = Stack(config)
-        for i, port in enumerate(ports, start=1):
-            await gw.launch(gw.gateway(i, port))
-        want = 1 if run.policy == IDEAL else len(self.replicas)
-        for port in ports:
-            url = f"http://{self.config.host}:{port}"
-            ready = functools.partial(self.gateway_ready, url, want)
-            await poll(ready, 60, f"gateway {url} with {want} replicas")
-        await gw.launch(gw.nginx())
+        try:
+            for i, port in enumerate(ports, start=1):
+                await gw.launch(gw.gateway(i, port))
+            want = 1 if run.policy == IDEAL else len(self.replicas)
+            for port in ports:
+                url = f"http://{self.config.host}:{port}"
+                ready = functools.partial(self.gateway_ready, url, want)
+                await poll(ready, 60, f"gateway {url} with {want} replicas")
+            await gw.launch(gw.nginx())
+        except BaseException:
+            await gw.down()  # the gateways already started, which would outlive the benchmark
+            raise
         return gw
 
     async def gateway_ready(self, url: str, want: int) -> bool:
@@ -1086,7 +1090,7 @@ def parse_args(argv: list[str] | None) -> Options:
         ideal=not a.no_ideal,
         workloads=a.workloads,
         fleet=a.fleet,
-        run_dir=a.run_dir,
+        run_dir=a.run_dir.resolve(),  # nginx resolves a relative path against its prefix, not here
         out=a.out,
         serve_prompts=a.serve_prompts,
         serve_rate=a.serve_rate,

@@ -126,6 +126,15 @@ def qualifying(inp: PickInput, recent: Mapping[str, int]) -> Callable[[ReplicaVi
     )
 
 
+def best_holder(
+    holders: Sequence[ReplicaView], ok: Callable[[ReplicaView], bool], recent: Mapping[str, int]
+) -> ReplicaView | None:
+    """Of a prefix's holders (latest placed first) that qualify: the smallest recent share, then the
+    least loaded, then the latest placed; None when none qualifies."""
+    good = [(recent.get(r.id, 0), r.load, k, r) for k, r in enumerate(holders) if ok(r)]
+    return min(good, key=lambda t: t[:3])[3] if good else None
+
+
 def decide(
     inp: PickInput, holders: Sequence[Sequence[str]], session_replica: str | None, recent: Sequence[str] = ()
 ) -> Decision:
@@ -152,11 +161,7 @@ def decide(
         known = [by_id[h] for h in holders[j - 1] if h in by_id]
         if known:
             depth, outcome = j, "moved"
-            chosen = min(
-                (r for r in known if ok(r)),
-                key=lambda r: (counts[r.id], r.load, known.index(r)),
-                default=None,
-            )
+            chosen = best_holder(known, ok, counts)
             break
     session = by_id.get(session_replica) if session_replica else None
     if session is not None and ok(session):
