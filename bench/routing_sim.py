@@ -63,7 +63,7 @@ MODEL = "sim-model"
 CHUNK, MAX_CHUNKS = 512, 64
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimOptions:
     replicas: int = 32
     gateways: int = 8
@@ -429,8 +429,19 @@ def parse(argv: list[str]) -> SimOptions:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--out", type=Path, default=d.out)
     a = p.parse_args(argv)
-    return SimOptions(a.replicas, a.sim_gateways, a.users, a.turns, a.docs, a.questions, a.concurrency,
-                      a.kv_tokens, d.epsilon, a.seed, not a.no_live, a.out)  # fmt: skip
+    return SimOptions(
+        replicas=a.replicas,
+        gateways=a.sim_gateways,
+        users=a.users,
+        turns=a.turns,
+        docs=a.docs,
+        questions=a.questions,
+        concurrency=a.concurrency,
+        kv_tokens=a.kv_tokens,
+        seed=a.seed,
+        live=not a.no_live,
+        out=a.out,
+    )
 
 
 async def simulate(o: SimOptions) -> dict[str, Any]:
