@@ -52,6 +52,7 @@ from gateway.routing.prefix_index import (
     ReplicaView,
     bound_ratio,
     capacity_keys,
+    share_window,
 )
 from gateway.routing.rendezvous import rank
 from gateway.routing.shared_index import SharedIndex
@@ -75,7 +76,8 @@ class SimOptions:
     kv_tokens: int = 65536
     epsilon: float = 0.25
     inflight_epsilon: float = 1.0
-    window: int = 64
+    window: int = 32
+    """Picks per replica that the share bound counts (the gateway's ``LLMGW_PREFIX_SHARE_WINDOW``)."""
     seed: int = 1
     live: bool = True
     out: Path = REPO / "bench/results/routing-sim.json"
@@ -145,9 +147,9 @@ def views(ids: Sequence[str], loads: Loads, cap: int) -> tuple[ReplicaView, ...]
 
 def index_input(req: Req, reps: tuple[ReplicaView, ...], o: SimOptions) -> PickInput:
     """The pick the gateway sends the index: in-flight bound ``o.inflight_epsilon``, share bound
-    ``o.epsilon`` over the last ``o.window`` picks."""
-    share = bound_ratio(o.epsilon)
-    return PickInput(req.chain, reps, bound_ratio(o.inflight_epsilon), req.session, share, o.window)
+    ``o.epsilon`` over the last :func:`share_window` picks."""
+    share, window = bound_ratio(o.epsilon), share_window(o.window, len(reps))
+    return PickInput(req.chain, reps, bound_ratio(o.inflight_epsilon), req.session, share, window)
 
 
 async def info(r: aioredis.Redis) -> tuple[Counter[str], int, int, int]:
@@ -236,7 +238,8 @@ async def replay(o: SimOptions, tmp: Path) -> dict[str, Any]:
     try:
         keys_a, keys_b = RedisKeys("sim-a"), RedisKeys("sim-b")
         gws = [SharedIndex(c, keys_a) for c in conns]
-        await gws[0].pick(MODEL, PickInput((), views(ids, Loads(ids, 1), 1), (1, 0)))  # load the script
+        # load the script, on a model of its own: every pick enters its model's recent picks
+        await gws[0].pick("warm-up", PickInput((), views(ids, Loads(ids, 1), 1), (1, 0)))
         before = await info(probe)
         started = time.perf_counter()
         shared = await replay_shared(gws, MODEL, reqs, ids, o)

@@ -51,7 +51,7 @@ class GatewaySettings(BaseSettings):
     eject_max_s: Seconds = 30.0
     prefix_epsilon: Annotated[float, Field(ge=0)] = 0.25
     prefix_inflight_epsilon: Annotated[float, Field(ge=0)] = 1.0
-    prefix_share_window: Annotated[int, Field(ge=1, le=100_000)] = 64
+    prefix_share_window: Annotated[int, Field(ge=1, le=10_000)] = 32
     prefix_chars: Annotated[int, Field(ge=16)] = 1024
     prefix_index: bool = True
     prefix_chunk_bytes: Annotated[int, Field(ge=16)] = 512

@@ -31,8 +31,8 @@ class PolicyOptions:
     """The balance bound: of the recent share with the index, of the in-flight load without it."""
     inflight_epsilon: float = 1.0
     """With the index, the looser bound on a holder's in-flight load (a burst guard)."""
-    share_window: int = 64
-    """With the index, how many of the model's last picks the share bound counts."""
+    share_window: int = 32
+    """With the index, how many of the model's last picks per candidate the share bound counts."""
     seed: int | None = None
     model: str = ""
     index: SharedIndex | None = None

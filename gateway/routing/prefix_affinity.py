@@ -4,11 +4,11 @@ Two modes. With the shared prefix index (``options.index``, the gateway's defaul
 the request's prefix chain, session key and candidates' loads to Redis, where one Lua script reads the
 index, decides (:func:`gateway.routing.prefix_index.decide`: the session's replica, else the holder of
 the longest cached prefix, each within two bounds of the form below: ε on the replica's share of the
-model's last ``options.share_window`` picks, ``options.inflight_epsilon`` on its in-flight load; else
-the least loaded, and the placement follows) and records, so every gateway decides alike from the same
-state. Without the index, or while
-Redis is unreachable (degraded, counted in ``llmgw_prefix_index_picks{outcome="degraded"}``), the pick is
-the stateless rendezvous ranking described next, today's rule.
+model's last :func:`~gateway.routing.prefix_index.share_window` picks, ``options.inflight_epsilon`` on its
+in-flight load; else the least loaded, and the placement follows) and records, so every gateway decides
+alike from the same state. Without the index, or while Redis is unreachable (degraded, counted in
+``llmgw_prefix_index_picks{outcome="degraded"}``), the pick is the stateless rendezvous ranking described
+next, today's rule.
 
 Ranking. The candidates are ranked by rendezvous (highest-random-weight) hashing of the request's
 ``prefix_key`` with each endpoint's ``id`` (BLAKE2b, see :mod:`gateway.routing.rendezvous`). The ranking is
@@ -53,7 +53,7 @@ from fractions import Fraction
 from gateway.pool import Endpoint
 from gateway.routing.base import Policy, PolicyOptions, RouteRequest
 from gateway.routing.least_inflight import least_loaded_stable
-from gateway.routing.prefix_index import PickInput, ReplicaView, bound_ratio, capacity_keys
+from gateway.routing.prefix_index import PickInput, ReplicaView, bound_ratio, capacity_keys, share_window
 from gateway.routing.rendezvous import rank
 
 
@@ -111,7 +111,7 @@ class PrefixAffinity(Policy):
             self._index_ratio,
             request.session_key or None,
             self._share_ratio,
-            self.options.share_window,
+            share_window(self.options.share_window, len(views)),
         )
         decision = await index.pick(model, inp)
         chosen = None if decision is None else next((e for e in candidates if e.id == decision.replica), None)

@@ -20,6 +20,7 @@ from gateway.routing.prefix_index import (
     capacity_keys,
     decide,
     least_loaded,
+    share_window,
 )
 
 R = bound_ratio(0.25)
@@ -331,3 +332,10 @@ def test_the_share_and_in_flight_bounds(
             assert accepts(counts[ids.index(d.replica)], shares, n, share)
             after = [c + (ids[i] == d.replica) for i, c in enumerate(counts)]
             assert after[ids.index(d.replica)] <= math.ceil(Fraction(*share) * Fraction(shares + 1, n))
+
+
+@pytest.mark.parametrize(
+    ("per", "n", "window"), [(32, 2, 64), (32, 8, 256), (32, 32, 256), (1, 1, 1), (0, 3, 1)]
+)
+def test_share_window_is_per_candidate_and_capped(per: int, n: int, window: int) -> None:
+    assert share_window(per, n) == window

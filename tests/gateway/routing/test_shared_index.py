@@ -12,6 +12,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
+from contract.registry import ReplicaRecord
+from gateway.pool import Endpoint
+from gateway.routing.base import PolicyOptions, RouteRequest
+from gateway.routing.prefix_affinity import PrefixAffinity
 from gateway.routing.prefix_index import PickInput, PrefixIndex, ReplicaView, bound_ratio
 from gateway.routing.shared_index import DEGRADED, SHARED, SharedIndex
 from tests.support.procs import free_port
@@ -115,3 +119,15 @@ async def test_redis_gone_is_degraded_then_retried(keys: RedisKeys) -> None:
     now[0] = 1.5
     assert await index.pick(MODEL, inp) is None and index.retry_at == 2.5
     await dead.aclose()
+
+
+async def test_the_policy_counts_a_window_of_picks_per_candidate(
+    keys: RedisKeys, clients: list[aioredis.Redis]
+) -> None:
+    """``share_window`` picks per candidate: with 3 candidates and 2 per candidate, the 6 latest picks."""
+    index = SharedIndex(clients[0], keys)
+    policy = PrefixAffinity(PolicyOptions(model=MODEL, index=index, share_window=2))
+    cands = [Endpoint(ReplicaRecord(id=f"r{i}", model=MODEL, url="http://x")) for i in range(3)]
+    for i in range(10):
+        await policy.route(cands, RouteRequest(chain=(f"k{i}",)))
+    assert await clients[0].llen(keys.prefix_recent(MODEL)) == 6
