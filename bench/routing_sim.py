@@ -45,7 +45,7 @@ from gateway.pool import Endpoint
 from gateway.prefix_chain import request_chain
 from gateway.prefix_key import chat_prefix_key
 from gateway.routing.prefix_index import (
-    CHARS_PER_TOKEN,
+    BYTES_PER_TOKEN,
     Decision,
     PickInput,
     PrefixIndex,
@@ -256,7 +256,7 @@ async def replay(o: SimOptions, tmp: Path) -> dict[str, Any]:
     calls = after[0] - before[0]
     calls.pop("info", None)  # the measurement's own (the LRU sizes are read after the snapshot)
     placed = [d.replica for d in shared]
-    tokens = lru_keys * CHUNK // CHARS_PER_TOKEN
+    tokens = lru_keys * CHUNK // BYTES_PER_TOKEN
     shares, hot = balance(placed, ids)
     policies = {"prefix index": hit_rate(reqs, placed)}
     rows = {}

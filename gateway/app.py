@@ -66,6 +66,7 @@ def policy_options(
         index=index,
         chunk_bytes=settings.prefix_chunk_bytes,
         kv_tokens=settings.prefix_index_kv_tokens,
+        bytes_per_token=settings.prefix_bytes_per_token,
     )
 
 

@@ -57,6 +57,7 @@ class GatewaySettings(BaseSettings):
     prefix_chunk_bytes: Annotated[int, Field(ge=16)] = 512
     prefix_max_chunks: Annotated[int, Field(ge=1, le=1024)] = 64
     prefix_index_kv_tokens: Annotated[int, Field(ge=1)] = 65536
+    prefix_bytes_per_token: Annotated[int, Field(ge=1, le=64)] = 8
     prefix_index_timeout_s: Seconds = 0.5
     prefix_index_retry_s: Seconds = 1.0
     session_ttl_s: Seconds = 3600.0

@@ -14,7 +14,8 @@
 #   2. carry [.c2, .whl2]   bash bench/gpu/fullload.sh start && bash bench/gpu/fullload.sh wait 560
 #   3. (no carry)           bash bench/gpu/fullload.sh wait 570   (again until it prints DRIVER DONE)
 # `start` fixes the code of this run (/tmp/app) and starts the driver with setsid; `wait` follows its log
-# and copies the results to $OUT. SKIP_Q2=1 in `start` stops after Q1; SKIP_Q1=1 runs Q2 alone (Q2_RATE=r skips the probe) (about 9 minutes
+# and copies the results to $OUT. SKIP_Q2=1 in `start` stops after Q1; SKIP_Q1=1 runs Q2 alone (Q2_RATE=r skips the probe;
+# Q2_POLICIES="prefix_affinity" runs that policy alone) (about 9 minutes
 # of device time from a cold machine: start, unpack, two cold vLLM starts ~3 min, probe and two runs ~4 min).
 set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | stop}
@@ -115,8 +116,7 @@ q2() {
     RATE=$(python3 -c "import json; print(round(0.9 * json.load(open('$RUN/results/q2-probe-round_robin.json'))['request_throughput'], 2))")
   fi
   say "Q2: Poisson rate $RATE req/s (0.9 x the probe)"
-  q2_policy round_robin
-  q2_policy prefix_affinity
+  for policy in ${Q2_POLICIES:-round_robin prefix_affinity}; do q2_policy "$policy"; done
   stop_pidfile $RUN/supervisor.pid
 }
 

@@ -39,6 +39,8 @@ class PolicyOptions:
     """The shared prefix index (prefix affinity); None: the rendezvous ranking alone."""
     chunk_bytes: int = 512
     kv_tokens: int = 65536
+    bytes_per_token: int = 8
+    """Bytes of prompt text per KV-cache token when sizing a replica's LRU bound in the index."""
     """A replica's KV-cache size in tokens when it does not report ``vllm:cache_config_info``."""
 
 

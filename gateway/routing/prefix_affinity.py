@@ -97,7 +97,8 @@ class PrefixAffinity(Policy):
         o = self.options
         kv = endpoint.kv_tokens or o.kv_tokens
         rec = endpoint.record
-        return ReplicaView(rec.id, rec.instance, endpoint.load, capacity_keys(kv, o.chunk_bytes))
+        capacity = capacity_keys(kv, o.chunk_bytes, o.bytes_per_token)
+        return ReplicaView(rec.id, rec.instance, endpoint.load, capacity)
 
     async def route(self, candidates: Sequence[Endpoint], request: RouteRequest) -> Endpoint:
         """The shared index's decision (one Redis round trip), else the rendezvous :meth:`pick`."""

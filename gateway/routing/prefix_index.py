@@ -39,7 +39,13 @@ from fractions import Fraction
 Ratio = tuple[int, int]
 """(1 + ε) as p / q, with a denominator of at most 1000 (exact in Lua's doubles); q = 0: unbounded."""
 
-CHARS_PER_TOKEN = 4
+BYTES_PER_TOKEN = 8
+"""How many bytes of prompt text the index counts per KV-cache token when it sizes a replica's LRU bound
+(the gateway's ``LLMGW_PREFIX_BYTES_PER_TOKEN``). Generous on purpose: English prose runs ~4-6 bytes a
+SmolLM2 token, the benchmark's word lists 6.2, random-token prompts more. Too low and the index forgets
+prefixes the replica still caches, and places them again as cold, maybe on the other replica (measured
+on the H200: 63.6 % prefix-cache hits at 4 bytes a token); too high and it remembers a prefix the
+replica has evicted, which costs the same prefill that a cold placement would."""
 
 
 def bound_ratio(epsilon: float) -> Ratio:
@@ -62,10 +68,10 @@ def share_window(per_replica: int, replicas: int) -> int:
     return max(1, min(per_replica * replicas, MAX_SHARE_WINDOW))
 
 
-def capacity_keys(kv_tokens: int, chunk_bytes: int) -> int:
-    """How many chain keys a replica keeps: its KV cache in tokens, at ``CHARS_PER_TOKEN`` characters
-    (bytes) a token, over the chunk size; at least 1."""
-    return max(1, kv_tokens * CHARS_PER_TOKEN // max(1, chunk_bytes))
+def capacity_keys(kv_tokens: int, chunk_bytes: int, bytes_per_token: int = BYTES_PER_TOKEN) -> int:
+    """How many chain keys a replica keeps: its KV cache in tokens, at ``bytes_per_token`` bytes of
+    prompt text a token, over the chunk size; at least 1."""
+    return max(1, kv_tokens * bytes_per_token // max(1, chunk_bytes))
 
 
 @dataclass(frozen=True, slots=True)

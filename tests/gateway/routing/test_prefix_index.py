@@ -150,7 +150,8 @@ def test_no_chain_goes_to_the_least_loaded() -> None:
 
 
 def test_capacity_rule() -> None:
-    assert capacity_keys(23_000 * 128 // 128, 512) == 23_000 * 4 // 512
+    assert capacity_keys(23_000, 512) == 23_000 * 8 // 512
+    assert capacity_keys(23_000, 512, 4) == 23_000 * 4 // 512
     assert capacity_keys(0, 512) == 1
 
 
