@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from gateway.pool import Endpoint
+from gateway.routing.prefix_index import BYTES_PER_TOKEN
 from gateway.routing.shared_index import SharedIndex
 
 
@@ -39,7 +40,7 @@ class PolicyOptions:
     """The shared prefix index (prefix affinity); None: the rendezvous ranking alone."""
     chunk_bytes: int = 512
     kv_tokens: int = 65536
-    bytes_per_token: int = 8
+    bytes_per_token: int = BYTES_PER_TOKEN
     """Bytes of prompt text per KV-cache token when sizing a replica's LRU bound in the index."""
     """A replica's KV-cache size in tokens when it does not report ``vllm:cache_config_info``."""
 

@@ -69,7 +69,7 @@ class PrefixAffinity(Policy):
         self._ratio: tuple[int, int] | None = (
             None if math.isinf(eps) else (Fraction(1) + Fraction(eps)).as_integer_ratio()
         )
-        self._index_ratio = bound_ratio(options.inflight_epsilon)
+        self._inflight_ratio = bound_ratio(options.inflight_epsilon)
         self._share_ratio = bound_ratio(eps)
 
     def accepts(self, load: int, total: int, n: int) -> bool:
@@ -109,7 +109,7 @@ class PrefixAffinity(Policy):
         inp = PickInput(
             request.chain,
             views,
-            self._index_ratio,
+            self._inflight_ratio,
             request.session_key or None,
             self._share_ratio,
             share_window(self.options.share_window, len(views)),
