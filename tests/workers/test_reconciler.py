@@ -248,7 +248,10 @@ async def test_a_crash_loop_is_bounded_and_ends_failed(
         assert rep.restarts == give_up
         assert f"gave up after {give_up} consecutive failed restarts" in caplog.text
         assert lp.actions("restart", "a", "gave_up") == 1
-        assert rep.watcher is not None and rep.watcher.done() and rep.watcher.exception() is None
+        watcher = rep.watcher
+        assert watcher is not None
+        await until(watcher.done)  # it sets FAILED (published to Redis), then returns
+        assert watcher.exception() is None
         lp.rec.watch.request("SIGHUP")  # the operator asks again: a new replica in its slot
         await until(lambda: list(lp.ready()) == ["a-1"] and lp.sup.replicas == [lp.ready()["a-1"]])
         assert lp.ready()["a-1"].slot == 0  # a new id and port: a-0's may still be held by a gateway
