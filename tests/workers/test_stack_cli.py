@@ -56,5 +56,5 @@ def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path) -> Non
         wait_until(gone, 10, "every child of the stack gone")
         assert not any(port_open(p) for p in ports.values())
     finally:
-        stack.kill()
+        stack.stop()  # SIGTERM first: the stack stops its services (each in its own session) itself
         engine.stop()
