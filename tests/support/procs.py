@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,6 +25,35 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def ephemeral_low() -> int:
+    """The lowest port the kernel hands to outgoing connections (ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive free loopback ports, below the kernel's ephemeral range, for a
+    service that counts up from a base port (llmgw-stack's gateways). A port from :func:`free_port` lies in
+    that range, where any outgoing connection may take its neighbour before the service binds it."""
+    low = ephemeral_low()
+    for _ in range(500):
+        base = random.randrange(10000, low - count)
+        if all(bindable(base + i) for i in range(count)):
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports below {low}")
 
 
 def port_open(port: int) -> bool:

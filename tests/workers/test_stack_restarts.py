@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.support.procs import free_port, spawn, start_fake_engine, wait_until
+from tests.support.procs import free_port, free_port_run, spawn, start_fake_engine, wait_until
 
 
 def child(stack_pid: int, *needles: str) -> psutil.Process:
@@ -49,7 +49,7 @@ def test_dead_services_are_restarted_under_load(tmp_path: Path) -> None:
     port, redis_port = free_port(), free_port()
     flags = ["--port", str(port), "--redis-port", str(redis_port), "--supervisor-port", str(free_port())]
     flags += ["--keys-redis-port", str(free_port())]
-    flags += ["--gateways", "2", "--gateway-port", str(free_port()), "--no-prometheus"]
+    flags += ["--gateways", "2", "--gateway-port", str(free_port_run(2)), "--no-prometheus"]
     argv = [str(Path(sys.executable).parent / "llmgw-stack"), "--fleet", str(fleet), "--run-dir"]
     log = tmp_path / "stack.log"
     stack = spawn([*argv, str(tmp_path / "run"), *flags], port, log)
