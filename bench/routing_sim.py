@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import random
-import socket
 import sys
 import tempfile
 import time
@@ -57,7 +56,7 @@ from gateway.routing.prefix_index import (
 from gateway.routing.rendezvous import rank
 from gateway.routing.shared_index import SharedIndex
 from tests.support.poll import wait_until
-from tests.support.procs import REPO, Proc, free_port, http_ok, spawn, start_redis
+from tests.support.procs import REPO, Proc, free_port, free_port_run, http_ok, spawn, start_redis
 from workers.stack.stack import script
 
 MODEL = "sim-model"
@@ -295,7 +294,7 @@ async def live(o: SimOptions, tmp: Path) -> dict[str, Any]:
     reqs = requests(o)
     redis_proc = start_redis(tmp / "live-redis")
     url = f"redis://127.0.0.1:{redis_proc.port}/0"
-    base = free_range(o.replicas)
+    base = free_port_run(o.replicas)
     engine = spawn(
         [sys.executable, "-m", "bench.fake_engine", "--port", str(base), "--ports", str(o.replicas),
          "--model", MODEL, "--tokens", "4", "--delay-ms", "10", "--kv-blocks", str(o.kv_tokens // 16)],
@@ -354,23 +353,6 @@ async def live(o: SimOptions, tmp: Path) -> dict[str, Any]:
         "bytes_in_per_request_all": (after[1] - before[1]) / n,
         "bytes_out_per_request_all": (after[2] - before[2]) / n,
     }
-
-
-def free_range(n: int) -> int:
-    """A first port such that it and the next ``n - 1`` are all free."""
-    while True:
-        base = free_port()
-        if base + n < 65536 and all(port_free(p) for p in range(base, base + n)):
-            return base
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def ready(url: str, want: int) -> bool:

@@ -20,7 +20,7 @@ from gateway.prefix_chain import request_chain
 from gateway.routing.prefix_index import PickInput, PrefixIndex, ReplicaView, bound_ratio, capacity_keys
 from tests.support.gateway import fleet_yaml, register, serve_gateway
 from tests.support.poll import until
-from tests.support.procs import free_port, start_fake_engine, start_redis
+from tests.support.procs import free_port_run, start_fake_engine, start_redis
 
 MODEL = "m"
 N = 3
@@ -39,23 +39,10 @@ def fleet(endpoints: list[str] | None = None) -> str:
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     """N fake engines served by one FAKE ENGINE process on consecutive ports."""
-    port = free_port()
-    while any(not _free(p) for p in range(port, port + N)):
-        port = free_port()
+    port = free_port_run(N)
     proc = start_fake_engine(tmp_path_factory.mktemp("fake"), "--ports", str(N), port=port)
     yield [f"http://127.0.0.1:{p}" for p in range(port, port + N)]
     proc.stop()
-
-
-def _free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 @pytest.fixture

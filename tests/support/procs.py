@@ -106,6 +106,15 @@ def spawn(argv: list[str], port: int, log: Path, env: dict[str, str] | None = No
     return Proc(popen, port, log)
 
 
+def wait_for_line(proc: Proc, needle: str, deadline_s: float, what: str) -> None:
+    """Poll ``proc``'s log for ``needle`` with a deadline; fail at once, with the log's tail, if it exits."""
+    wait_until(lambda: needle in proc.log.read_text() or proc.popen.poll() is not None, deadline_s, what)
+    text = proc.log.read_text()
+    if needle not in text:
+        tail = "\n".join(text.splitlines()[-15:])
+        raise AssertionError(f"{what} exited ({proc.popen.returncode}) before {needle!r}:\n{tail}")
+
+
 def start_redis(tmp: Path, port: int | None = None, extra: list[str] | None = None) -> Proc:
     """A real redis-server on loopback; ``extra`` arguments (ACL users, TLS, persistence) go last."""
     port = port or free_port()

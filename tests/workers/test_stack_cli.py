@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.support.procs import free_port, port_open, spawn, start_fake_engine, wait_until
+from tests.support.procs import free_port, port_open, spawn, start_fake_engine, wait_for_line, wait_until
 
 
 def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path) -> Non
     log = tmp_path / "stack.log"
     stack = spawn(argv, ports["port"], log)
     try:
-        wait_until(lambda: "READY" in log.read_text(), 60, "llmgw-stack")
+        wait_for_line(stack, "READY", 60, "llmgw-stack")
         children = psutil.Process(stack.popen.pid).children(recursive=True)
         assert len(children) >= 5  # redis, supervisor, gateway, nginx (master + worker), prometheus
         body = {"model": "ext", "messages": [{"role": "user", "content": "hi"}]}

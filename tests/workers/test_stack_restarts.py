@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.support.procs import free_port, free_port_run, spawn, start_fake_engine, wait_until
+from tests.support.procs import free_port, free_port_run, spawn, start_fake_engine, wait_for_line, wait_until
 
 
 def child(stack_pid: int, *needles: str) -> psutil.Process:
@@ -56,7 +56,7 @@ def test_dead_services_are_restarted_under_load(tmp_path: Path) -> None:
     stop, seen, phase = threading.Event(), Counter[str](), ["up"]
     load = threading.Thread(target=steady_load, args=(f"http://127.0.0.1:{port}", stop, seen, phase))
     try:
-        wait_until(lambda: "READY" in log.read_text(), 90, "llmgw-stack")
+        wait_for_line(stack, "READY", 90, "llmgw-stack")
         load.start()
         for name, needles in (
             ("gateway-1", ("llmgw-gateway",)),
