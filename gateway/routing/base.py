@@ -40,9 +40,9 @@ class PolicyOptions:
     """The shared prefix index (prefix affinity); None: the rendezvous ranking alone."""
     chunk_bytes: int = 512
     kv_tokens: int = 65536
+    """A replica's KV-cache size in tokens when it does not report ``vllm:cache_config_info``."""
     bytes_per_token: int = BYTES_PER_TOKEN
     """Bytes of prompt text per KV-cache token when sizing a replica's LRU bound in the index."""
-    """A replica's KV-cache size in tokens when it does not report ``vllm:cache_config_info``."""
 
 
 class Policy:
