@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 from contract.fleet import Fleet, FleetError, Model
+from contract.fleet_file import FleetFile, file_stamp
 from gateway.discovery import Discovery
-from gateway.routing import load_routable_fleet
 from gateway.routing.base import Policy
 from gateway.state import Gateway
 
@@ -23,29 +22,19 @@ log = logging.getLogger("llmgw.fleet")
 PolicyFor = Callable[[Model], Policy]
 
 
-def file_stamp(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-
 class FleetReload:
     """A background step: re-read the fleet file when its stamp changes and apply it."""
 
     def __init__(self, gw: Gateway, discovery: Discovery, policy_for: PolicyFor) -> None:
         self.gw, self.discovery, self.policy_for = gw, discovery, policy_for
-        self.path = gw.settings.fleet_file
-        self.seen = file_stamp(self.path)
+        self.file = FleetFile(gw.settings.fleet_file)
+        self.file.seen = file_stamp(self.file.path)
 
     async def tick(self) -> None:
-        stamp = file_stamp(self.path)
-        if stamp is None or stamp == self.seen:
+        if not self.file.changed():
             return
-        self.seen = stamp
         try:
-            fleet = load_routable_fleet(self.path)
+            fleet = self.file.read()
         except FleetError as exc:
             log.error("fleet change refused, keeping the current fleet: %s", exc)
             return

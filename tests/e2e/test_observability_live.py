@@ -39,7 +39,7 @@ from tests.observability.promql import (
     variable_query,
 )
 from tests.support.poll import until
-from workers.stack.stack import Stack
+from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 CHAT = "smollm2-135m-instruct"
