@@ -157,19 +157,37 @@ class AdoptedProcess(ReplicaProcess):
         kill_group(pid, signal.SIGTERM)
         grace = self.stop_grace_s if grace_s is None else grace_s
         for _ in range(max(1, int(grace / 0.1))):
-            if not pid_alive(pid):
+            if not group_alive(pid):
                 break
             await asyncio.sleep(0.1)
         kill_group(pid, signal.SIGKILL)
 
 
 def kill_group(pid: int, sig: int) -> None:
-    """Signal the replica's process group (vLLM's engine core with it); the pid alone if it has none."""
+    """Signal the replica's process group, whose id is its leader's pid (every replica and adopted
+    process is started in a session of its own), whether the leader is alive or dead: vLLM's engine core
+    may outlive it. A group id is not reused while any member lives."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
+        if pid_alive(pid) and _pgid(pid) != pid:  # not a group leader: the process alone
             os.kill(pid, sig)
+            return
+        os.killpg(pid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of the group lives (zombies aside)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return any(pid_alive(int(p)) and _pgid(int(p)) == pgid for p in os.listdir("/proc") if p.isdigit())
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 async def verify(entry: Entry, client: httpx.AsyncClient) -> str:

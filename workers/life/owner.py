@@ -31,6 +31,7 @@ from contract.replica_metrics import SupervisorMetrics
 from contract.replica_states import check_move
 from workers.host.gpu import MemoryProbe, nvidia_smi_probe
 from workers.life.adopt import AdoptedProcess
+from workers.life.process import StartFailed
 from workers.life.publish import Publisher
 from workers.life.replica import Replica, RestartBackoff, SupervisorOptions
 from workers.life.restart import Restarts
@@ -216,8 +217,13 @@ class Supervisor:
             await self.move(r, ReplicaState.WAKING)
             try:
                 await bring_up(r)
-            except Exception as exc:
+            except (StartFailed, httpx.HTTPError) as exc:
                 log.error("replica=%s wake failed: %s", r.spec.id, exc)
+                await r.process.stop(1.0)
+                await self.move(r, ReplicaState.ASLEEP)
+                return False
+            except Exception:
+                log.exception("replica=%s wake failed unexpectedly", r.spec.id)
                 await r.process.stop(1.0)
                 await self.move(r, ReplicaState.ASLEEP)
                 return False

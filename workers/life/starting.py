@@ -200,12 +200,17 @@ class Starter:
         return False
 
     async def one_attempt(self, r: Replica, attempt: int) -> str | None:
-        """One start; None when it became ready, else the end of its log."""
+        """One start; None when it became ready, else the end of its log. An error of the spawn itself
+        (no launcher binary, a pids limit, an unwritable log: an OSError) is a failed attempt too, logged
+        with its traceback."""
         try:
             await self.start_once(r)
             return None
         except StartFailed as exc:
             log.error("replica=%s start %d failed: %s\n%s", r.spec.id, attempt, exc, exc.log_tail)
             tail = exc.log_tail
+        except OSError:
+            log.exception("replica=%s start %d failed: the process could not be spawned", r.spec.id, attempt)
+            tail = ""
         await r.process.stop(1.0)
         return tail
