@@ -27,6 +27,7 @@ from contract.fleet import Fleet, FleetError
 from contract.fleet_file import FleetWatch
 from contract.registry import ReplicaState
 from contract.replica_metrics import SupervisorMetrics
+from contract.supervision import guarded
 from workers.converge.actions import (
     Action,
     Refusal,
@@ -95,11 +96,17 @@ class Reconciler:
                 fleet = self.load()
                 if fleet is not None:
                     self.fleet = fleet
-                    await self.forget_failures()
-                    await self.converge(fleet)
+                    await guarded("reconcile", self.apply(fleet), self.failed)
         finally:
             poller.cancel()
             await asyncio.gather(poller, return_exceptions=True)
+
+    async def apply(self, fleet: Fleet) -> None:
+        await self.forget_failures()
+        await self.converge(fleet)
+
+    def failed(self, action: str, model: str) -> None:
+        self.count(action, model, "failed")
 
     async def forget_failures(self) -> None:
         """A new read of the file (a save, SIGHUP) tries again what failed: refused replaces, and replicas
@@ -182,12 +189,35 @@ class Reconciler:
         for a in lane:
             if self.sup.stopping.is_set():
                 return
-            if isinstance(a, Start):
-                await self.start(a)
-            elif isinstance(a, Stop):
-                await self.stop(a)
-            else:
-                await self.replace(a)
+            model = (
+                a.spec.model.name
+                if isinstance(a, Start | Replace)
+                else self.replica(a.replica).spec.model.name
+            )
+            if not await guarded(a.kind, self.act(a), self.failed, model):
+                await self.fail(a)
+
+    def model_of(self, a: Action) -> str:
+        return (
+            a.spec.model.name if isinstance(a, Start | Replace) else self.replica(a.replica).spec.model.name
+        )
+
+    async def act(self, a: Action) -> None:
+        if isinstance(a, Start):
+            await self.start(a)
+        elif isinstance(a, Stop):
+            await self.stop(a)
+        else:
+            await self.replace(a)
+
+    async def fail(self, a: Action) -> None:
+        """After an unexpected error in ``a``: the replicas it concerns, where listed, are marked FAILED
+        (the next read of the file tries them again)."""
+        ids = {a.spec.id} if isinstance(a, Start) else {a.replica}
+        if isinstance(a, Replace):
+            ids.add(a.spec.id)
+        for r in [r for r in self.sup.replicas if r.spec.id in ids]:
+            await guarded("fail", self.sup.fail(r), self.failed, r.spec.model.name)
 
     def replica(self, replica_id: str) -> Replica:
         return self.sup.find(replica_id)

@@ -132,6 +132,14 @@ class Supervisor:
         await self.move(r, ReplicaState.READY)
         self.watch(r)
 
+    async def fail(self, r: Replica) -> None:
+        """Leave ``r`` FAILED, its process stopped (after an unexpected error in an action on it)."""
+        await self.unwatch(r)
+        async with r.lock:
+            await r.process.stop(1.0)
+            if r.state is not ReplicaState.FAILED:
+                await self.move(r, ReplicaState.FAILED)
+
     def watch(self, r: Replica) -> None:
         """Restart ``r`` each time it dies, from now on until it is retired or the owner stops."""
         r.watcher = asyncio.create_task(self.guarded_watch(r), name=f"watch {r.spec.id}")

@@ -31,6 +31,7 @@ from contract.fleet import Fleet, Model
 from contract.redis_keys import RedisKeys
 from contract.registry import ROUTABLE, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
+from contract.supervision import guarded
 from workers.converge.actions import device_key
 from workers.host.gpu import GpuReader, nvidia_smi_reading
 from workers.host.rss import tree_rss_bytes
@@ -40,15 +41,13 @@ from workers.ondemand.demand import AWOKEN, AWOKEN_MS, is_wake_request, requeste
 from workers.ondemand.gpu_room import GpuRoom
 from workers.ondemand.ledger import Holding
 from workers.ondemand.room import Resident, Room, idle_expired, make_room
-from workers.ondemand.sleepers import Sleeper
-from workers.ondemand.sleepers.level import SleepLevel, choose_level, keeps_most
+from workers.ondemand.sleepers.level import SleepLevel, keeps_most
 from workers.ondemand.sleepers.process_stop import ProcessStop
 from workers.ondemand.sleepers.vllm_sleep import VllmSleep
+from workers.ondemand.sleeping import SleepChoice, model_of
 
 log = logging.getLogger("llmgw.ondemand")
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
-SLEEP_MODE_FLAG = "--enable-sleep-mode"
-GIB = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +80,8 @@ class Activator:
         self.last_used: dict[str, float] = {}
         self.measured: dict[str, int] = {}
         """Bytes each model's replica took when last awake (its process tree's resident memory)."""
-        self.wakes: dict[str, asyncio.Task[None]] = {}
-        self.sleeping: dict[str, asyncio.Task[None]] = {}
+        self.wakes: dict[str, asyncio.Task[bool]] = {}
+        self.sleeping: dict[str, asyncio.Task[bool]] = {}
         """Idle sleeps in progress (a level-1 sleep copies the weights out for seconds): the tick goes on."""
         self.retry_at: dict[str, float] = {}
         self.closing = asyncio.Event()
@@ -92,28 +91,24 @@ class Activator:
         self.unmeasured: dict[str, str] = {}
         """Woken GPU replicas to measure once announced: replica id -> the step."""
         """On-demand models with requests in flight or queued, read at the last GPU room decision."""
-        self.levels: dict[str, SleepLevel] = {}
-        """Replica id -> the level it sleeps at now (0: its process is stopped or was never started)."""
-        self.stop_instead: set[str] = set()
-        """Models whose sleep in place kept half or more of their memory: they are stopped instead."""
         self.gpu = GpuRoom(self)
         """The GPU ledgers and their measurements."""
         deadline = sup.options.ready_deadline_s
-        self.stopper = ProcessStop(sup.client, deadline)
-        self.vllm = VllmSleep(sup.client, deadline)
+        self.choice = SleepChoice(
+            ProcessStop(sup.client, deadline),
+            VllmSleep(sup.client, deadline),
+            weights,
+            fleet,
+            lambda: sup.replicas,
+        )
+        self.levels, self.stop_instead = self.choice.levels, self.choice.stop_instead
 
     @property
     def redis(self) -> aioredis.Redis:
         return self.sup.registry.redis
 
     def model(self, r: Replica) -> Model:
-        """The model as the fleet file says now (activation may change without a restart)."""
-        fleet = self.fleet()
-        if fleet is not None:
-            for m in fleet.models:
-                if m.name == r.spec.model.name:
-                    return m
-        return r.spec.model
+        return model_of(self.fleet(), r)
 
     def budget(self) -> int | None:
         """The fleet's ``defaults.memory_budget_gib`` in bytes; None: the host's available memory decides."""
@@ -130,7 +125,7 @@ class Activator:
         try:
             while not (self.sup.stopping.is_set() or self.closing.is_set()):
                 try:
-                    await self.tick()
+                    await guarded("tick", self.tick(), self.failed)
                 except REDIS_ERRORS as exc:
                     log.warning("on-demand tick skipped: redis unreachable (%s)", exc)
                 with contextlib.suppress(TimeoutError):
@@ -140,6 +135,9 @@ class Activator:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def failed(self, action: str, model: str) -> None:
+        self.metrics.actions.labels(action, model, "failed").inc()
 
     def groups(self) -> dict[str, list[Replica]]:
         out: dict[str, list[Replica]] = {}
@@ -185,12 +183,12 @@ class Activator:
             for r in replicas:
                 await self.sleep(r, why)
 
-        task = asyncio.create_task(sleep_all())
+        task = asyncio.create_task(guarded("sleep", sleep_all(), self.failed, model))
         self.sleeping[model] = task
         task.add_done_callback(lambda _: self.sleeping.pop(model, None))
 
     def spawn_wake(self, model: str, replicas: list[Replica], why: str) -> None:
-        task = asyncio.create_task(self.wake(model, replicas, why))
+        task = asyncio.create_task(guarded("wake", self.wake(model, replicas, why), self.failed, model))
         self.wakes[model] = task
         task.add_done_callback(lambda _: self.wakes.pop(model, None))
 
@@ -273,7 +271,7 @@ class Activator:
         level = self.levels.get(r.spec.id, 0)
 
         async def bring_up(r: Replica) -> None:
-            await self.sleeper(r, level).wake(r, level)
+            await self.choice.sleeper(r, level).wake(r, level)
             await warm_up(self.sup.client, r, self.options.warmup_timeout_s)
 
         if not await self.sup.wake(r, bring_up):
@@ -306,9 +304,9 @@ class Activator:
     async def put_to_sleep(self, r: Replica, level: SleepLevel | None = None) -> SleepLevel:
         """The drained replica asleep by its strategy, measured on a GPU; returns the level it sleeps at.
         A failed sleep in place stops the process; one that keeps most of its memory is stopped too."""
-        level = self.level_for(r) if level is None else level
+        level = self.choice.level_for(r) if level is None else level
         try:
-            await self.sleeper(r, level).sleep(r, level)
+            await self.choice.sleeper(r, level).sleep(r, level)
         except (StartFailed, httpx.HTTPError) as exc:
             log.error("replica=%s sleep at level %d failed (%s): stopping its process", r.spec.id, level, exc)
             await r.process.stop()
@@ -325,26 +323,3 @@ class Activator:
             self.stop_instead.add(r.spec.model.name)
             return await self.put_to_sleep(r, 0)
         return level
-
-    def sleep_mode(self, r: Replica) -> bool:
-        """True when the replica sleeps in place (a GPU replica launched with vLLM's sleep mode)."""
-        return r.on_gpu and SLEEP_MODE_FLAG in r.process.argv and r.spec.model.name not in self.stop_instead
-
-    def sleeper(self, r: Replica, level: SleepLevel) -> Sleeper:
-        """The strategy that puts ``r`` to sleep at, or wakes it from, ``level``."""
-        return self.vllm if level or self.sleep_mode(r) else self.stopper
-
-    def level_for(self, r: Replica) -> SleepLevel:
-        """The level ``r`` goes to sleep at now (0: its process stops)."""
-        if not self.sleep_mode(r):
-            return 0
-        model = self.model(r)
-        fleet = self.fleet()
-        budget = int((fleet.defaults.sleep_host_ram_gib if fleet is not None else 0) * GIB)
-        held = sum(
-            self.weights(x) for x in self.sup.replicas
-            if x is not r and self.levels.get(x.spec.id) == 1 and x.process.alive
-        )  # fmt: skip
-        return choose_level(
-            model.sleep.level, self.weights(r), budget, held, model.engine.load_format != "dummy"
-        )

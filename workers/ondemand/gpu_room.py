@@ -17,6 +17,7 @@ from workers.host.rss import tree_pids
 from workers.life.replica import Replica
 from workers.ondemand.ledger import DeviceBook, Holding, Slot
 from workers.ondemand.room import Room
+from workers.ondemand.sleeping import SleepChoice
 
 log = logging.getLogger("llmgw.ondemand")
 
@@ -32,16 +33,18 @@ class OnDemand(Protocol):
     @property
     def sup(self) -> Replicas: ...
 
+    @property
+    def choice(self) -> SleepChoice: ...
+
     estimate: Callable[[Replica], int]
     last_used: dict[str, float]
     busy_models: set[str]
-    sleeping: dict[str, asyncio.Task[None]]
-    wakes: dict[str, asyncio.Task[None]]
+    sleeping: dict[str, asyncio.Task[bool]]
+    wakes: dict[str, asyncio.Task[bool]]
     gpu_reading: GpuReader
     metrics: SupervisorMetrics
 
     def model(self, r: Replica) -> Model: ...
-    def sleep_mode(self, r: Replica) -> bool: ...
     def budget(self) -> int | None: ...
     async def busy(self, model: str) -> bool: ...
 
@@ -71,7 +74,7 @@ class GpuRoom:
             out.append(Slot(
                 x.spec.id, m.name, holding, self.act.estimate(x), m.priority, used,
                 busy=not m.on_demand or m.name in self.act.busy_models or m.name in self.act.sleeping,
-                sleeps_in_place=self.act.sleep_mode(x),
+                sleeps_in_place=self.act.choice.sleep_mode(x),
             ))  # fmt: skip
         return out
 
