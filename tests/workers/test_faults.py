@@ -6,6 +6,7 @@ model, an unexpected error in a wake, a retire during a wake, a dead group leade
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -31,6 +32,7 @@ from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from contract.supervision import TaskGroup
 from tests.support.fake_workers import fake_launch
+from tests.support.gateway import serve_gateway
 from tests.support.poll import until
 from tests.support.procs import free_port
 from workers.converge.headroom import Headroom
@@ -248,3 +250,37 @@ async def test_a_drain_whose_metrics_fail_waits_to_the_grace_period(tmp_path: Pa
         assert response.status_code == 200  # not cut: /metrics unreadable is not "idle"
     assert not r.process.alive
     await redis.aclose()
+
+
+async def steady(url: str, model: str, stop: asyncio.Event, every_s: float, statuses: list[int]) -> None:
+    """One request every ``every_s`` until ``stop``; each status appended to ``statuses``."""
+    body = {"model": model, "messages": [{"role": "user", "content": "x"}]}
+    async with httpx.AsyncClient(timeout=30) as c:
+        while not stop.is_set():
+            statuses.append((await c.post(f"{url}/v1/chat/completions", json=body)).status_code)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every_s)
+
+
+async def test_steady_traffic_with_admission_off_keeps_an_on_demand_model_awake(
+    tmp_path: Path, redis_url: str
+) -> None:
+    # requests reach the model without a lease or a queue entry (admission off): what runs counts,
+    # through the gateways' shared in-flight hash and vLLM's running + waiting
+    engine = {"extra_args": ["--latency-ms", "150"]}
+    models = [{"name": "od", "activation": "on_demand", "idle_timeout_s": 1.0, "engine": engine}]
+    async with control_plane(tmp_path, redis_url, models, launcher(set())) as h:
+        await until(lambda: h.state("od-0") is ReplicaState.ASLEEP)
+        async with serve_gateway(
+            tmp_path, h.path.read_text(), redis_url, h.keys.prefix, admission=False
+        ) as gw:
+            await h.ask("od")
+            await until(lambda: h.state("od-0") is ReplicaState.READY)
+            stop, statuses = asyncio.Event(), []
+            traffic = asyncio.create_task(steady(gw, "od", stop, 0.3, statuses))
+            await until(lambda: len(statuses) >= 12, deadline_s=30)  # several idle timeouts of traffic
+            stop.set()
+            await traffic
+        assert set(statuses) == {200}
+        assert h.plane.metrics.sleeps.labels("od", "idle")._value.get() == 0  # never put to sleep
+        assert h.state("od-0") is ReplicaState.READY

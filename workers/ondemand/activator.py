@@ -37,7 +37,7 @@ from workers.host.gpu import GpuReader, nvidia_smi_reading
 from workers.host.rss import tree_rss_bytes
 from workers.life.owner import Replica, Supervisor
 from workers.life.process import StartFailed
-from workers.ondemand.demand import AWOKEN, AWOKEN_MS, is_wake_request, requested, warm_up
+from workers.ondemand.demand import AWOKEN, AWOKEN_MS, in_engine, is_wake_request, requested, warm_up
 from workers.ondemand.gpu_room import GpuRoom
 from workers.ondemand.ledger import Holding
 from workers.ondemand.room import Resident, Room, idle_expired, make_room
@@ -147,8 +147,11 @@ class Activator:
         return out
 
     async def busy(self, model: str) -> bool:
-        """Requests running or waiting for the model, or a wake asked for (:func:`requested`)."""
-        return await requested(self.redis, self.keys, model)
+        """Anything running or waiting for the model, or a wake asked for (:mod:`workers.ondemand.demand`)."""
+        mine = [r for r in self.sup.replicas if r.spec.model.name == model and not r.retired]
+        if await requested(self.redis, self.keys, model, [r.spec.id for r in mine]):
+            return True
+        return await in_engine(self.sup.client, [r.spec.url for r in mine if r.state in ROUTABLE])
 
     async def tick(self) -> None:
         now = time.monotonic()

@@ -1,12 +1,19 @@
-"""What asks for an on-demand model: the gateways' wake request, and the model's demand in the shared queue
-(leases running, tickets waiting); and the one warm-up request a woken replica must answer."""
+"""What asks for an on-demand model, and what keeps it busy: the gateways' wake request, its leases
+(running) and tickets (waiting) in the shared queue, what the gateways have in flight on its replicas
+(the shared in-flight hash: counted with admission off too) and what vLLM reports running and waiting;
+and the one warm-up request a woken replica must answer."""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
 
 import httpx
 import redis.asyncio as aioredis
 
+from contract.inflight_share import fresh_counts
 from contract.redis_keys import RedisKeys
+from contract.vllm_probe import requests_in_engine
 from workers.life.process import StartFailed
 from workers.life.replica import Replica
 
@@ -24,14 +31,25 @@ def is_wake_request(value: bytes | str | None) -> bool:
     return value is not None and value != AWOKEN
 
 
-async def requested(redis: aioredis.Redis, keys: RedisKeys, model: str) -> bool:
-    """Requests running or waiting for ``model`` in the shared queue, or a wake asked for."""
+async def requested(redis: aioredis.Redis, keys: RedisKeys, model: str, replicas: Sequence[str] = ()) -> bool:
+    """Requests running or waiting for ``model`` in the shared queue, in flight on one of ``replicas``
+    through a gateway, or a wake asked for."""
     pipe = redis.pipeline(transaction=False)
     pipe.zcard(keys.leases(model))
     pipe.zcard(keys.queue(model))
     pipe.get(keys.wake_request(model))
-    leases, queued, asked = await pipe.execute()
-    return bool(leases or queued or is_wake_request(asked))
+    pipe.hvals(keys.inflight)
+    pipe.time()
+    leases, queued, asked, shares, (seconds, micros) = await pipe.execute()
+    inflight = fresh_counts(shares, int(seconds) * 1000 + int(micros) // 1000)
+    return bool(leases or queued or is_wake_request(asked) or any(inflight[r] for r in replicas))
+
+
+async def in_engine(client: httpx.AsyncClient, urls: Sequence[str]) -> bool:
+    """True when vLLM reports a request running or waiting on one of ``urls`` (an unreadable
+    ``/metrics`` counts nothing here: a replica that does not answer may be put to sleep)."""
+    counts = await asyncio.gather(*(requests_in_engine(client, u) for u in urls))
+    return any(counts)
 
 
 async def warm_up(client: httpx.AsyncClient, r: Replica, timeout_s: float) -> None:
