@@ -76,7 +76,7 @@ from bench.vllm_serve import ServeBench, ServeResult, run_async
 from contract.fleet import load_fleet
 from contract.redis_keys import RedisKeys
 from contract.vllm_metrics import RUNNING, WAITING, gauge_sums
-from gateway.prefix_key import chat_prefix_key
+from gateway.routing.prefix.key import chat_prefix_key
 from gateway.routing.registry import POLICIES as REGISTERED_POLICIES
 from gateway.routing.rendezvous import key_digest, score
 from gateway.settings import GatewaySettings

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from contract.fleet import FleetError
 from gateway.app import create_app
-from gateway.one_write import OneWriteProtocol
+from gateway.edge.one_write import OneWriteProtocol
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests, graceful_s
 
