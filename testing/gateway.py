@@ -17,6 +17,7 @@ from contract.registry import ReplicaRecord, ReplicaState, publish
 from gateway.app import create_app
 from gateway.edge.one_write import OneWriteProtocol
 from gateway.settings import GatewaySettings
+from testing.poll import until
 from testing.procs import free_port
 
 
@@ -72,10 +73,7 @@ async def serve_gateway(
     url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient() as c:
-            for _ in range(200):
-                if server.started:
-                    break
-                await asyncio.sleep(0.02)
+            await until(lambda: server.started, 4.0, "uvicorn started", interval_s=0.02)
             await wait_ready(c, url)
         yield url
     finally:
@@ -84,11 +82,10 @@ async def serve_gateway(
 
 
 async def wait_ready(client: httpx.AsyncClient, url: str, deadline_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while loop.time() < end:
+
+    async def ready() -> bool:
         with contextlib.suppress(httpx.HTTPError):
-            if (await client.get(f"{url}/ready")).status_code == 200:
-                return
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"gateway {url} not ready")
+            return (await client.get(f"{url}/ready")).status_code == 200
+        return False
+
+    await until(ready, deadline_s, f"gateway {url} ready")

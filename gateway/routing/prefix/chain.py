@@ -15,7 +15,7 @@ from __future__ import annotations
 from hashlib import blake2b
 from typing import Any
 
-from gateway.routing.prefix.key import message_text
+from gateway.routing.prefix.prompt_text import chat_text, prompt_text
 
 _PERSON = b"gw-chain-v1"
 
@@ -32,34 +32,6 @@ def chain_keys(text: bytes, chunk_bytes: int, max_chunks: int) -> tuple[str, ...
         prev = h.digest()
         keys.append(prev.hex())
     return tuple(keys)
-
-
-def chat_text(messages: Any, limit: int) -> bytes:
-    """Every message in order (role, content), at most ``limit`` bytes of it; non-dicts are skipped."""
-    if not isinstance(messages, list):
-        return b""
-    parts: list[bytes] = []
-    size = 0
-    for message in messages:
-        if not isinstance(message, dict):
-            continue
-        piece = message_text(message).encode("utf-8", "surrogatepass")
-        parts.append(piece)
-        size += len(piece)
-        if size >= limit:
-            break
-    return b"".join(parts)[:limit]
-
-
-def prompt_text(prompt: Any, limit: int) -> bytes:
-    """A completion prompt's leading ``limit`` bytes (text, or token ids as ``"1,2,3,"``)."""
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        return prompt[:limit].encode("utf-8", "surrogatepass")[:limit]
-    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return "".join(f"{t}," for t in prompt[:limit]).encode()[:limit]
-    return b""
 
 
 def request_chain(payload: dict[str, Any], chunk_bytes: int, max_chunks: int) -> tuple[str, ...]:

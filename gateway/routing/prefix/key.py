@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_ROLE_END = "\x1f"  # unit separator: between a message's role and its content
-_MSG_END = "\x1e"  # record separator: after each message
+from gateway.routing.prefix.prompt_text import leading_prompt, message_text
 
 
 def _encode(text: str, max_chars: int) -> bytes:
@@ -19,29 +18,6 @@ def _encode(text: str, max_chars: int) -> bytes:
 
 def _valid_limit(max_chars: Any) -> bool:
     return isinstance(max_chars, int) and not isinstance(max_chars, bool) and max_chars > 0
-
-
-def _content_text(content: Any) -> str:
-    """A message's text: the string itself, or its text parts joined; anything else is no text."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                text = part.get("text")
-                if isinstance(text, str):
-                    texts.append(text)
-        return "".join(texts)
-    return ""
-
-
-def message_text(message: dict[str, Any]) -> str:
-    """One chat message as prefix text: its role, a unit separator, its content, a record separator, so
-    that the boundaries between messages count (the prefix key and the prefix chain both read it)."""
-    role = message.get("role")
-    role = role if isinstance(role, str) else ""
-    return role + _ROLE_END + _content_text(message.get("content")) + _MSG_END
 
 
 def chat_prefix_key(messages: list[Any], max_chars: int) -> bytes:
@@ -80,8 +56,7 @@ def prompt_prefix_key(prompt: Any, max_chars: int) -> bytes:
     try:
         if not _valid_limit(max_chars):
             return b""
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]
+        prompt = leading_prompt(prompt)
         if isinstance(prompt, str):
             return _encode(prompt, max_chars)
         if isinstance(prompt, list) and prompt:

@@ -5,7 +5,6 @@ loaded it, and gone everywhere once unloaded."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ import openai
 import pytest
 
 from testing.gateway import fleet_yaml, register, serve_gateway
+from testing.poll import until
 from testing.procs import Proc, start_fake_engine
 
 ADMIN = "admin-secret-for-tests"
@@ -68,13 +68,11 @@ async def wait_for(
     http: httpx.AsyncClient, url: str, name: str, present: bool, deadline_s: float = 10.0
 ) -> None:
     """Poll the gateway's model list (without blocking its loop, which is this test's) for ``name``."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while loop.time() < end:
-        if (name in await model_ids(http, url)) == present:
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"{url}: {name} never {'appeared' if present else 'left'}")
+
+    async def listed() -> bool:
+        return (name in await model_ids(http, url)) == present
+
+    await until(listed, deadline_s, f"{url}: {name} {'listed' if present else 'gone'}")
 
 
 async def served(http: httpx.AsyncClient, engine: Proc) -> int:

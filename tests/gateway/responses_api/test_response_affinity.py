@@ -4,7 +4,6 @@ whichever gateway they pass; when that replica has left or restarted, a clear 40
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
 from testing.gateway import fleet_yaml, register, serve_gateway
+from testing.poll import until
 from testing.procs import Proc, start_fake_engine
 
 MODEL = "resp-model"
@@ -109,14 +109,12 @@ async def test_unknown_response_is_a_clear_404(gateways: list[str]) -> None:
 async def wait_replicas(url: str, count: int, deadline_s: float = 10.0) -> None:
     """Poll the gateway's /ready (without blocking its event loop, which is this test's) until it sees
     ``count`` replicas of the model."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
     async with httpx.AsyncClient(timeout=2) as http:
-        while loop.time() < end:
-            if (await http.get(f"{url}/ready")).json()["models"][MODEL]["replicas"] == count:
-                return
-            await asyncio.sleep(0.05)
-    raise TimeoutError(f"{url} never saw {count} replicas")
+
+        async def seen() -> bool:
+            return bool((await http.get(f"{url}/ready")).json()["models"][MODEL]["replicas"] == count)
+
+        await until(seen, deadline_s, f"{url} seeing {count} replicas")
 
 
 async def test_holder_gone_or_restarted_is_said_never_rerouted(

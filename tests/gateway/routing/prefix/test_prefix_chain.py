@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.routing.prefix.chain import chain_keys, chat_text, prompt_text, request_chain
+from gateway.routing.prefix.chain import chain_keys, request_chain
+from gateway.routing.prefix.prompt_text import chat_text, prompt_text
 
 
 def msgs(*pairs: tuple[str, str]) -> list[dict[str, str]]:
