@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 import uvicorn
+from fastapi import FastAPI
 
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, ReplicaState, publish
@@ -51,6 +52,15 @@ async def serve_gateway(
     tmp: Path, fleet: str, redis_url: str, prefix: str, **settings: Any
 ) -> AsyncIterator[str]:
     """Run create_app() under uvicorn on a free port; yields its base URL once it answers."""
+    async with serve_app(tmp, fleet, redis_url, prefix, **settings) as (url, _):
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serve_app(
+    tmp: Path, fleet: str, redis_url: str, prefix: str, **settings: Any
+) -> AsyncIterator[tuple[str, FastAPI]]:
+    """The same, yielding the app too (its ``state.gateway``, for tests that drive the gateway's parts)."""
     fleet_file = tmp / f"fleet-{prefix}.yaml"
     fleet_file.write_text(fleet)
     fast = {"registry_poll_s": 0.2, "health_interval_s": 0.2, "load_scrape_interval_s": 0.2}
@@ -58,9 +68,10 @@ async def serve_gateway(
         fleet_file=fleet_file, redis_url=redis_url, redis_prefix=prefix, **{**fast, **settings}
     )
     port = free_port()
+    app = create_app(s)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(s),
+            app,
             host="127.0.0.1",
             port=port,
             http=OneWriteProtocol,  # the protocol llmgw-gateway serves with (gateway/cli.py)
@@ -75,7 +86,7 @@ async def serve_gateway(
         async with httpx.AsyncClient() as c:
             await until(lambda: server.started, 4.0, "uvicorn started", interval_s=0.02)
             await wait_ready(c, url)
-        yield url
+        yield url, app
     finally:
         server.should_exit = True
         await task

@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope
 
 from gateway.endpoints import Route
-from gateway.errors import GatewayError, InternalError, error_response
+from gateway.errors import GatewayError, InternalError, ModelNotFound, error_response
 from gateway.pipeline.admit import admit
 from gateway.pipeline.intake import read_body, request_id, upstream_id, wanted_headers
 from gateway.pipeline.parse import parse
@@ -66,7 +66,9 @@ class Proxy:
         await locate(ctx, gw.names, gw.affinity)  # 3
         model = resolve(ctx, gw.names, gw.lora.adapters)
         await charge(gw, ctx)
-        pool = gw.table.pool(model.name)
+        pool = gw.table.find(model.name)
+        if pool is None:  # a fleet reload removed the model since it was resolved
+            raise ModelNotFound(f"The model '{model.name}' does not exist", param="model")
         with client_watch(receive, gone) as watch:
             lease = await admit(gw, ctx, pool, watch)  # 4
             parts = answer(gw, ctx, pool, lease)  # 5, 6, 7 (the lease is held and released there)

@@ -97,6 +97,10 @@ class ReplicaTable:
     def pool(self, model: str) -> ModelPool:
         return self._pools[model]
 
+    def find(self, model: str) -> ModelPool | None:
+        """The model's pool, or None once a fleet reload removed the model."""
+        return self._pools.get(model)
+
     def pools(self) -> Sequence[ModelPool]:
         return list(self._pools.values())
 

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from testing.gateway import fleet_yaml, register, serve_gateway
+from contract.fleet import parse_fleet
+from gateway.auth.base import OpenAuth
+from gateway.replicas.fleet_reload import FleetReload
+from gateway.values import Caller, Charge, TokenCost
+from testing.gateway import fleet_yaml, register, serve_app, serve_gateway
 from testing.procs import Proc, start_fake_engine
 
 
@@ -146,3 +150,32 @@ async def test_health_ready_metrics(http: httpx.AsyncClient, gw: str) -> None:
     text = (await http.get(f"{gw}/metrics")).text
     assert 'llmgw_requests_total{model="fake-chat",status="200"}' in text
     assert "vllm:" not in text
+
+
+class ReloadWhileCharging(OpenAuth):
+    """A test double of the authenticator: while the request is being charged (after the model was
+    resolved, before its pool is looked up), the fleet is reloaded without that model."""
+
+    def __init__(self, reload: Callable[[], None]) -> None:
+        self.reload = reload
+
+    async def charge(self, caller: Caller, model: str, cost: TokenCost) -> Charge | None:
+        self.reload()
+        return None
+
+
+async def test_a_reload_that_removes_the_model_mid_request_answers_404_not_500(
+    tmp_path: Path, redis_url: str, engine: Proc
+) -> None:
+    """Defect 5: a reload between resolve and the pool lookup raised KeyError (500)."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    await register(redis_url, prefix, "fake-chat", engine.url, "fake-chat-0")
+    await register(redis_url, prefix, "fake-embed", engine.url, "fake-embed-0")
+    async with serve_app(tmp_path, FLEET, redis_url, prefix) as (url, app):
+        gw = app.state.gateway
+        smaller = parse_fleet(fleet_yaml([{"name": "fake-embed", "source": {"path": "/nonexistent"}}]))
+        gw.auth = ReloadWhileCharging(lambda: FleetReload(gw, app.state.discovery).apply(smaller))
+        async with httpx.AsyncClient() as c:
+            body = {"model": "fake-chat", "messages": [{"role": "user", "content": "hi"}]}
+            r = await c.post(f"{url}/v1/chat/completions", json=body)
+    assert_openai_error(r, 404, "model_not_found")
