@@ -188,6 +188,8 @@ def create_app(settings: GatewaySettings, **fastapi_kwargs: Any) -> FastAPI:
         async with lifespan_for(gw, discovery):
             yield
 
+    if not (settings.docs if settings.docs is not None else not settings.auth):
+        fastapi_kwargs = {"docs_url": None, "redoc_url": None, "openapi_url": None, **fastapi_kwargs}
     app = GatewayApp(title="llm-gateway", version="0.1.0", lifespan=lifespan, **fastapi_kwargs)
     app.state.gateway = gw
     app.state.discovery = discovery

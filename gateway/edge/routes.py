@@ -104,7 +104,8 @@ def add_routes(app: FastAPI, gw: Gateway, proxy: Proxy, discovery: Discovery) ->
         return Response(orjson.dumps(model_list(gw, created)), media_type=JSON)
 
     @app.get("/v1/models/{model:path}")
-    async def model(model: str) -> Response:
+    async def model(model: str, request: Request) -> Response:
+        await gw.auth.authenticate(request.headers)  # keys on: one model too needs a key
         return one_model(gw, model, created)
 
     @app.get("/health")

@@ -39,7 +39,7 @@ async def locate(ctx: RequestContext, names: Mapping[str, Model], affinity: Resp
 
 async def locate_by_id(ctx: RequestContext, names: Mapping[str, Model], affinity: ResponseAffinity) -> None:
     allowed = [m for m in stores(names) if ctx.caller.may_use(m)]
-    found = await affinity.find(allowed, ctx.response_id) if allowed else None
+    found = await affinity.find(allowed, ctx.response_id, ctx.caller.tenant) if allowed else None
     if found is None:
         raise ResponseNotFound(f"no stored response '{ctx.response_id}' is known", param="response_id")
     ctx.model_name, ctx.pinned = found
@@ -48,10 +48,17 @@ async def locate_by_id(ctx: RequestContext, names: Mapping[str, Model], affinity
 async def locate_previous(
     ctx: RequestContext, names: Mapping[str, Model], affinity: ResponseAffinity
 ) -> None:
-    """A follow-up: with no record (expired, or made elsewhere), normal routing; the replica answers."""
+    """A follow-up: with no record (expired, or made elsewhere), normal routing; the replica answers.
+    A response another tenant owns does not exist for this one."""
     model = names.get(ctx.model_name)
-    if model is not None:
-        ctx.pinned = await affinity.holder(model.name, ctx.response_id)
+    record = await affinity.owned(model.name, ctx.response_id) if model is not None else None
+    if record is None:
+        return
+    if record[1] != ctx.caller.tenant:
+        raise ResponseNotFound(
+            f"no stored response '{ctx.response_id}' is known", param="previous_response_id"
+        )
+    ctx.pinned = record[0]
 
 
 def pinned_candidates(ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> list[Endpoint]:
@@ -83,7 +90,9 @@ async def remember(ctx: RequestContext, affinity: ResponseAffinity, data: bytes)
     if not rid:
         return False
     try:
-        await affinity.record(ctx.model.name, rid, (ctx.replica.id, ctx.replica.record.instance))
+        await affinity.record(
+            ctx.model.name, rid, (ctx.replica.id, ctx.replica.record.instance), ctx.caller.tenant
+        )
     except REDIS_DOWN as exc:
         log.warning("request_id=%s response=%s holder not recorded (Redis: %s)", ctx.request_id, rid, exc)
     return True
