@@ -97,7 +97,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         redis=clients,
         keys=keys,
         metrics=metrics,
-        ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s)),
+        ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s), settings.eject_after),
         inflight=share,
         wakes=Wakes(redis, keys, settings.gateway_id, metrics),
         open_requests=OpenRequests(settings.shutdown_grace_s),

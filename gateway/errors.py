@@ -129,6 +129,15 @@ class UpstreamError(GatewayError):
     code = "upstream_error"
 
 
+class ReplicaError(GatewayError):
+    """The replica answered a server error after it took the request (its work may have run): passed
+    through, never retried."""
+
+    status = 500
+    type = "server_error"
+    code = "replica_error"
+
+
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"

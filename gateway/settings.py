@@ -49,6 +49,9 @@ class GatewaySettings(BaseSettings):
     load_share_max_age_s: Seconds = 2.0
     eject_base_s: Seconds = 1.0
     eject_max_s: Seconds = 30.0
+    # A replica is ejected after this many server errors (5xx answers) in a row; a connection error
+    # or a failed health check ejects at once.
+    eject_after: Annotated[int, Field(ge=1, le=100)] = 3
     prefix_epsilon: Annotated[float, Field(ge=0)] = 0.25
     prefix_inflight_epsilon: Annotated[float, Field(ge=0)] = 1.0
     prefix_share_window: Annotated[int, Field(ge=1, le=10_000)] = 32

@@ -1,21 +1,26 @@
-"""Steps 5 and 6, pick and forward: a replica chosen by the model's policy, the request sent to it; on a
-failure the replica refused before any work, another replica is tried, up to ``retry_attempts`` in all,
-while the retry deadline (checked before every attempt) lasts. A non-streamed request's total deadline
-starts here. :func:`done` ends an attempt (the policy's hook, ejection)."""
+"""Steps 5 and 6, pick and forward: a replica chosen by the model's policy, the request sent to it; when
+the replica refused it before any work (gateway/upstream/client.py), another replica is tried, up to
+``retry_attempts`` in all, while the retry deadline (checked before every attempt) lasts. A non-streamed
+request's total deadline starts here. :func:`done` ends an attempt (the policy's hook, ejection)."""
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Literal
 
 from gateway.errors import NoReadyReplica
 from gateway.replicas.table import Endpoint, ModelPool
 from gateway.responses_api.stored import pinned_candidates
 from gateway.state import Gateway
-from gateway.upstream.client import Retryable, Unanswered, Upstream, open_stream
+from gateway.upstream.client import Failed, Retryable, Unanswered, Upstream, open_stream
 from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.proxy")
+Blame = Literal["eject", "strike", "none"]
+EJECT: Blame = "eject"
+STRIKE: Blame = "strike"
+NONE: Blame = "none"
 
 
 async def forward(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> Upstream:
@@ -62,14 +67,18 @@ async def attempt_on(gw: Gateway, ctx: RequestContext, pool: ModelPool, tried: l
         )
     except Retryable as failed:
         ctx.upstream_error = failed.error
-        done(gw, ep, ctx, ok=False)
+        done(gw, ep, ctx, ok=False, blame=STRIKE if failed.answered else EJECT)
         raise
+    except Failed as failed:  # it took the request: passed through, never retried
+        ctx.upstream_error = failed.error
+        done(gw, ep, ctx, ok=False, blame=STRIKE)
+        raise failed.error from None
     except Unanswered as unanswered:
         ctx.upstream_error = unanswered.error
-        done(gw, ep, ctx, ok=False, blame=False)
+        done(gw, ep, ctx, ok=False, blame=NONE)
         raise unanswered.error from None
     except BaseException:  # cancelled: the client left
-        done(gw, ep, ctx, ok=False, blame=False)
+        done(gw, ep, ctx, ok=False, blame=NONE)
         raise
     ctx.first_byte_at = time.perf_counter()
     return up
@@ -102,16 +111,19 @@ def request_headers(ctx: RequestContext) -> list[tuple[bytes, bytes]]:
     ]
 
 
-def done(gw: Gateway, ep: Endpoint, ctx: RequestContext, ok: bool, blame: bool = True) -> None:
-    """The attempt on ``ep`` ended; a failure the replica is to blame for counts toward ejection."""
+def done(gw: Gateway, ep: Endpoint, ctx: RequestContext, ok: bool, blame: Blame = EJECT) -> None:
+    """The attempt on ``ep`` ended; a failure the replica is to blame for ejects it (``EJECT``: it did
+    not answer) or counts toward its run of server errors (``STRIKE``)."""
     ep.inflight -= 1
     gw.policies[ep.record.model].on_finish(ep, ctx.route, ok)
-    if ok and ep.failures:  # it answered: back at once, without waiting for its half-open probe
+    if ok and (ep.failures or ep.strikes):  # it answered: back at once, without its half-open probe
+        if ep.failures:
+            log.info("request_id=%s replica=%s back: it answered a request", ctx.request_id, ep.id)
         gw.ejection.succeed(ep)
-        log.info("request_id=%s replica=%s back: it answered a request", ctx.request_id, ep.id)
-    if ok or not blame:
+    if ok or blame == NONE:
         return
-    if gw.ejection.fail(ep, time.monotonic()):
+    now = time.monotonic()
+    if gw.ejection.strike(ep, now) if blame == STRIKE else gw.ejection.fail(ep, now):
         gw.metrics.ejections.labels(ep.record.model, ep.id).inc()
         reason = ctx.error or (ctx.upstream_error.message if ctx.upstream_error else "failure")
         log.warning("request_id=%s replica=%s ejected: %s", ctx.request_id, ep.id, reason)
