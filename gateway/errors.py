@@ -45,6 +45,16 @@ class BodyTooLarge(InvalidRequest):
     code = "request_too_large"
 
 
+class HeadTooLarge(InvalidRequest):
+    status = 431
+    code = "request_header_fields_too_large"
+
+
+class HeadTimeout(InvalidRequest):
+    status = 408
+    code = "request_timeout"
+
+
 class Unauthorized(GatewayError):
     status = 401
     type = "authentication_error"

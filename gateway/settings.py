@@ -28,6 +28,10 @@ class GatewaySettings(BaseSettings):
     gateway_id: str = Field(default_factory=_default_gateway_id)
 
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
+    # Limits at the door, before authentication (docs/architecture/gateway.md, beside nginx's): the
+    # request line and headers together (over it: 431), and the time to read them (past it: 408).
+    max_head_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024
+    header_timeout_s: Seconds = 10.0
     connect_timeout_s: Seconds = 2.0
     first_byte_timeout_s: Seconds = 120.0
     chunk_timeout_s: Seconds = 60.0
