@@ -45,6 +45,10 @@ class BodyTooLarge(InvalidRequest):
     code = "request_too_large"
 
 
+class MediaUrlRefused(InvalidRequest):
+    code = "media_url_not_allowed"
+
+
 class HeadTooLarge(InvalidRequest):
     status = 431
     code = "request_header_fields_too_large"

@@ -32,6 +32,9 @@ class GatewaySettings(BaseSettings):
     # request line and headers together (over it: 431), and the time to read them (past it: 408).
     max_head_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024
     header_timeout_s: Seconds = 10.0
+    # Media URLs (images, audio, video, files) whose host is one of these domains (or under one) are
+    # passed on unchecked; any other that resolves to an internal address is refused (400).
+    media_domains: list[str] = []
     connect_timeout_s: Seconds = 2.0
     first_byte_timeout_s: Seconds = 120.0
     chunk_timeout_s: Seconds = 60.0

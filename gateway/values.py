@@ -101,6 +101,8 @@ class RequestContext:
     """The content type of the replica's answer."""
     pinned: tuple[str, str] | None = None
     """(replica id, instance) that must serve the request: the holder of a stored response."""
+    media: list[str] = field(default_factory=list)
+    """The request's media URLs (images, audio, video, files), checked before it is forwarded."""
     woken_at: float | None = None
     """When an on-demand request began to wait for its wake (set once granted during a wake)."""
     preferred: frozenset[str] = frozenset()

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequest
+from gateway.pipeline.media import media_urls
 from gateway.pipeline.tokens import asked, prompt_estimate
 from gateway.routing.prefix.chain import request_chain
 from gateway.routing.prefix.key import chat_prefix_key, prompt_prefix_key
@@ -120,3 +121,5 @@ def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_ch
     ctx.cost = TokenCost(prompt_estimate(ctx.body))  # what it may generate is added once resolved
     if ctx.api.stored:
         ctx.response_id = previous_response_field(payload)
+    if b"url" in ctx.body:
+        ctx.media = media_urls(payload)

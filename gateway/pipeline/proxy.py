@@ -20,6 +20,7 @@ from gateway.endpoints import Route
 from gateway.errors import GatewayError, InternalError, ModelNotFound, error_response
 from gateway.pipeline.admit import admit
 from gateway.pipeline.intake import read_body, request_id, upstream_id, wanted_headers
+from gateway.pipeline.media import check_media
 from gateway.pipeline.parse import parse
 from gateway.pipeline.relay import answer, streaming
 from gateway.pipeline.replies import RelayResponse, WholeResponse
@@ -39,6 +40,7 @@ class Proxy:
 
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
+        self.media_domains = frozenset(d.lower().strip(".") for d in gw.settings.media_domains)
 
     async def respond(self, scope: Scope, receive: Receive, api: Route, response_id: str = "") -> Response:
         """The whole request path for one request; always returns a response, never raises."""
@@ -58,11 +60,11 @@ class Proxy:
     async def serve(
         self, ctx: RequestContext, receive: Receive, gone: asyncio.Future[None] | None
     ) -> Response:
-        gw = self.gw
+        gw, s = self.gw, self.gw.settings
         ctx.caller = await gw.auth.authenticate(ctx.headers)  # 1
-        parse(
-            ctx, gw.settings.prefix_chars, gw.settings.prefix_chunk_bytes, gw.settings.prefix_max_chunks
-        )  # 2
+        parse(ctx, s.prefix_chars, s.prefix_chunk_bytes, s.prefix_max_chunks)  # 2
+        if ctx.media:
+            await check_media(ctx.media, self.media_domains)
         await locate(ctx, gw.names, gw.affinity)  # 3
         model = resolve(ctx, gw.names, gw.lora.adapters)
         await charge(gw, ctx)
