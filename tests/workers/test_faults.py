@@ -31,10 +31,10 @@ from contract.fleet_file import FleetWatch
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from contract.supervision import TaskGroup
-from tests.support.fake_workers import fake_launch
-from tests.support.gateway import serve_gateway
-from tests.support.poll import until
-from tests.support.procs import free_port
+from testing.fake_workers import fake_launch
+from testing.gateway import serve_gateway
+from testing.poll import until
+from testing.procs import free_port
 from workers.converge.headroom import Headroom
 from workers.life.adopt import AdoptedProcess, pid_alive
 from workers.life.owner import Replica, RestartBackoff, Supervisor, SupervisorOptions
@@ -284,3 +284,4 @@ async def test_steady_traffic_with_admission_off_keeps_an_on_demand_model_awake(
         assert set(statuses) == {200}
         assert h.plane.metrics.sleeps.labels("od", "idle")._value.get() == 0  # never put to sleep
         assert h.state("od-0") is ReplicaState.READY
+
