@@ -12,6 +12,10 @@ from gateway.endpoints import ROUTES, Route
 from gateway.errors import GatewayError
 from gateway.replicas.table import Endpoint
 
+FLOW = "llmgw.flow"
+"""The scope key of the server's write flow control (``write_paused``: the client is not reading)."""
+ABORT = "llmgw.abort"
+"""The scope key of a callable that drops the client's connection at once (unsent bytes too)."""
 GONE = "llmgw.gone"
 """The ASGI scope key under which the server (gateway/edge/one_write.py) puts a future resolved when
 the client's connection is lost."""
