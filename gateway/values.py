@@ -109,8 +109,9 @@ class RequestContext:
     """The request's media URLs (images, audio, video, files), checked before it is forwarded."""
     woken_at: float | None = None
     """When an on-demand request began to wait for its wake (set once granted during a wake)."""
-    preferred: frozenset[str] = frozenset()
-    """Replica ids to prefer when they are ready (those with the requested LoRA adapter loaded)."""
+    holders: frozenset[tuple[str, str]] | None = None
+    """(replica id, instance) of the replicas that loaded the requested runtime LoRA adapter: the only
+    ones that may serve it (None: not an adapter request)."""
 
     @property
     def upstream_path(self) -> bytes:
