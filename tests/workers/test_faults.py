@@ -284,4 +284,3 @@ async def test_steady_traffic_with_admission_off_keeps_an_on_demand_model_awake(
         assert set(statuses) == {200}
         assert h.plane.metrics.sleeps.labels("od", "idle")._value.get() == 0  # never put to sleep
         assert h.state("od-0") is ReplicaState.READY
-
