@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 
-from contract.fleet import Fleet, load_fleet
+from contract.fleet import Fleet
+from contract.fleet_file import read_fleet
 from contract.vllm_probe import API_KEY_ENV
 from tools.stack.keeper import KeepPolicy, keep
 from tools.stack.redis import redis_server_argv
@@ -74,7 +75,7 @@ def script(name: str) -> str:
 class Stack:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
-        self.fleet: Fleet = load_fleet(config.fleet_file)
+        self.fleet: Fleet = read_fleet(config.fleet_file)
         self.services: list[Service] = []
 
     @property
