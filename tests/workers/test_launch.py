@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contract.fleet import load_fleet, parse_fleet
 from testing.procs import REPO
-from workers.replica.launch import build_launch, plan_replicas
+from workers.replica.launch import ReplicaSpec, build_launch, plan_replicas
 
 
 def test_default_fleet_replicas_get_ports_and_cores() -> None:
@@ -79,3 +79,16 @@ def test_responses_store_and_runtime_lora_switches() -> None:
     assert a.argv.count("--enable-lora") == 1 and "--lora-modules" not in a.argv
     assert "VLLM_ENABLE_RESPONSES_API_STORE" not in b.env and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in b.env
     assert b.argv.count("--enable-lora") == 1 and b.argv[b.argv.index("--lora-modules") + 1] == "b-sql=/ad"
+
+
+def test_a_tensor_parallel_gpu_replica_sees_exactly_its_devices_with_multicast_off() -> None:
+    model = parse_fleet(
+        "models:\n - name: big\n   source: {path: /m}\n   engine: {tensor_parallel_size: 2}\n"
+    ).models[0]
+    spec = ReplicaSpec(model, 0, 9000, (1, 2), device_kind="gpu", gpu_memory_utilization=0.8)
+    env = build_launch(spec, "/m").env
+    assert env["CUDA_VISIBLE_DEVICES"] == "1,2"
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert env["NVSHMEM_DISABLE_NVLS"] == "1"
+    assert "--tensor-parallel-size" in (argv := build_launch(spec, "/m").argv)
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"

@@ -147,13 +147,20 @@ class FakeDevice:
 
 
 def gpu_replica(
-    tmp: Path, budget: float, *, limit: float, floor: float = 0.1, error: str = "cuda", index: int = 0
+    tmp: Path,
+    budget: float,
+    *,
+    limit: float,
+    floor: float = 0.1,
+    error: str = "cuda",
+    index: int = 0,
+    devices: tuple[int, ...] = (0,),
 ) -> Replica:
     budget_yaml = f"{{min_gpu_memory_utilization: {floor}}}"
     model = parse_fleet(
         f"models:\n - name: fake\n   source: {{path: /m}}\n   budget: {budget_yaml}\n"
     ).models[0]
-    spec = ReplicaSpec(model, index, free_port(), (0,), device_kind="gpu", gpu_memory_utilization=budget)
+    spec = ReplicaSpec(model, index, free_port(), devices, device_kind="gpu", gpu_memory_utilization=budget)
     argv = [sys.executable, "-m", "testing.fake_gpu_engine", "--port", str(spec.port), "--model", "fake"]
     env = {
         "FAKE_GPU_MAX_BUDGET": str(limit),
@@ -317,3 +324,58 @@ async def test_cpu_replicas_skip_the_gate(tmp_path: Path, redis: aioredis.Redis,
         assert await sup.start_with_retries(rep)
         await rep.process.stop(2)
     assert device.reads == 0
+
+
+# --- several GPUs: the gate reads only the replica's own devices, every one of them -------------------
+
+
+class FakeDevices(FakeDevice):
+    """Several 100 GiB GPUs, each with its own outside tenant; a live replica uses each of its devices."""
+
+    def __init__(self, tenants_gib: dict[int, float]) -> None:
+        super().__init__()
+        self.tenants = {d: int(t * GIB) for d, t in tenants_gib.items()}
+        self.read_devices: list[int] = []
+
+    def __call__(self, device: int) -> DeviceMemory:
+        self.reads += 1
+        self.read_devices.append(device)
+        live = [r for r in self.replicas if r.process.alive and device in r.spec.devices]
+        used = self.tenants.get(device, 0) + sum(needed_bytes(r.budget, self.total, 2 * GIB) for r in live)
+        return DeviceMemory(device, used, max(0, self.total - used), self.total)
+
+
+async def test_a_replica_on_gpu_1_never_waits_for_gpu_0(
+    tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "llmgw.workers")
+    on0 = gpu_replica(tmp_path, 0.40, limit=1.0, index=0, devices=(0,))
+    on1 = gpu_replica(tmp_path, 0.40, limit=1.0, index=1, devices=(1,))
+    cards = FakeDevices({0: 90})  # GPU 0 has 10 GiB free; GPU 1 is empty
+    async with httpx.AsyncClient() as client:
+        sup = supervisor([on0, on1], redis, keys, client, cards)
+        task = asyncio.create_task(sup.run())
+        await until(lambda: on1.state is ReplicaState.READY)
+        assert on0.process.proc is None  # still held at GPU 0's gate
+        assert "replica=fake-0 waiting for gpu:0: 10.0 GiB free of 100.0 GiB" in caplog.text
+        assert "replica=fake-1 gpu:1 has 100.0 GiB free" in caplog.text
+        cards.tenants[0] = 0
+        await until(lambda: on0.state is ReplicaState.READY)
+        await sup.drain()
+        await task
+
+
+async def test_a_tensor_parallel_replica_waits_for_each_of_its_devices(
+    tmp_path: Path, redis: aioredis.Redis, keys: RedisKeys
+) -> None:
+    rep = gpu_replica(tmp_path, 0.50, limit=1.0, devices=(0, 1))
+    opts = dataclasses.replace(OPTIONS, free_memory_deadline_s=0.3)
+    cards = FakeDevices({1: 80})  # GPU 0 is empty, GPU 1 has 20 GiB free: 52 GiB needed on each
+    async with httpx.AsyncClient() as client:
+        sup = supervisor([rep], redis, keys, client, cards, options=opts)
+        assert not await sup.start_with_retries(rep)
+    assert rep.process.proc is None and starts(tmp_path) == []
+    assert set(cards.read_devices) == {0, 1}
+    assert rep.failure is not None
+    msg = rep.failure.message()
+    assert "gpu:1" in msg and "20.0 GiB free of 100.0 GiB" in msg and "NOT STARTED" in msg

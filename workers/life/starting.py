@@ -3,8 +3,10 @@ out-of-memory back-off.
 
 Replicas that share a GPU start strictly one at a time (a lock per device, which restarts take too; vLLM
 mis-sizes the KV cache of processes that start together on one device), each only when the previous is
-ready and the device's free memory covers ``budget x total + reserve`` (polled through a
-:data:`~workers.host.gpu.MemoryProbe` until a deadline). A start that fails with out-of-memory is retried
+ready and the free memory of *each of its devices* covers ``budget x total + reserve`` (polled through a
+:data:`~workers.host.gpu.MemoryProbe` until a deadline). A tensor-parallel replica takes the locks of all
+its devices (in index order) and waits for all of them; a replica never waits for a device it does not
+run on (one on GPU 1 never waits for GPU 0's memory). A start that fails with out-of-memory is retried
 with the budget lowered by 0.05 down to the replica's floor; past it, the replica stays stopped and one
 log line (:class:`~workers.replica.oom.StartReport`) names the model, the budget, the free memory and what
 to change. On CPUs none of this applies: failed starts are retried as they are.
@@ -13,6 +15,7 @@ to change. On CPUs none of this applies: failed starts are retried as they are.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -101,28 +104,41 @@ class Starter:
                 r.spec.id, r.spec.device, when, used, free, total,
             )  # fmt: skip
 
-    async def wait_for_memory(self, r: Replica) -> DeviceMemory | None:
-        """Poll the device until its free memory covers the replica's budget plus the reserve.
+    async def short_device(self, r: Replica) -> tuple[DeviceMemory | None, bool]:
+        """Read each of the replica's devices: (the first whose free memory does not cover the budget plus
+        the reserve, False), else (the last reading, True). An unreadable device opens the gate:
+        (None, True)."""
+        mem: DeviceMemory | None = None
+        for device in r.spec.devices:
+            mem = await self.read_device(device)
+            if mem is None:
+                log.warning(
+                    "replica=%s gpu:%d memory unreadable: starting without the gate", r.spec.id, device
+                )
+                return None, True
+            if not mem.covers(needed_bytes(r.budget, mem.total_bytes, self.options.gpu_reserve_bytes)):
+                return mem, False
+        return mem, True
 
-        Returns the last reading (None where the device cannot be read: the gate is then open);
-        raises :class:`NotEnoughMemory` at the deadline.
+    async def wait_for_memory(self, r: Replica) -> DeviceMemory | None:
+        """Poll the replica's devices until the free memory of each covers its budget plus the reserve.
+
+        Returns the last reading (None where a device cannot be read: the gate is then open);
+        raises :class:`NotEnoughMemory` at the deadline, naming the device that lacked memory.
         """
         opts = self.options
         loop = asyncio.get_running_loop()
         started = loop.time()
         waiting = False
         while True:
-            mem = await self.read_device(r.spec.device)
+            mem, covered = await self.short_device(r)
             if mem is None:
-                log.warning(
-                    "replica=%s gpu:%d memory unreadable: starting without the gate", r.spec.id, r.spec.device
-                )
                 return None
             need = needed_bytes(r.budget, mem.total_bytes, opts.gpu_reserve_bytes)
-            if mem.covers(need) or self.stopping.is_set():
+            if covered or self.stopping.is_set():
                 log.info(
-                    "replica=%s gpu:%d has %s; budget %.3f needs %s GiB: starting",
-                    r.spec.id, r.spec.device, mem.describe(), r.budget, gib(need),
+                    "replica=%s gpu:%s has %s; budget %.3f needs %s GiB: starting",
+                    r.spec.id, r.spec.device_list, mem.describe(), r.budget, gib(need),
                 )  # fmt: skip
                 return mem
             waited = loop.time() - started
@@ -132,7 +148,7 @@ class Starter:
                 waiting = True
                 log.info(
                     "replica=%s waiting for gpu:%d: %s, budget %.3f needs %s GiB (deadline %.0f s)",
-                    r.spec.id, r.spec.device, mem.describe(), r.budget, gib(need),
+                    r.spec.id, mem.index, mem.describe(), r.budget, gib(need),
                     opts.free_memory_deadline_s,
                 )  # fmt: skip
             await asyncio.sleep(opts.free_memory_poll_s)
@@ -148,7 +164,7 @@ class Starter:
         return StartReport(
             replica=r.spec.id,
             model=r.spec.model.name,
-            device=r.spec.device,
+            device=free.index if free is not None else r.spec.device,
             budgets_tried=tuple(tried),
             floor=r.floor,
             free=free,
@@ -164,11 +180,13 @@ class Starter:
 
     async def start(self, r: Replica) -> bool:
         """Start ``r``; on a GPU, one start at a time per device, behind the free-memory gate, with the
-        out-of-memory back-off.  Returns whether it became ready."""
+        out-of-memory back-off; a replica on several devices holds every one's lock, taken in index order
+        (so two tensor-parallel replicas never each wait for the other).  Returns whether it became ready."""
         if not r.on_gpu:
             return await self.attempts(r)
-        lock = self.device_locks.setdefault(r.spec.device, asyncio.Lock())
-        async with lock:
+        async with contextlib.AsyncExitStack() as held:
+            for device in sorted(set(r.spec.devices)):
+                await held.enter_async_context(self.device_locks.setdefault(device, asyncio.Lock()))
             return await self.attempts(r)
 
     async def attempts(self, r: Replica) -> bool:

@@ -98,9 +98,21 @@ def source_args(model: Model, weights: Path | str) -> list[str]:
     return args
 
 
+NVLINK_MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+"""Set in every GPU replica's environment: NVLink multicast off for NCCL, torch's symmetric memory and
+NVSHMEM (tensor parallelism across cards of one host runs without it)."""
+
+
 def device_env(spec: ReplicaSpec) -> dict[str, str]:
+    """A GPU replica sees exactly its placement's devices (``CUDA_VISIBLE_DEVICES``, which overrides any the
+    supervisor itself was started with) and runs with NVLink multicast off; a CPU replica gets its cores
+    and KV cache size."""
     if spec.device_kind == "gpu":
-        return {"CUDA_VISIBLE_DEVICES": spec.device_list}
+        return {"CUDA_VISIBLE_DEVICES": spec.device_list, **NVLINK_MULTICAST_OFF}
     kv = spec.model.budget.kv_cache_gib or 1
     return {
         "VLLM_CPU_KVCACHE_SPACE": f"{kv:g}",
