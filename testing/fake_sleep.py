@@ -46,7 +46,8 @@ class FakeSleep:
         if self.cfg.memory_file:
             mib = self.cfg.awake_mib if self.weights and self.kv_cache else self.cfg.asleep_mib
             with open(self.cfg.memory_file, "w") as f:
-                f.write(f"{os.getpid()} {mib}\n")
+                devices = os.environ.get("CUDA_VISIBLE_DEVICES") or "0"
+                f.write(f"{os.getpid()} {mib} {devices}\n")
 
     def handles(self, path: str) -> bool:
         return urlsplit(path).path in ("/sleep", "/wake_up", "/collective_rpc", "/is_sleeping")

@@ -12,7 +12,7 @@ import os
 import sys
 
 from workers.cli import LOG_FORMAT, parse_args, serve
-from workers.replica.launch import Launch, ReplicaSpec, sleep_mode_args
+from workers.replica.launch import Launch, ReplicaSpec, device_env, sleep_mode_args
 
 
 def fake_launch(spec: ReplicaSpec) -> Launch:
@@ -21,14 +21,15 @@ def fake_launch(spec: ReplicaSpec) -> Launch:
 
 
 def fake_gpu_launch(spec: ReplicaSpec) -> Launch:
-    """The FAKE GPU ENGINE as vLLM would be launched on a GPU: its budget, load format and sleep mode."""
+    """The FAKE GPU ENGINE as vLLM would be launched on a GPU: its budget, load format, sleep mode and
+    device environment (``CUDA_VISIBLE_DEVICES``: the FAKE nvidia-smi books its memory there)."""
     sleep_argv, sleep_env = sleep_mode_args(spec)
     argv = [sys.executable, "-m", "testing.fake_gpu_engine", "--port", str(spec.port)]
     argv += ["--model", spec.model.name]
     argv += ["--gpu-memory-utilization", f"{spec.gpu_memory_utilization or 0.9:.3f}", *sleep_argv]
     if spec.model.engine.load_format:
         argv += ["--load-format", spec.model.engine.load_format]
-    return Launch([*argv, *spec.model.engine.extra_args], sleep_env)
+    return Launch([*argv, *spec.model.engine.extra_args], {**device_env(spec), **sleep_env})
 
 
 def main() -> int:

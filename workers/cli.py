@@ -30,6 +30,7 @@ from workers.planner.model_shape import shape_from_config
 from workers.planner.plan import estimate_model
 from workers.replica.launch import Launch, ReplicaSpec, build_launch
 from workers.replica.oom import needed_bytes
+from workers.replica.placement import placement_problems
 from workers.replica.weights import weights_for
 from workers.wiring import build_control_plane, running
 
@@ -47,7 +48,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--log-dir", type=Path, default=Path(".run/logs"), help="one log file per replica")
     p.add_argument("--models-dir", type=Path, default=None, help="prepared model folders")
     p.add_argument(
-        "--devices", type=int, default=os.cpu_count() or 1, help="CPU cores (or GPUs) to spread over"
+        "--devices",
+        type=int,
+        default=None,
+        help="CPU cores (or GPUs) to spread over (default: the GPUs nvidia-smi reports for a GPU fleet, "
+        "else the CPU cores)",
     )
     p.add_argument(
         "--drain-grace", type=float, default=30.0, help="seconds in-flight work may take on SIGTERM"
@@ -77,14 +82,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def auto_budgets(fleet: Fleet, models_dir: Path | None) -> PlannedBudgets:
-    """The planner's budgets for ``auto`` models, on the GPUs nvidia-smi reports (nothing to plan: {})."""
-    if not needs_plan(fleet):
-        return {}
+def gpu_sizes(fleet: Fleet) -> dict[int, int] | None:
+    """GPU index -> total bytes as nvidia-smi reports them, for a GPU fleet; a fleet those GPUs cannot
+    place is refused (:class:`BudgetError`, one line per replica: the model, the devices, the arithmetic).
+    None on CPUs, or where nvidia-smi cannot answer (then only ``auto`` budgets refuse)."""
+    if fleet.defaults.device != "gpu":
+        return None
     try:
         devices = {d.index: d.total_bytes for d in gpu_memory()}
     except ProbeError as exc:
-        raise BudgetError(f"budget auto needs the GPUs' sizes: {exc}") from exc
+        if needs_plan(fleet):
+            raise BudgetError(f"budget auto needs the GPUs' sizes: {exc}") from exc
+        log.warning("the GPUs cannot be read (%s): the placement is not checked", exc)
+        return None
+    problems = placement_problems(fleet.models, sorted(devices))
+    if problems:
+        raise BudgetError("the fleet cannot be placed: " + "\n".join(problems))
+    return devices
+
+
+def auto_budgets(fleet: Fleet, models_dir: Path | None) -> PlannedBudgets:
+    """The planner's budgets for ``auto`` models, on the GPUs nvidia-smi reports (nothing to plan: {});
+    first the placement check of :func:`gpu_sizes`."""
+    devices = gpu_sizes(fleet)
+    if not needs_plan(fleet):
+        return {}
+    if devices is None:
+        raise BudgetError("budget auto needs GPUs: the fleet's defaults.device is not gpu")
     planned = planned_budgets(fleet, devices, make_config_loader(models_dir or Path(".cache/models")))
     for r in planned.values():
         log.info("%s", arithmetic(r))
@@ -134,6 +158,19 @@ def weights_sizer(args: argparse.Namespace) -> Callable[[Replica], int]:
     return size
 
 
+def device_count(args: argparse.Namespace) -> int:
+    """``--devices``, else the GPUs nvidia-smi reports for a GPU fleet (a replica never gets a GPU index
+    the host lacks), else the CPU cores."""
+    if args.devices is not None:
+        return int(args.devices)
+    try:
+        if read_fleet(args.fleet).defaults.device == "gpu":
+            return max(1, len(gpu_memory()))
+    except (FleetError, ProbeError) as exc:
+        log.warning("devices: %s; spreading over the CPU count", exc)
+    return os.cpu_count() or 1
+
+
 async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], Launch] | None = None) -> int:
     """Adopt what a previous supervisor left running, converge to the fleet file, drain on SIGTERM or
     SIGINT, re-read the file on SIGHUP. ``launch_for`` builds each replica's command (vLLM's, from the
@@ -150,7 +187,8 @@ async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], La
         plane = build_control_plane(
             registry, client, options, watch, launch_for or launcher(args),
             headroom_probe(args.models_dir, nvidia_smi_probe, options.gpu_reserve_bytes),
-            args.log_dir, args.devices, estimator(args, options.gpu_reserve_bytes), host_available_bytes,
+            args.log_dir, device_count(args), estimator(args, options.gpu_reserve_bytes),
+            host_available_bytes,
             metrics=metrics, state=StateFile(args.state_file), sd_file=args.sd_file,
             weights=weights_sizer(args),
         )  # fmt: skip

@@ -26,9 +26,10 @@ from contract.fleet_file import FleetWatch
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryWriter, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
+from testing.fake_nvidia_smi import install as install_fake_nvidia_smi
 from testing.fake_workers import fake_gpu_launch
 from testing.poll import until
-from testing.procs import REPO, free_port
+from testing.procs import free_port
 from tests.workers.test_on_demand import OPTIONS, Stack, fits
 from workers.converge.loop import Reconciler
 from workers.host.gpu import nvidia_smi_reading
@@ -49,9 +50,7 @@ def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.Log
     bin_dir, mem = tmp_path / "bin", tmp_path / "gpu-mem"
     bin_dir.mkdir()
     mem.mkdir()
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m testing.fake_nvidia_smi "$@"\n')
-    smi.chmod(0o755)
+    install_fake_nvidia_smi(bin_dir)
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
     monkeypatch.setenv("FAKE_GPU_MEMORY_DIR", str(mem))
     return mem

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contract.fleet import Fleet
 from tools.deploy.compose import ComposeOptions, plan
 from workers.replica.launch import build_launch, plan_replicas
-from workers.replica.placement import place_replicas, take
+from workers.replica.placement import place_replicas, placement_problems, take
 
 
 def fleet(device: str = "gpu") -> Fleet:
@@ -62,3 +62,22 @@ def test_cpu_replica_is_pinned_to_its_core() -> None:
     launch = build_launch(spec, "/m/g")
     assert launch.argv[:3] == ["taskset", "-c", "1"]
     assert launch.env["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+
+
+def test_a_fleet_the_host_can_place_has_no_problems() -> None:
+    assert placement_problems(fleet().models, [0, 1, 2]) == []
+
+
+def test_a_replica_on_a_missing_device_is_named_with_the_devices() -> None:
+    assert placement_problems(fleet().models, [0, 1]) == [
+        "model 'llama' replica 0: placement.devices puts it on gpu 2 but the host has 2 gpu(s): 0, 1 "
+        "(no 2). Change placement.devices."
+    ]
+
+
+def test_a_tensor_parallel_replica_wider_than_the_host_is_named_with_the_arithmetic() -> None:
+    one_gpu = [m for m in fleet().models if m.name in ("gemma", "qwen2")]
+    assert placement_problems(one_gpu, [0]) == [
+        "model 'qwen2' replica 0: tensor_parallel_size 2 needs 2 distinct devices but the host has 1 "
+        "gpu(s): 0. Change tensor_parallel_size or run it on a larger host."
+    ]

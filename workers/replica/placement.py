@@ -36,3 +36,30 @@ def place_replicas(models: Sequence[Model], device_ids: Sequence[int]) -> Placem
                 out[(model.name, r)] = take(spread, cursor, tp)
                 cursor += tp
     return out
+
+
+def placement_problems(models: Sequence[Model], device_ids: Sequence[int], kind: str = "gpu") -> list[str]:
+    """One line per supervised replica the host's devices cannot hold: a replica placed on a device the
+    host does not have, or one that needs more distinct devices (``tensor_parallel_size``) than it has.
+    Each line names the model, the devices and the arithmetic; an empty list: the fleet can be placed."""
+    known = sorted(device_ids)
+    have = f"the host has {len(known)} {kind}(s): {', '.join(map(str, known)) or 'none'}"
+    placed = place_replicas(models, known)
+    out: list[str] = []
+    for model in (m for m in models if m.managed):
+        tp = model.engine.tensor_parallel_size
+        for r in range(model.replicas):
+            devs = placed[(model.name, r)]
+            unknown = sorted(set(devs) - set(known))
+            if unknown:
+                out.append(
+                    f"model {model.name!r} replica {r}: placement.devices puts it on {kind} "
+                    f"{','.join(map(str, devs))} but {have} (no {','.join(map(str, unknown))}). "
+                    "Change placement.devices."
+                )
+            elif len(set(devs)) < tp:
+                out.append(
+                    f"model {model.name!r} replica {r}: tensor_parallel_size {tp} needs {tp} distinct "
+                    f"devices but {have}. Change tensor_parallel_size or run it on a larger host."
+                )
+    return out
