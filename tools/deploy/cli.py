@@ -37,6 +37,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="each GPU's memory, for budgets left auto (default: an H200's 140.4)",
     )  # fmt: skip
     p.add_argument(
+        "--gpus", type=int, help="the host's GPUs for compose (default: as many as the fleet places on)"
+    )
+    p.add_argument(
         "--models-dir", type=Path, default=Path(".cache/models"), help="where config.json files are"
     )
     p.add_argument(
@@ -89,7 +92,9 @@ def renderings(args: argparse.Namespace) -> list[tuple[Path, dict[str, str], boo
     if args.target in ("compose", "all"):
         rel = os.path.relpath(args.fleet.resolve(), args.compose_out.resolve())
         mount = rel if rel.startswith("..") else f"./{rel}"
-        compose = ComposeOptions(sizing=sizing(args), trusted_proxies=tuple(args.trusted_proxy))
+        compose = ComposeOptions(
+            sizing=sizing(args), trusted_proxies=tuple(args.trusted_proxy), gpus=args.gpus
+        )
         out.append((args.compose_out, render_compose(fleet, mount, compose), False))
     return out
 

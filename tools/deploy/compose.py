@@ -76,6 +76,7 @@ class ComposeOptions:
     shared_gpu_fraction: float = 0.9  # split among replicas on one GPU whose model gives no budget
     sizing: GpuSizing = field(default_factory=GpuSizing)  # for budgets left `auto`
     shm_per_gpu_gib: int = 2
+    gpus: int | None = None  # the host's GPUs, spread over like the supervisor; None: those the fleet names
     trusted_proxies: tuple[str, ...] = ()  # a load balancer in front of nginx that sets X-Forwarded-For
 
 
@@ -114,10 +115,12 @@ def gpu_ids(spec: ReplicaSpec) -> list[str]:
 def plan(fleet: Fleet, o: ComposeOptions) -> list[ReplicaSpec]:
     """Every supervised replica with its GPUs (workers.replica.placement) and its memory budget: the model's
     gpu_memory_utilization, the planner's where it is ``auto``, else an equal share of
-    ``shared_gpu_fraction`` of each GPU it uses."""
+    ``shared_gpu_fraction`` of each GPU it uses. Replicas without a placement spread over ``o.gpus``
+    GPUs (as the supervisor spreads over the GPUs nvidia-smi reports); without it, over as many as the
+    fleet names (the highest placed device, or the widest tensor-parallel model)."""
     placed = [d for m in fleet.models for d in m.placement.devices]
     widest = max((m.engine.tensor_parallel_size for m in fleet.models), default=1)
-    n_devices = max(1 + max(placed, default=0), widest)
+    n_devices = o.gpus or max(1 + max(placed, default=0), widest)
     specs = plan_replicas(fleet.models, fleet.defaults, n_devices)
     planned = o.sizing.fleet_budgets(fleet, n_devices)
     sharing: dict[str, int] = defaultdict(int)
