@@ -6,12 +6,10 @@ would get (pair it with the FAKE nvidia-smi, testing/fake_nvidia_smi.py, on PATH
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
 import sys
 
-from workers.cli import LOG_FORMAT, parse_args, serve
+from workers.cli import main as workers_main
 from workers.replica.launch import Launch, ReplicaSpec, device_env, sleep_mode_args
 
 
@@ -33,10 +31,9 @@ def fake_gpu_launch(spec: ReplicaSpec) -> Launch:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    """``llmgw-workers``' own main (its start checks included) with the FAKE ENGINE's launch."""
     launch = fake_gpu_launch if os.environ.get("LLMGW_FAKE_GPU") == "1" else fake_launch
-    return asyncio.run(serve(parse_args(sys.argv[1:]), launch))
+    return workers_main(sys.argv[1:], launch)
 
 
 if __name__ == "__main__":

@@ -207,7 +207,9 @@ async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], La
     return EXIT_TASK_DIED if died else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, launch_for: Callable[[ReplicaSpec], Launch] | None = None) -> int:
+    """Refuse at start (exit 2, one line) a fleet that cannot be read, planned or placed; else serve it.
+    ``launch_for``: as in :func:`serve`."""
     args = parse_args(argv)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FleetError, BudgetError) as exc:
         print(f"llmgw-workers: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(serve(args))
+    return asyncio.run(serve(args, launch_for))
 
 
 if __name__ == "__main__":
