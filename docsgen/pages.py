@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from docsgen import alerts_ref, cli_ref, fleet_ref, metrics_ref, settings_ref
+from docsgen import alerts_ref, cli_ref, dashboards_ref, fleet_ref, metrics_ref, settings_ref
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES: tuple[tuple[str, Callable[[], str]], ...] = (
@@ -20,7 +20,7 @@ REGENERATE = "python -m docsgen  (make reference)"
 
 def rendered() -> dict[str, str]:
     """Repository path -> the page's text as the code makes it now."""
-    return {path: render() for path, render in PAGES}
+    return {**{path: render() for path, render in PAGES}, **dashboards_ref.pages()}
 
 
 def stale(pages: dict[str, str], root: Path = REPO) -> list[str]:
