@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from docsgen import REPO
 from docsgen.markdown import heading, one_line, page, table
 
-REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "prometheus" / "rules"
 SOURCE = "`deploy/prometheus/rules/` (mirrored for Grafana in `grafana/provisioning/alerting/`)"
 INTRO = """Every alert, from the rule files Prometheus loads (`make run`, compose and Kubernetes); the Grafana

@@ -14,13 +14,12 @@ import importlib
 import os
 import tomllib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, NoReturn
 from unittest import mock
 
+from docsgen import REPO
 from docsgen.markdown import cell, code, heading, page, table
 
-REPO = Path(__file__).resolve().parents[1]
 WIDTH = 100
 SOURCE = "the `[project.scripts]` of `pyproject.toml` and each command's argument parser"
 INTRO = """Every command the package installs, with every option, from the parser the command itself

@@ -8,7 +8,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from docsgen import REPO
+
 DASHBOARDS = REPO / "grafana" / "dashboards"
 COLUMN, ROW = 40, 22  # pixels per grid column (24 across) and per grid row
 FILL = {"row": "#e8eaf6", "stat": "#e3f2fd", "timeseries": "#f1f8e9"}

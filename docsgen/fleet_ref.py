@@ -6,10 +6,9 @@ import yaml
 from pydantic import BaseModel
 
 from contract.fleet import Fleet, Model, Source
-from docsgen.markdown import heading, one_line, page, table
+from docsgen.markdown import heading, one_line, page, source_of, table
 from docsgen.schema import field_rows, nested_models
 
-SOURCE = "`contract/fleet.py`"
 INTRO = """Every field of the fleet file, from the schema the supervisor, the gateway, the planner and the
 renderers validate it with. `llmgw-fleet FILE` validates a file; an error names the field path and the
 reason. The [fleet file](../fleet-file.md) page explains how the parts fit together."""
@@ -59,4 +58,4 @@ def render() -> str:
         example().rstrip(),
         "```",
     ]
-    return page("Fleet file reference", SOURCE, INTRO, body)
+    return page("Fleet file reference", source_of(Fleet), INTRO, body)

@@ -8,10 +8,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
 from contract.replica_metrics import SupervisorMetrics
-from docsgen.markdown import cell, code, heading, page, table
+from docsgen.markdown import cell, code, heading, page, source_of, table
 from gateway.metrics import GatewayMetrics
 
-SOURCE = "`gateway/metrics.py` and `contract/replica_metrics.py`"
 INTRO = """What the gateway (`llmgw_*`, on each gateway's `/metrics`) and the supervisor or the registration
 sidecar (`llmgw_supervisor_*`, port 9400) export, read off the registries they register on. vLLM's own
 `vllm:*` metrics are scraped from the replicas and never re-exported. A counter is exposed with `_total`
@@ -50,4 +49,4 @@ def render() -> str:
     for title, anchor, factory in registries():
         rows = sorted((row(m) for m in registered(factory())), key=lambda r: r[0])
         body += [heading(2, title, anchor), "", *table(["metric", "type", "labels", "meaning"], rows), ""]
-    return page("Metrics reference", SOURCE, INTRO, body)
+    return page("Metrics reference", source_of(GatewayMetrics, SupervisorMetrics), INTRO, body)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from docsgen import alerts_ref, cli_ref, dashboards_ref, fleet_ref, metrics_ref, settings_ref
+from docsgen import REPO, alerts_ref, cli_ref, dashboards_ref, fleet_ref, metrics_ref, settings_ref
 
-REPO = Path(__file__).resolve().parents[1]
 PAGES: tuple[tuple[str, Callable[[], str]], ...] = (
     ("docs/reference/fleet.md", fleet_ref.render),
     ("docs/reference/settings.md", settings_ref.render),

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from docsgen.markdown import page, table
+from docsgen.markdown import page, source_of, table
 from docsgen.schema import field_rows
 from gateway.settings import GatewaySettings
 
-SOURCE = "`gateway/settings.py`"
 INTRO = """The gateway (`llmgw-gateway`) reads its settings from `LLMGW_*` environment variables, one class
 that fails fast: an invalid value stops the process at start with the reason. Times are seconds."""
 
@@ -21,5 +20,8 @@ def render() -> str:
 
     rows = [row.cells() for row in field_rows(GatewaySettings, link, lambda name: prefix + name.upper())]
     return page(
-        "Gateway settings (LLMGW_*)", SOURCE, INTRO, table(["variable", "type", "default", "meaning"], rows)
+        "Gateway settings (LLMGW_*)",
+        source_of(GatewaySettings),
+        INTRO,
+        table(["variable", "type", "default", "meaning"], rows),
     )
