@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,3 +35,40 @@ def test_a_broken_link_fails_the_strict_build(tmp_path: Path) -> None:
     result = build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert result.returncode != 0
     assert "no-such-page.md" in result.stderr
+
+
+TOP_FOLDERS = (
+    "contract/",
+    "gateway/",
+    "workers/",
+    "bench/",
+    "tests/",
+    "deploy/",
+    "grafana/",
+    "docsgen/",
+    "testing/",
+)
+WRITTEN_ELSEWHERE = {"bench/gpu/README.md"}  # the GPU lab recipes, written on issue 30's branch
+"""Paths the docs name before the branch that writes them is merged; drop each once it exists."""
+
+
+def named_paths(text: str, links: bool) -> set[str]:
+    """Repository paths in code spans (```gateway/app.py```), and in relative links (``](docs/x.md)``)
+    when ``links`` (the README's; mkdocs checks the links between pages itself)."""
+    found = {m.rstrip(".,:") for m in re.findall(r"`([A-Za-z0-9_./-]+)`", text)}
+    if links:
+        found |= {m.split("#")[0] for m in re.findall(r"\]\(([^)\s]+)\)", text) if "://" not in m}
+    return {p for p in found if p.startswith(TOP_FOLDERS)}
+
+
+def test_repository_paths_named_in_the_readme_and_the_docs_exist() -> None:
+    """The measurement reports are records of their day and keep the paths of that day."""
+    readme = REPO / "README.md"
+    pages = [readme, *(p for p in sorted((REPO / "docs").rglob("*.md")) if "measurements" not in p.parts)]
+    missing = {
+        f"{page.relative_to(REPO)}: {path}"
+        for page in pages
+        for path in named_paths(page.read_text(), links=page == readme)
+        if not (REPO / path).exists() and path not in WRITTEN_ELSEWHERE
+    }
+    assert not missing, sorted(missing)
