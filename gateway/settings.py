@@ -35,6 +35,14 @@ class GatewaySettings(BaseSettings):
 
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     """Request body cap; larger bodies get 413."""
+    max_head_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024
+    """Limit at the door, before authentication (beside nginx's): the request line and headers together;
+    over it: 431."""
+    header_timeout_s: Seconds = 10.0
+    """Limit at the door: the time to read the request line and headers; past it: 408."""
+    media_domains: list[str] = []
+    """Media URLs (images, audio, video, files) whose host is one of these domains (or under one) are passed
+    on unchecked; any other that resolves to an internal address is refused (400)."""
     connect_timeout_s: Seconds = 2.0
     """Upstream connect timeout."""
     first_byte_timeout_s: Seconds = 120.0
@@ -77,6 +85,9 @@ class GatewaySettings(BaseSettings):
     """First back-off of an ejected replica; it doubles on each failure."""
     eject_max_s: Seconds = 30.0
     """Longest back-off of an ejected replica."""
+    eject_after: Annotated[int, Field(ge=1, le=100)] = 3
+    """A replica is ejected after this many server errors (5xx answers) in a row; a connection error or a
+    failed health check ejects at once."""
     prefix_epsilon: Annotated[float, Field(ge=0)] = 0.25
     """Prefix affinity's balance bound ε (a model's `epsilon` overrides it): with the index, on each replica's
     share of recent picks; without, on in-flight load."""
@@ -117,6 +128,11 @@ class GatewaySettings(BaseSettings):
     """How often the gateway announces itself (local admission divides capacity by the gateways seen)."""
     auth: bool = False
     """API keys required on every model call."""
+    allow_open: bool = False
+    """Serving a non-loopback address with API keys off is an open proxy: refused unless this is true."""
+    docs: bool | None = None
+    """`/docs`, `/redoc` and `/openapi.json`; unset: on with API keys off, off with keys on (the description
+    names every path and schema to anyone)."""
     auth_cache_s: Seconds = 5.0
     """While the key store is unreachable, a key verified within this long still passes; later: 401 with
     Retry-After (a revoked key stops working on every gateway within it)."""
