@@ -40,6 +40,9 @@ class GatewaySettings(BaseSettings):
     over it: 431."""
     header_timeout_s: Seconds = 10.0
     """Limit at the door: the time to read the request line and headers; past it: 408."""
+    stream_write_timeout_s: Seconds = 30.0
+    """A stream whose client makes no write progress for this long is dropped: its upstream closed, its slot
+    released, counted in `llmgw_stream_stalled_total`."""
     media_domains: list[str] = []
     """Media URLs (images, audio, video, files) whose host is one of these domains (or under one) are passed
     on unchecked; any other that resolves to an internal address is refused (400)."""
