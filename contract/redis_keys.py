@@ -79,6 +79,11 @@ class RedisKeys:
     def wake(self, model: str, ticket: str) -> str:
         return f"{self.prefix}:adm:{{{model}}}:wake:{ticket}"
 
+    def alive(self, model: str) -> str:
+        """Gateway id -> presence stamp (expiry ms) of the gateways queueing for the model: a waiter is
+        granted only while its gateway's stamp holds."""
+        return f"{self.prefix}:adm:{{{model}}}:alive"
+
     def seq(self, model: str) -> str:
         return f"{self.prefix}:adm:{{{model}}}:seq"
 

@@ -25,7 +25,14 @@ def build_admission(settings: GatewaySettings, keys: RedisKeys, metrics: Gateway
     redis = fast_client(settings.redis_url, timeout)
     blocking = blocking_client(settings.redis_url, timeout, settings.admission_blocking_connections)
     shared = RedisAdmission(
-        redis, blocking, keys, settings.gateway_id, settings.lease_ttl_s, metrics, io_timeout_s=timeout
+        redis,
+        blocking,
+        keys,
+        settings.gateway_id,
+        settings.lease_ttl_s,
+        metrics,
+        io_timeout_s=timeout,
+        beat_s=settings.presence_interval_s,
     )
     presence_ttl = PRESENCE_TTL_INTERVALS * settings.presence_interval_s
     presence = Presence(redis, keys, settings.gateway_id, presence_ttl)

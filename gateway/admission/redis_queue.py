@@ -18,8 +18,6 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Coroutine
-from enum import IntEnum
-from importlib import resources
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
@@ -29,36 +27,26 @@ from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
 from gateway.admission.base import AdmissionUnavailable, Ticket
-from gateway.admission.order import clamp_priority
-from gateway.admission.redis_wire import LeanScript, PipelinedRedis, RedisReplyError, Reply
+from gateway.admission.queue_scripts import RENEWS_PER_TTL, Acquired, Left, QueueScripts, ticket_id
+from gateway.admission.redis_wire import PipelinedRedis, RedisReplyError, Reply
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.metrics import GatewayMetrics
 from gateway.periodic import Background
 
 log = logging.getLogger("llmgw.admission")
 T = TypeVar("T")
-Arg = str | int | float
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
-WAITER_GRACE_MS = 2000  # a queued waiter stays grantable this long past its own deadline
+PRESENCE_BEATS = 2  # a gateway's presence stamp for a model holds two beats
 
-
-class Acquired(IntEnum):
-    QUEUED = 0
-    GRANTED = 1
-    FULL = -1
-    GONE = -2
-
-
-class Left(IntEnum):
-    LEFT_QUEUE = 0
-    KEPT = 1
-    PASSED_ON = 2
-    UNKNOWN = 3
-
-
-def script_source(name: str) -> str:
-    lua = resources.files("gateway.admission") / "lua"
-    return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+__all__ = [
+    "Acquired",
+    "Left",
+    "QueueScripts",
+    "RedisAdmission",
+    "RedisLease",
+    "blocking_client",
+    "fast_client",
+]
 
 
 def fast_client(url: str, timeout_s: float, max_connections: int | None = None) -> aioredis.Redis:
@@ -83,62 +71,6 @@ def blocking_client(url: str, connect_timeout_s: float, max_connections: int) ->
         retry=Retry(NoBackoff(), 0),
     )
     return aioredis.Redis.from_pool(pool)
-
-
-class QueueScripts:
-    """The scripts bound to one client; each method names the keys of one model."""
-
-    def __init__(self, redis: PipelinedRedis, keys: RedisKeys, ttl_ms: int) -> None:
-        self.keys, self.ttl_ms = keys, ttl_ms
-        self._acquire = LeanScript(redis, script_source("acquire"))
-        self._leave = LeanScript(redis, script_source("leave"))
-        self._release = LeanScript(redis, script_source("release"))
-        self._tick = LeanScript(redis, script_source("tick"))
-        self._refund = LeanScript(redis, script_source("refund"))
-
-    def _model_keys(self, model: str) -> list[str]:
-        k = self.keys
-        return [k.leases(model), k.queue(model), k.waiter_meta(model), k.tenant_usage(model)]
-
-    def _wake_prefix(self, model: str) -> str:
-        return self.keys.wake(model, "")
-
-    async def acquire(self, t: Ticket, ticket_id: str, capacity: int) -> tuple[Acquired, int]:
-        keys = [*self._model_keys(t.model), self.keys.seq(t.model), self.keys.gone(t.model, ticket_id)]
-        args: list[Arg] = [
-            ticket_id, capacity, self.ttl_ms, t.tenant, clamp_priority(t.priority), max(1, t.cost),
-            t.max_queue, int(t.max_wait_s * 1000) + WAITER_GRACE_MS, self._wake_prefix(t.model),
-        ]  # fmt: skip
-        status, depth = await self._acquire(keys, args)
-        return Acquired(int(status)), int(depth)
-
-    async def leave(self, model: str, ticket_id: str, keep: bool, capacity: int) -> Left:
-        k = self.keys
-        keys = [*self._model_keys(model), k.gone(model, ticket_id), k.wake(model, ticket_id)]
-        args: list[Arg] = [ticket_id, int(keep), capacity, self.ttl_ms, self._wake_prefix(model)]
-        return Left(int(await self._leave(keys, args)))
-
-    async def release(self, model: str, ticket_id: str, capacity: int) -> tuple[int, int]:
-        args: list[Arg] = [ticket_id, capacity, self.ttl_ms, self._wake_prefix(model)]
-        removed, granted = await self._release(self._model_keys(model), args)
-        return int(removed), int(granted)
-
-    async def refund(self, model: str, tenant: str, tokens: int) -> int:
-        """Lower ``tenant``'s fair-share finish tag by ``tokens``; returns the tag after."""
-        return int(await self._refund([self.keys.tenant_usage(model)], [tenant, tokens]))
-
-    def release_nowait(
-        self, model: str, ticket_id: str, capacity: int, timeout_s: float
-    ) -> asyncio.Future[Reply] | None:
-        """The release sent without waiting: its reply's future, or None (no connection open yet)."""
-        args: list[Arg] = [ticket_id, capacity, self.ttl_ms, self._wake_prefix(model)]
-        return self._release.nowait(self._model_keys(model), args, timeout_s)
-
-    async def tick(self, model: str, capacity: int, held: list[str]) -> tuple[int, int, list[str]]:
-        """Renew ``held``; returns (queue depth, active leases, the held ids Redis no longer had)."""
-        args: list[Arg] = [capacity, self.ttl_ms, self._wake_prefix(model), *held]
-        out = await self._tick(self._model_keys(model), args)
-        return int(out[0]), int(out[1]), [m.decode() if isinstance(m, bytes) else str(m) for m in out[2:]]
 
 
 async def guarded(aw: Awaitable[T]) -> T:
@@ -195,12 +127,14 @@ class RedisAdmission:
         lease_ttl_s: float,
         metrics: GatewayMetrics | None = None,
         io_timeout_s: float = 1.0,
+        beat_s: float = 1.0,
     ) -> None:
         self.redis, self.blocking, self.keys = redis, blocking, keys
         self.gateway_id, self.lease_ttl_s, self.metrics = gateway_id, lease_ttl_s, metrics
-        self.io_timeout_s = io_timeout_s
+        self.io_timeout_s, self.beat_s = io_timeout_s, beat_s
         self.lean = PipelinedRedis.like(redis, io_timeout_s)
-        self.scripts = QueueScripts(self.lean, keys, int(lease_ttl_s * 1000))
+        presence_ms = int(PRESENCE_BEATS * beat_s * 1000)
+        self.scripts = QueueScripts(self.lean, keys, int(lease_ttl_s * 1000), presence_ms)
         self._held: dict[str, set[str]] = {}
         self._capacity: dict[str, int] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
@@ -213,7 +147,7 @@ class RedisAdmission:
 
     @property
     def renew_interval_s(self) -> float:
-        return self.lease_ttl_s / 3
+        return self.lease_ttl_s / RENEWS_PER_TTL
 
     def held(self, model: str) -> frozenset[str]:
         return frozenset(self._held.get(model, ()))
@@ -225,6 +159,7 @@ class RedisAdmission:
             await self.lean.connect()
         self._bg = Background()
         self._bg.start(self.renew_interval_s, self.tick)
+        self._bg.start(self.beat_s, self.beat)
 
     async def stop(self) -> None:
         if self._bg is not None:
@@ -237,7 +172,7 @@ class RedisAdmission:
 
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[RedisLease, float]:
         started = time.monotonic()
-        lease_id = f"{self.gateway_id}:{os.urandom(16).hex()}"
+        lease_id = ticket_id(self.gateway_id, os.urandom(16).hex())
         self._capacity[ticket.model] = capacity
         try:
             queued = await self._admit(ticket, lease_id, capacity, started)
@@ -270,7 +205,14 @@ class RedisAdmission:
             raise RuntimeError(f"ticket {lease_id} was tombstoned before it was queued")
         log.debug("request_id=%s model=%s queued at depth %d", t.request_id, t.model, depth)
         await self._wait(t, lease_id, capacity, started)
-        return True
+        if await guarded(self.scripts.claim(t.model, lease_id)):
+            return True
+        log.warning(
+            "request_id=%s model=%s its grant was reclaimed before it was picked up; queueing again",
+            t.request_id,
+            t.model,
+        )
+        return await self._admit(t, lease_id, capacity, started)
 
     async def _wait(self, t: Ticket, lease_id: str, capacity: int, started: float) -> None:
         wake = self.keys.wake(t.model, lease_id)
@@ -406,6 +348,20 @@ class RedisAdmission:
                 await self._tick_model(model, capacity)
             except REDIS_ERRORS as exc:
                 log.debug("model=%s lease renewal failed: %s", model, exc)
+
+    async def beat(self) -> None:
+        """Stamp this gateway present for every model seen; the script drops what absent gateways left
+        behind (their waiters and leases) and grants the slots that freed."""
+        for model, capacity in list(self._capacity.items()):
+            try:
+                beat = self.scripts.beat(model, self.gateway_id, capacity)
+                depth, _active, dropped = await asyncio.wait_for(beat, self._io_budget)
+            except REDIS_ERRORS as exc:
+                log.debug("model=%s presence beat failed: %s", model, exc)
+                continue
+            self._set_depth(model, depth)
+            if dropped:
+                log.warning("model=%s dropped %d leases and waiters of absent gateways", model, dropped)
 
     async def _tick_model(self, model: str, capacity: int) -> None:
         held = sorted(self._held.get(model, ()))
