@@ -55,6 +55,7 @@ def fast_client(url: str, timeout_s: float, max_connections: int | None = None) 
         url,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
+        socket_keepalive=True,
         retry=Retry(NoBackoff(), 1),
         max_connections=max_connections,
     )
@@ -68,6 +69,7 @@ def blocking_client(url: str, connect_timeout_s: float, max_connections: int) ->
         timeout=None,
         socket_timeout=None,
         socket_connect_timeout=connect_timeout_s,
+        socket_keepalive=True,
         retry=Retry(NoBackoff(), 0),
     )
     return aioredis.Redis.from_pool(pool)
@@ -160,6 +162,11 @@ class RedisAdmission:
         self._bg = Background()
         self._bg.start(self.renew_interval_s, self.tick)
         self._bg.start(self.beat_s, self.beat)
+
+    async def ping(self) -> None:
+        """One PING on the pipelined connection: a silent one is closed here (and replaced on the next
+        call); raises RedisError/OSError when Redis does not answer."""
+        await self.lean.call("PING")
 
     async def stop(self) -> None:
         if self._bg is not None:

@@ -6,6 +6,10 @@ carries every call of the gateway, pipelined: the commands of one event-loop tic
 and replies are matched to callers in order. A call's deadline is one timer (not a timeout context),
 and a caller that need not wait (a release) gets the reply's future without a task. Only what
 EVALSHA needs is spoken: RESP2 integers, bulk strings, arrays, simple strings and errors.
+
+A connection that goes silent (no FIN, no RST: a failed-over address, a dropped NAT entry) is noticed by
+the first call that times out: the connection is closed, every call pending on it fails at once, and the
+next call opens a fresh one. Calls pending on one connection are bounded; TCP keepalive is on.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
+import socket
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -98,15 +103,26 @@ class _Parser:
         return items, at
 
 
-def expire(fut: asyncio.Future[Reply], timeout_s: float) -> None:
-    """A call's deadline passed: its caller gets TimeoutError (a late reply is skipped)."""
-    if not fut.done():
-        fut.set_exception(TimeoutError(f"no reply from Redis within {timeout_s:g} s"))
+MAX_PENDING = 10_000
+KEEPALIVE = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3}  # a dead peer noticed in ~25 s
+
+
+class TooManyPending(RedisError):
+    """The connection already has its bound of calls waiting for replies."""
+
+
+def keepalive(sock: socket.socket) -> None:
+    """TCP keepalive on, with short probes where the platform allows them."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in KEEPALIVE.items():
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 class _Protocol(asyncio.Protocol):
-    def __init__(self) -> None:
+    def __init__(self, max_pending: int = MAX_PENDING) -> None:
         self.parser = _Parser()
+        self.max_pending = max_pending
         self.pending: collections.deque[tuple[asyncio.Future[Reply], asyncio.TimerHandle | None]] = (
             collections.deque()
         )
@@ -117,17 +133,38 @@ class _Protocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
+    @property
+    def full(self) -> bool:
+        return len(self.pending) >= self.max_pending
+
     def send(
         self, loop: asyncio.AbstractEventLoop, command: bytes, timeout_s: float
     ) -> asyncio.Future[Reply]:
-        """Queue ``command`` for this tick's write; its reply's future fails with TimeoutError
-        past ``timeout_s``."""
+        """Queue ``command`` for this tick's write; its reply's future fails with TimeoutError past
+        ``timeout_s``, and the connection is then closed (see :meth:`expire`)."""
+        if self.full:
+            raise TooManyPending(f"{len(self.pending)} Redis calls pending on one connection")
         fut: asyncio.Future[Reply] = loop.create_future()
-        self.pending.append((fut, loop.call_later(timeout_s, expire, fut, timeout_s)))
+        self.pending.append((fut, loop.call_later(timeout_s, self.expire, fut, timeout_s)))
         if not self.out:
             loop.call_soon(self.flush)
         self.out.append(command)
         return fut
+
+    def expire(self, fut: asyncio.Future[Reply], timeout_s: float) -> None:
+        """A call's deadline passed: its caller gets TimeoutError, and the connection, silent for that
+        long, is closed with every other call on it failed (the next call opens a fresh one)."""
+        if fut.done():
+            return
+        fut.set_exception(TimeoutError(f"no reply from Redis within {timeout_s:g} s"))
+        self.abort(ConnectionResetError(f"the Redis connection was silent for {timeout_s:g} s; closed"))
+
+    def abort(self, exc: Exception) -> None:
+        if self.lost is None:
+            self.lost = exc
+        self._fail_pending()
+        if self.transport is not None:
+            self.transport.abort()
 
     def flush(self) -> None:
         out, self.out = self.out, []
@@ -148,7 +185,12 @@ class _Protocol(asyncio.Protocol):
                 fut.set_result(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = ConnectionResetError("the Redis connection was lost")
+        if self.lost is None:
+            self.lost = ConnectionResetError("the Redis connection was lost")
+        self._fail_pending()
+
+    def _fail_pending(self) -> None:
+        assert self.lost is not None
         while self.pending:
             fut, timer = self.pending.popleft()
             if timer is not None:
@@ -193,11 +235,12 @@ class Endpoint:
 
 
 class PipelinedRedis:
-    """One lazily (re)opened connection; calls are pipelined and bounded by a timeout."""
+    """One lazily (re)opened connection; calls are pipelined and bounded by a timeout, and at most
+    ``max_pending`` wait for replies at once."""
 
-    def __init__(self, endpoint: Endpoint, timeout_s: float) -> None:
+    def __init__(self, endpoint: Endpoint, timeout_s: float, max_pending: int = MAX_PENDING) -> None:
         self.endpoint = endpoint
-        self.timeout_s = timeout_s
+        self.timeout_s, self.max_pending = timeout_s, max_pending
         self._proto: _Protocol | None = None
         self._connecting: asyncio.Lock | None = None
 
@@ -220,9 +263,12 @@ class PipelinedRedis:
         e, loop = self.endpoint, asyncio.get_running_loop()
         server_hostname = e.host if e.tls is not None else None
         _, proto = await loop.create_connection(
-            _Protocol, e.host, e.port, ssl=e.tls, server_hostname=server_hostname
+            lambda: _Protocol(self.max_pending), e.host, e.port, ssl=e.tls, server_hostname=server_hostname
         )
         try:
+            sock = proto.transport.get_extra_info("socket") if proto.transport is not None else None
+            if sock is not None:
+                keepalive(sock)
             auth = e.auth()
             if auth is not None:
                 await self._send(proto, auth)
@@ -258,11 +304,23 @@ class PipelinedRedis:
     ) -> asyncio.Future[Reply] | None:
         """The reply's future of a call sent without waiting (no task), failing with TimeoutError past
         ``timeout_s`` (the connection's own by default); None while no connection is open (then use
-        :meth:`call`)."""
+        :meth:`call`, which fails when too many calls are pending)."""
         proto = self._proto
-        if proto is None or proto.lost is not None:
+        if proto is None or proto.lost is not None or proto.full:
             return None
         return proto.send(asyncio.get_running_loop(), encode(parts), timeout_s or self.timeout_s)
+
+    @property
+    def healthy(self) -> bool:
+        """True while a connection is open and has not gone silent or been lost."""
+        return self._proto is not None and self._proto.lost is None
+
+    def socket(self) -> socket.socket | None:
+        """The open connection's socket (None when none is open)."""
+        if self._proto is None or self._proto.transport is None:
+            return None
+        sock: socket.socket | None = self._proto.transport.get_extra_info("socket")
+        return sock
 
     def close(self) -> None:
         if self._proto is not None and self._proto.transport is not None:
