@@ -16,19 +16,19 @@ class RedisKeys:
 
     prefix: str = "llmgw"
 
-    # replica registry (written by the supervisor, read by every gateway)
-    def replica(self, model: str, replica_id: str) -> str:
-        return f"{self.prefix}:replica:{model}:{replica_id}"
+    # replica registry (written by the supervisor, read by every gateway): one hash per model, and the
+    # small per-cluster set of the models that have one (contract/registry.py)
+    def registry(self, model: str) -> str:
+        return f"{self.prefix}:reg:{{{model}}}"
 
-    def replica_pattern(self) -> str:
-        return f"{self.prefix}:replica:*"
+    @property
+    def models(self) -> str:
+        return f"{self.prefix}:models"
 
-    # gateway presence (for local admission limits when Redis is lost)
-    def gateway(self, gateway_id: str) -> str:
-        return f"{self.prefix}:gateway:{gateway_id}"
-
-    def gateway_pattern(self) -> str:
-        return f"{self.prefix}:gateway:*"
+    # gateway presence (for local admission limits when Redis is lost): one small stamp set
+    @property
+    def gateways(self) -> str:
+        return f"{self.prefix}:gateways"
 
     # in-flight requests per replica, one field per gateway (gateway/inflight.py)
     @property
@@ -117,9 +117,7 @@ class RedisKeys:
     def api_key_index(self) -> str:
         return f"{self.prefix}:apikeys"
 
-    def rate(self, key_hash: str, kind: str, window: int) -> str:
-        return f"{self.rate_prefix(key_hash)}:{kind}:{window}"
-
-    def rate_prefix(self, key_hash: str) -> str:
-        """The rate-limit script appends ``:<kind>:<window>`` itself, from Redis' own clock."""
-        return f"{self.prefix}:rate:{key_hash}"
+    def rate(self, key_hash: str) -> str:
+        """One key's rate-limit counters: a hash of ``rpm:<window>`` and ``tpm:<window>`` (the window
+        from Redis' own clock), under the key's hash tag."""
+        return f"{self.prefix}:rate:{{{key_hash}}}"

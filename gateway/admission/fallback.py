@@ -3,8 +3,9 @@
 The presence heartbeat, with a PING on the pipelined connection, doubles as the probe: it runs every
 interval from the lifespan's Background, marks the gateway degraded when Redis fails (or the pipelined
 connection went silent: it is closed, and the next probe opens a fresh one) and returns it to the shared
-queue by itself once Redis answers again. `/ready` says ``redis: unreachable`` while degraded. Every Redis call has a timeout, so a request never waits past its own deadline; a lease granted
-locally is released locally.
+queue by itself once Redis answers again; ``/ready`` says ``redis: unreachable`` while degraded. Every
+Redis call has a timeout, so a request never waits past its own deadline; a lease granted locally is
+released locally.
 """
 
 from __future__ import annotations
