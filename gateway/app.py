@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -17,6 +16,7 @@ from starlette.responses import Response
 from contract.backoff import Backoff
 from contract.fleet import Model
 from contract.redis_keys import RedisKeys
+from contract.redis_url import connect
 from gateway.admin import add_admin_routes
 from gateway.admission import build_admission
 from gateway.affinity import ResponseAffinity
@@ -76,7 +76,7 @@ def shared_index(settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMet
     if not settings.prefix_index:
         return None
     t = settings.prefix_index_timeout_s
-    redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=t, socket_connect_timeout=t)
+    redis = connect(settings.redis_url, socket_timeout=t, socket_connect_timeout=t)
     return SharedIndex(redis, keys, settings.session_ttl_s, settings.prefix_index_retry_s, metrics=metrics)
 
 
@@ -91,7 +91,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     metrics = GatewayMetrics()
     keys = RedisKeys(settings.redis_prefix)
     table = ReplicaTable(m.name for m in fleet.models)
-    redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    redis = connect(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     share = InflightShare(redis, keys, settings.gateway_id, table, settings.load_share_max_age_s)
     index = shared_index(settings, keys, metrics)
     store = key_store(settings, keys)

@@ -26,8 +26,10 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
+from contract.redis_url import connect, parse
 from gateway.admission.base import AdmissionUnavailable, Ticket
 from gateway.admission.queue_scripts import RENEWS_PER_TTL, Acquired, Left, QueueScripts, ticket_id
+from gateway.admission.redis_cluster_wire import lean_client
 from gateway.admission.redis_wire import PipelinedRedis, RedisReplyError, Reply
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.metrics import GatewayMetrics
@@ -51,7 +53,7 @@ __all__ = [
 
 def fast_client(url: str, timeout_s: float, max_connections: int | None = None) -> aioredis.Redis:
     """A client that fails fast: short timeouts, one immediate retry (the scripts are idempotent)."""
-    return aioredis.Redis.from_url(
+    return connect(
         url,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
@@ -62,7 +64,16 @@ def fast_client(url: str, timeout_s: float, max_connections: int | None = None) 
 
 
 def blocking_client(url: str, connect_timeout_s: float, max_connections: int) -> aioredis.Redis:
-    """Its own pool for BLPOP, so blocked waiters never starve the other calls (bounded by wait_for)."""
+    """Its own pool for BLPOP, so blocked waiters never starve the other calls (bounded by wait_for).
+    Sentinel and Cluster: their own pools, of the same size."""
+    if parse(url).kind != "single":
+        return connect(
+            url,
+            max_connections=max_connections,
+            socket_timeout=None,
+            socket_connect_timeout=connect_timeout_s,
+            socket_keepalive=True,
+        )
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
@@ -134,7 +145,7 @@ class RedisAdmission:
         self.redis, self.blocking, self.keys = redis, blocking, keys
         self.gateway_id, self.lease_ttl_s, self.metrics = gateway_id, lease_ttl_s, metrics
         self.io_timeout_s, self.beat_s = io_timeout_s, beat_s
-        self.lean = PipelinedRedis.like(redis, io_timeout_s)
+        self.lean: PipelinedRedis = lean_client(redis, io_timeout_s)
         presence_ms = int(PRESENCE_BEATS * beat_s * 1000)
         self.scripts = QueueScripts(self.lean, keys, int(lease_ttl_s * 1000), presence_ms)
         self._held: dict[str, set[str]] = {}
@@ -290,7 +301,7 @@ class RedisAdmission:
     def _released(self, model: str, lease_id: str, reply: asyncio.Future[Reply]) -> None:
         self._releases.discard(reply)
         exc = None if reply.cancelled() else reply.exception()
-        if isinstance(exc, RedisReplyError) and str(exc).startswith("NOSCRIPT"):
+        if isinstance(exc, RedisReplyError) and str(exc).split(" ", 1)[0] in ("NOSCRIPT", "MOVED", "ASK"):
             self._spawn(self._release_quietly(model, lease_id))
         elif exc is not None:
             log.warning(

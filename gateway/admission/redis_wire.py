@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import hashlib
 import socket
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import SSLConnection
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import RedisError
 
 Reply = int | bytes | str | list[Any] | None
@@ -173,7 +176,8 @@ class _Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.parser.feed(data)
-        for reply in self.parser.replies():
+        replies = self.parser.replies()
+        for reply in replies:
             fut, timer = self.pending.popleft()
             if timer is not None:
                 timer.cancel()
@@ -183,6 +187,9 @@ class _Protocol(asyncio.Protocol):
                 fut.set_exception(reply)
             else:
                 fut.set_result(reply)
+        if any(isinstance(r, RedisReplyError) and str(r).startswith("READONLY") for r in replies):
+            # a master demoted to replica (a Sentinel failover): reconnect, to the master named now
+            self.abort(ConnectionResetError("the Redis server is a read-only replica now"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.lost is None:
@@ -238,15 +245,32 @@ class PipelinedRedis:
     """One lazily (re)opened connection; calls are pipelined and bounded by a timeout, and at most
     ``max_pending`` wait for replies at once."""
 
-    def __init__(self, endpoint: Endpoint, timeout_s: float, max_pending: int = MAX_PENDING) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        timeout_s: float,
+        max_pending: int = MAX_PENDING,
+        locate: Callable[[], Awaitable[Endpoint]] | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.timeout_s, self.max_pending = timeout_s, max_pending
+        self.locate = locate  # asked before each (re)connect: where the server is now (Sentinel)
         self._proto: _Protocol | None = None
         self._connecting: asyncio.Lock | None = None
 
     @classmethod
     def like(cls, client: aioredis.Redis, timeout_s: float) -> PipelinedRedis:
-        """A lean connection to the same server, database, credentials and TLS as a redis-py client."""
+        """A lean connection to the same server, database, credentials and TLS as a redis-py client;
+        for a Sentinel-managed client, to the master the Sentinels name at each (re)connect."""
+        pool = client.connection_pool
+        if isinstance(pool, SentinelConnectionPool):
+            base = Endpoint.of(client)
+
+            async def master() -> Endpoint:
+                host, port = await pool.get_master_address()  # type: ignore[no-untyped-call]
+                return dataclasses.replace(base, host=host, port=int(port))
+
+            return cls(base, timeout_s, locate=master)
         return cls(Endpoint.of(client), timeout_s)
 
     async def _connection(self) -> _Protocol:
@@ -260,6 +284,8 @@ class PipelinedRedis:
             return self._proto
 
     async def _open(self) -> _Protocol:
+        if self.locate is not None:
+            self.endpoint = await self.locate()
         e, loop = self.endpoint, asyncio.get_running_loop()
         server_hostname = e.host if e.tls is not None else None
         _, proto = await loop.create_connection(
