@@ -52,6 +52,7 @@ class ClusterPipelined(PipelinedRedis):
         self.seeds = seeds
         self.links: dict[str, PipelinedRedis] = {}
         self.slots: dict[int, str] = {}
+        self.down: set[str] = set()  # nodes whose last call failed: asked last
 
     @classmethod
     def of_cluster(cls, client: RedisCluster, timeout_s: float) -> ClusterPipelined:
@@ -73,9 +74,18 @@ class ClusterPipelined(PipelinedRedis):
         key = first_key(parts)
         addr = self.slots.get(key_slot(key)) if key is not None else None
         if addr is None:
-            live = next((a for a, link in self.links.items() if link.healthy), None)
-            addr = live or f"{self.seeds[0].host}:{self.seeds[0].port}"
+            live = next((a for a, link in self.links.items() if link.healthy and a not in self.down), None)
+            seeds = [f"{e.host}:{e.port}" for e in self.seeds]
+            addr = live or next((a for a in seeds if a not in self.down), None) or seeds[0]
         return self.link(addr)
+
+    def failed(self, addr: str) -> None:
+        """A node did not answer: forget the slots seen on it (their next call asks another node, whose
+        MOVED names the promoted replica) and ask it last."""
+        self.slots = {slot: a for slot, a in self.slots.items() if a != addr}
+        self.down.add(addr)
+        if len(self.down) >= len(self.seeds):
+            self.down.clear()
 
     async def connect(self) -> None:
         await self.route(["PING"]).connect()
@@ -83,11 +93,17 @@ class ClusterPipelined(PipelinedRedis):
     async def call(self, *parts: Part) -> Reply:
         link, asking = self.route(list(parts)), False
         for _ in range(MAX_REDIRECTS):
+            addr = f"{link.endpoint.host}:{link.endpoint.port}"
             try:
                 if asking:
                     link.call_nowait(["ASKING"])
-                return await link.call(*parts)
+                reply = await link.call(*parts)
+            except OSError:
+                self.failed(addr)
+                raise
             except RedisReplyError as exc:
+                if str(exc).startswith("CLUSTERDOWN"):
+                    self.failed(addr)
                 moved = redirect(exc)
                 if moved is None:
                     raise
@@ -95,6 +111,9 @@ class ClusterPipelined(PipelinedRedis):
                 if kind == "MOVED":
                     self.slots[slot] = addr
                 link, asking = self.link(addr), kind == "ASK"
+                continue
+            self.down.discard(addr)
+            return reply
         raise RedisReplyError(f"more than {MAX_REDIRECTS} cluster redirects for {parts[0]!r}")
 
     def call_nowait(self, parts: list[Part], timeout_s: float | None = None) -> asyncio.Future[Reply] | None:

@@ -196,6 +196,13 @@ def start_cluster(tmp: Path, topo: Topology) -> None:
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
     poll(lambda: all("cluster_state:ok" in cli(n.port, "CLUSTER", "INFO") for n in nodes), 30, "cluster")
+    poll(lambda: all(synced(n.port) for n in nodes), 30, "cluster replicas in sync")
+
+
+def synced(port: int) -> bool:
+    """A master, or a replica whose link to its master is up (a replica never synced cannot fail over)."""
+    info = cli(port, "INFO", "replication")
+    return "role:master" in info or "master_link_status:up" in info
 
 
 STARTERS: dict[str, Callable[[Path, Topology], None]] = {
