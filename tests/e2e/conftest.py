@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from bench.chaos import with_request_logs
-from tests.support.procs import REPO, free_port
-from workers.stack.stack import Stack, StackConfig
+from testing.procs import REPO, free_port
+from tools.stack.stack import Stack, StackConfig
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

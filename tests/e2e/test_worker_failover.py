@@ -13,8 +13,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.support.poll import until
-from workers.stack.stack import Stack
+from testing.poll import until
+from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 MODEL = "smollm2-135m-instruct"

@@ -12,8 +12,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.support.procs import free_port, port_open, spawn, start_fake_engine, wait_for_line, wait_until
-from workers.stack.redis_topology import KINDS
+from testing.procs import free_port, port_open, spawn, start_fake_engine, wait_for_line, wait_until
+from tools.stack.redis_topology import KINDS
 
 
 @pytest.mark.parametrize("redis", KINDS)
@@ -32,7 +32,9 @@ def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path, redis:
     flags = [x for k, v in ports.items() for x in (f"--{k}", str(v))]
     run_dir = str(tmp_path / "run")
     argv = [
-        str(Path(sys.executable).parent / "llmgw-stack"),
+        sys.executable,
+        "-m",
+        "tools.stack.cli",
         "--fleet",
         str(fleet),
         "--run-dir",

@@ -18,8 +18,8 @@ from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.redis_queue import Acquired, Left, QueueScripts
 from gateway.admission.redis_wire import PipelinedRedis
+from testing.poll import until
 from tests.gateway.admission.conftest import MakeAdmission
-from tests.support.poll import until
 
 MODEL = "m"
 

@@ -17,12 +17,13 @@ from gateway.admission.base import AdmissionUnavailable, Ticket
 from gateway.admission.fallback import FallbackAdmission
 from gateway.admission.local import LocalAdmission
 from gateway.admission.presence import Presence
-from gateway.admission.redis_queue import RedisAdmission, RedisLease, blocking_client, fast_client
+from gateway.admission.redis_queue import RedisAdmission, RedisLease
 from gateway.admission.redis_wire import Endpoint, PipelinedRedis
 from gateway.metrics import GatewayMetrics
-from tests.support.blackhole import BlackHoleProxy
-from tests.support.poll import until
-from tests.support.procs import Proc
+from gateway.redis_clients import blocking_client, fast_client
+from testing.blackhole import BlackHoleProxy
+from testing.poll import until
+from testing.procs import Proc
 
 TIMEOUT_S = 0.3
 

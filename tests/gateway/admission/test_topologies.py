@@ -15,10 +15,11 @@ from contract.redis_url import connect
 from contract.registry import ReplicaRecord, publish, read_registry
 from gateway.admission.base import Ticket
 from gateway.admission.presence import Presence
-from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
+from gateway.admission.redis_queue import RedisAdmission
 from gateway.auth.ratelimit import RateLimiter, Verdict
+from gateway.redis_clients import blocking_client, fast_client
 from tests.conftest import Topologies
-from workers.stack.redis_topology import KINDS
+from tools.stack.redis_topology import KINDS
 
 MODEL = "m"
 

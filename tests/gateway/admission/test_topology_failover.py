@@ -26,9 +26,10 @@ from gateway.admission.base import Ticket
 from gateway.admission.fallback import FallbackAdmission
 from gateway.admission.local import LocalAdmission
 from gateway.admission.presence import Presence
-from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
+from gateway.admission.redis_queue import RedisAdmission
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.metrics import GatewayMetrics
+from gateway.redis_clients import blocking_client, fast_client
 from tests.conftest import Topologies
 
 MODEL = "m"
