@@ -30,10 +30,9 @@ class RedisKeys:
     def gateways(self) -> str:
         return f"{self.prefix}:gateways"
 
-    # in-flight requests per replica, one field per gateway (gateway/inflight.py)
-    @property
-    def inflight(self) -> str:
-        return f"{self.prefix}:inflight"
+    # in-flight requests per replica of one model, one field per gateway (gateway/replicas/inflight.py)
+    def inflight(self, model: str) -> str:
+        return f"{self.prefix}:inflight:{{{model}}}"
 
     # the shared prefix index (gateway/routing/shared_index.py), one model per hash tag
     def prefix_holders(self, model: str) -> str:
