@@ -23,7 +23,8 @@ from importlib import resources
 import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
-from gateway.admission.redis_wire import LeanScript, PipelinedRedis
+from gateway.admission.redis_cluster_wire import lean_client, socket_timeout
+from gateway.admission.redis_wire import LeanScript
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN
 from gateway.routing.prefix.index import Decision, PickInput
@@ -82,8 +83,8 @@ class SharedIndex:
         self.redis, self.keys, self.clock, self.metrics = redis, keys, clock, metrics
         self.session_ttl_ms = max(1, int(session_ttl_s * 1000))
         self.retry_s = retry_s
-        timeout_s = float(redis.connection_pool.connection_kwargs.get("socket_timeout") or 0.5)
-        self.lean = PipelinedRedis.like(redis, timeout_s)  # the pick is on the request path: the lean client
+        timeout_s = socket_timeout(redis, 0.5)
+        self.lean = lean_client(redis, timeout_s)  # the pick is on the request path: the lean client
         self._pick = LeanScript(self.lean, script("pick"))
         self._forget = redis.register_script(script("forget"))
         self.retry_at = 0.0
