@@ -14,6 +14,7 @@ from pathlib import Path
 from contract.fleet import FleetError
 from contract.supervision import EXIT_TASK_DIED, TaskGroup
 from tools.stack.keeper import KeepPolicy, keep
+from tools.stack.redis_topology import KINDS
 from tools.stack.stack import REPO, Stack, StackConfig
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -35,6 +36,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=6391,
         help="the API key store (persisted in RUN_DIR/redis-keys)",
+    )
+    p.add_argument(
+        "--redis",
+        choices=KINDS,
+        default="single",
+        help="the state Redis' topology: one server on --redis-port, or Sentinel (master, replica, three"
+        " sentinels) or a 6-node Cluster on free loopback ports",
     )
     p.add_argument("--prometheus-port", type=int, default=9090)
     p.add_argument("--supervisor-port", type=int, default=9400, help="the supervisor's /metrics")
@@ -102,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         gateway_ports=ports,
         prometheus_port=0 if args.no_prometheus else args.prometheus_port,
         redis_port=args.redis_port,
+        redis_topology=args.redis,
         keys_redis_port=args.keys_redis_port,
         supervisor_metrics_port=args.supervisor_port,
     )

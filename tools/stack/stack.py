@@ -20,6 +20,7 @@ from contract.fleet_file import read_fleet
 from contract.vllm_probe import API_KEY_ENV
 from tools.stack.keeper import KeepPolicy, keep
 from tools.stack.redis import redis_server_argv
+from tools.stack.redis_topology import Topology, start
 from tools.stack.render import nginx_conf, prometheus_conf
 from tools.stack.services import Service, http_probe, tcp_probe
 
@@ -33,6 +34,8 @@ class StackConfig:
     run_dir: Path = REPO / ".run"
     models_dir: Path | None = None
     redis_port: int = 6390
+    redis_topology: str = "single"
+    """``single`` (a redis-server service on redis_port), ``sentinel`` or ``cluster`` (redis_topology.py)."""
     keys_redis_port: int = 6391
     gateway_ports: tuple[int, ...] = (9001, 9002)
     nginx_port: int = 8080
@@ -77,6 +80,8 @@ class Stack:
         self.config = config
         self.fleet: Fleet = read_fleet(config.fleet_file)
         self.services: list[Service] = []
+        self.topology: Topology | None = None
+        self.redis_url = config.redis_url
 
     @property
     def logs(self) -> Path:
@@ -106,7 +111,7 @@ class Stack:
             "--fleet",
             str(c.fleet_file),
             "--redis-url",
-            c.redis_url,
+            self.redis_url,
             "--log-dir",
             str(self.logs),
             "--drain-grace",
@@ -132,7 +137,7 @@ class Stack:
         c = self.config
         env = {
             "LLMGW_FLEET_FILE": str(c.fleet_file),
-            "LLMGW_REDIS_URL": c.redis_url,
+            "LLMGW_REDIS_URL": self.redis_url,
             "LLMGW_KEYS_REDIS_URL": c.keys_redis_url,
             "LLMGW_GATEWAY_ID": f"gateway-{index}",
             "LLMGW_SHUTDOWN_GRACE_S": f"{c.gateway_grace_s:g}",
@@ -199,7 +204,7 @@ class Stack:
     async def up(self) -> None:
         c = self.config
         self.logs.mkdir(parents=True, exist_ok=True)
-        await self.launch(self.redis())
+        await self.start_redis()
         await self.launch(self.keys_redis())
         await self.launch(self.workers())
         for i, port in enumerate(c.gateway_ports, start=1):
@@ -208,6 +213,18 @@ class Stack:
         if c.prometheus_port:
             await self.launch(self.prometheus())
         await self.wait_for_fleet()
+
+    async def start_redis(self) -> None:
+        """The state Redis: a supervised service (single), or a Sentinel or Cluster topology whose nodes
+        fail over by themselves (started here, stopped by :meth:`down`)."""
+        kind = self.config.redis_topology
+        if kind == "single":
+            await self.launch(self.redis())
+            return
+        log.info("starting redis (%s)", kind)
+        self.topology = await asyncio.to_thread(start, kind, self.config.run_dir / f"redis-{kind}")
+        self.redis_url = self.topology.url
+        log.info("redis (%s) ready: %s", kind, self.redis_url)
 
     def service(self, name: str) -> Service:
         """A running service by name (``redis``, ``redis-keys``, ``gateway-1``, ``nginx``, ...)."""
@@ -279,6 +296,10 @@ class Stack:
             log.info("stopping %s", service.name)
             await service.stop()
         self.services.clear()
+        if self.topology is not None:
+            log.info("stopping redis (%s)", self.topology.kind)
+            await asyncio.to_thread(self.topology.stop)
+            self.topology = None
 
 
 async def ready_detail(client: httpx.AsyncClient, url: str) -> dict[str, dict[str, dict[str, Any]]]:
