@@ -52,6 +52,16 @@ def install(bin_dir: Path) -> Path:
     return smi
 
 
+def fake_gpu_env(tmp: Path, count: int = 1) -> dict[str, str]:
+    """Install the wrapper under ``tmp/bin`` and make ``tmp/gpu-mem``: the environment (PATH first) under
+    which nvidia-smi is this FAKE with ``count`` GPUs booking the FAKE GPU ENGINES' memory files."""
+    (tmp / "bin").mkdir(exist_ok=True)
+    (tmp / "gpu-mem").mkdir(exist_ok=True)
+    install(tmp / "bin")
+    path = f"{tmp / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin"
+    return {"PATH": path, "FAKE_GPU_MEMORY_DIR": str(tmp / "gpu-mem"), "FAKE_GPU_COUNT": str(count)}
+
+
 def main(argv: list[str]) -> int:
     query = next((a for a in argv if a.startswith("--query-")), "")
     total = int(os.environ.get("FAKE_GPU_TOTAL_MIB", "143771"))

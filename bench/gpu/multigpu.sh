@@ -28,14 +28,6 @@ READY_S=${READY_S:-900}
 free_port() { $PY -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
 check() { $PY -m bench.gpu.multigpu_check "$@"; }
 
-wait_http() {  # wait_http URL SECONDS
-  for _ in $(seq 1 $(( $2 * 2 ))); do
-    $PY -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" "$1" 2>/dev/null && return 0
-    sleep 0.5
-  done
-  say "$1 never answered"; return 1
-}
-
 steps() {  # the recipe: FLEET, REDIS_URL set; returns non-zero at the first step that fails
   local gw_port metrics_port gw
   gw_port=$(free_port); metrics_port=$(free_port); gw=http://127.0.0.1:$gw_port
@@ -50,7 +42,7 @@ steps() {  # the recipe: FLEET, REDIS_URL set; returns non-zero at the first ste
   say "step 1: every replica ready" && check ready --state $RUN/workers-state.json --want 3 --deadline "$READY_S" || return 1
   say "gpus loaded: $(smi | tr '\n' ' ')"
   say "step 2: placement held on the cards" && check placement --state $RUN/workers-state.json --fleet "$FLEET" || return 1
-  wait_http "$gw/health" 60 || return 1
+  check health --url "$gw/health" --deadline 60 || return 1
   say "step 3: every model through the gateway"
   for m in llama qwen2 gemma-tp2; do check load --gateway "$gw" --model $m --n ${LOAD_N:-16} || return 1; done
   say "step 4: a replica on GPU 0 killed, GPU 1's model keeps serving"

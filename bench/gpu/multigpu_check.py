@@ -1,6 +1,7 @@
 """The steps of bench/gpu/multigpu.sh that check something, on the lent machine (vLLM) and in the dry run
 (FAKE GPU ENGINES, FAKE nvidia-smi): every check prints one line and exits non-zero when it fails.
 
+* ``health``: a URL answers (polled until a deadline);
 * ``ready``: every replica in the supervisor's state file lists its model (polled until a deadline);
 * ``placement``: each replica runs on the devices of the one placement over the GPUs nvidia-smi reports,
   and its process sees exactly those (``CUDA_VISIBLE_DEVICES``) with NVLink multicast off;
@@ -54,6 +55,19 @@ def ready(args: argparse.Namespace) -> int:
             return 0
         time.sleep(0.5)
     print(f"NOT READY after {args.deadline:.0f} s: {len(up)} of {args.want} replicas listed their model")
+    return 1
+
+
+def health(args: argparse.Namespace) -> int:
+    end = time.monotonic() + args.deadline
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(args.url, timeout=2):
+                print(f"health: {args.url} answers")
+                return 0
+        except OSError:
+            time.sleep(0.5)
+    print(f"NO ANSWER from {args.url} in {args.deadline:.0f} s")
     return 1
 
 
@@ -122,6 +136,9 @@ def kill(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="multigpu_check")
     sub = p.add_subparsers(dest="step", required=True)
+    h = sub.add_parser("health")
+    h.add_argument("--url", required=True)
+    h.add_argument("--deadline", type=float, default=60)
     r = sub.add_parser("ready")
     r.add_argument("--state", type=Path, required=True)
     r.add_argument("--want", type=int, required=True)
@@ -139,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--state", type=Path, required=True)
     k.add_argument("--id", required=True)
     args = p.parse_args(argv)
-    return {"ready": ready, "placement": placement, "load": load, "kill": kill}[args.step](args)
+    return {"health": health, "ready": ready, "placement": placement, "load": load, "kill": kill}[args.step](
+        args
+    )
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ the compose file and the Kubernetes manifests give each replica the same devices
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 import yaml
 
 from contract.fleet import Fleet, parse_fleet
-from testing.fake_nvidia_smi import install as install_fake_nvidia_smi
+from testing.fake_nvidia_smi import fake_gpu_env
 from tools.deploy.common import GpuSizing
 from tools.deploy.compose import ComposeOptions, gpu_ids
 from tools.deploy.compose import plan as compose_plan
@@ -46,27 +45,15 @@ models:
    engine: {{max_model_len: 4096, tensor_parallel_size: 2}}
    budget: {{gpu_memory_utilization: auto}}
 """
-UNPLACED_FLEET = f"""defaults: {{device: gpu}}
-models:
- - name: llama
-   source: {{path: {CONFIGS / "llama-2-7b"}}}
-   engine: {{max_model_len: 4096}}
-   budget: {{gpu_memory_utilization: auto}}
- - name: qwen2
-   source: {{path: {CONFIGS / "qwen2-7b"}}}
-   engine: {{max_model_len: 4096}}
-   budget: {{gpu_memory_utilization: auto}}
-"""
+UNPLACED_FLEET = "".join(line for line in FLEET.splitlines(True) if "placement:" not in line)
 Placed = dict[str, tuple[tuple[int, ...], str]]
 """replica id -> (its devices, its budget as passed to vLLM)."""
 
 
 @pytest.fixture(autouse=True)
 def two_fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "bin").mkdir()
-    install_fake_nvidia_smi(tmp_path / "bin")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin")
-    monkeypatch.setenv("FAKE_GPU_COUNT", "2")
+    for k, v in fake_gpu_env(tmp_path, count=2).items():
+        monkeypatch.setenv(k, v)
     monkeypatch.setenv("FAKE_GPU_TOTAL_MIB", str(H200_MIB))
 
 

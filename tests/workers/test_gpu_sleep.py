@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,7 +25,7 @@ from contract.fleet_file import FleetWatch
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryWriter, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
-from testing.fake_nvidia_smi import install as install_fake_nvidia_smi
+from testing.fake_nvidia_smi import fake_gpu_env
 from testing.fake_workers import fake_gpu_launch
 from testing.poll import until
 from testing.procs import free_port
@@ -47,13 +46,9 @@ SETTLE_S = 0.5
 @pytest.fixture(autouse=True)
 def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> Path:
     caplog.set_level(logging.INFO)
-    bin_dir, mem = tmp_path / "bin", tmp_path / "gpu-mem"
-    bin_dir.mkdir()
-    mem.mkdir()
-    install_fake_nvidia_smi(bin_dir)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
-    monkeypatch.setenv("FAKE_GPU_MEMORY_DIR", str(mem))
-    return mem
+    for k, v in fake_gpu_env(tmp_path).items():
+        monkeypatch.setenv(k, v)
+    return tmp_path / "gpu-mem"
 
 
 def estimate(r: Replica) -> int:

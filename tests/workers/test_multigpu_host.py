@@ -5,12 +5,11 @@ place, with one line per replica naming the model, the devices and the arithmeti
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from testing.fake_nvidia_smi import install as install_fake_nvidia_smi
+from testing.fake_nvidia_smi import fake_gpu_env
 from workers.cli import device_count, main, parse_args
 from workers.host.gpu import gpu_memory, process_memory
 
@@ -29,14 +28,9 @@ models:
 
 @pytest.fixture(autouse=True)
 def fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    bin_dir, mem = tmp_path / "bin", tmp_path / "gpu-mem"
-    bin_dir.mkdir()
-    mem.mkdir()
-    install_fake_nvidia_smi(bin_dir)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
-    monkeypatch.setenv("FAKE_GPU_MEMORY_DIR", str(mem))
-    monkeypatch.setenv("FAKE_GPU_COUNT", "2")
-    return mem
+    for k, v in fake_gpu_env(tmp_path, count=2).items():
+        monkeypatch.setenv(k, v)
+    return tmp_path / "gpu-mem"
 
 
 def fleet_file(tmp: Path, tp: int = 1, devices: str = "[1]") -> Path:
