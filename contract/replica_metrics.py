@@ -32,8 +32,9 @@ class SupervisorMetrics:
         )
         self.budget = Gauge(
             "llmgw_supervisor_replica_budget",
-            "Memory budget: GPU fraction or KV-cache GiB.",
-            ["model", "replica", "kind"],
+            "Memory budget: GPU fraction or KV-cache GiB; device names the replica's GPUs or CPU cores "
+            "(gpu:0,1 for a tensor-parallel replica on GPUs 0 and 1).",
+            ["model", "replica", "kind", "device"],
             registry=r,
         )
 

@@ -48,7 +48,8 @@ class Observer:
         self.metrics.set_state(model, spec.id, replica.state)
         self.metrics.startup.labels(model, spec.id).set(replica.startup_s)
         kind, value = budget_of(replica)
-        self.metrics.budget.labels(model, spec.id, kind).set(value)
+        device = f"{spec.device_kind}:{spec.device_list}"
+        self.metrics.budget.labels(model, spec.id, kind, device).set(value)
         new = replica.restarts - self._restarts.get(spec.id, 0)
         self.metrics.restarts.labels(model, spec.id).inc(max(0, new))  # exists at 0 from the first start
         self._restarts[spec.id] = replica.restarts
