@@ -56,6 +56,8 @@ class RequestContext:
     pinned: tuple[str, str] | None = None
     """(replica id, instance) that must serve the request: the holder of a stored response."""
     preferred: frozenset[str] = frozenset()
+    calls_tools: bool = False
+    """The request offers tools the model may call (steps/parse.py ``calls_tools``)."""
     """Replica ids to prefer when they are ready (those with the requested LoRA adapter loaded)."""
 
     @property

@@ -59,6 +59,16 @@ def route_request(
     return RouteRequest(prefix_key=key, session_key=session, chain=chain)
 
 
+def calls_tools(payload: dict[str, Any]) -> bool:
+    """True when the request offers tools the model may call: ``tools`` given and ``tool_choice`` not
+    none (OpenAI's ``"none"``, Anthropic's ``{"type": "none"}``). vLLM needs a tool-call parser for
+    every other choice (auto, required, a named function)."""
+    if not payload.get("tools"):
+        return False
+    choice = payload.get("tool_choice")
+    return choice != "none" and not (isinstance(choice, dict) and choice.get("type") == "none")
+
+
 def previous_response_field(payload: dict[str, Any]) -> str:
     previous = payload.get("previous_response_id")
     if previous is None:
@@ -118,6 +128,7 @@ def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_ch
     ctx.stream = stream_field(payload)
     ctx.route = route_request(ctx, payload, prefix_chars, chunk_bytes, max_chunks)
     ctx.asked = asked(payload, ctx.endpoint)
+    ctx.calls_tools = calls_tools(payload)
     ctx.cost = TokenCost(prompt_estimate(ctx.body))  # what it may generate is added once resolved
     if ctx.api.stored:
         ctx.response_id = previous_response_field(payload)
