@@ -262,6 +262,9 @@ class FakeEngine(asyncio.Protocol):
         if path.startswith("/v1/responses/"):
             status, obj = self.apis.stored(path.split("/")[3], cancel=False)
             return self.send(status, json.dumps(obj).encode())
+        if path == "/tokenizer_info":
+            info = {"tokenizer_class": "FakeTokenizer", "eos_token": "</s>", "model": self.cfg.model}
+            return self.send(200, json.dumps(info).encode())
         if path == "/metrics":
             text = (
                 f'vllm:num_requests_running{{model_name="{self.cfg.model}"}} {s.inflight}\n'

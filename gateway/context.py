@@ -57,6 +57,8 @@ class RequestContext:
     """(replica id, instance) that must serve the request: the holder of a stored response."""
     preferred: frozenset[str] = frozenset()
     calls_tools: bool = False
+    query: bytes = b""
+    """The request's query string (only a path without a body reads it: its ``model``)."""
     """The request offers tools the model may call (steps/parse.py ``calls_tools``)."""
     """Replica ids to prefer when they are ready (those with the requested LoRA adapter loaded)."""
 

@@ -4,6 +4,7 @@ on untouched)."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 
@@ -115,10 +116,19 @@ def parse_form(ctx: RequestContext) -> None:
     ctx.cost = TokenCost(prompt_estimate(ctx.body))
 
 
+def query_model(query: bytes) -> str:
+    """The ``model`` of a query string (``GET /tokenizer_info?model=smollm2``)."""
+    values = parse_qs(query.decode("latin-1")).get("model", [])
+    return model_field({"model": values[0] if values else None})
+
+
 def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_chunks: int = 64) -> None:
-    """The body's size was capped as it was read (see proxy.read_body). A path without a body (a stored
-    response's GET or cancel) has nothing to parse: its model comes from the response's record."""
+    """The body's size was capped as it was read (see proxy.read_body). A path without a body has nothing
+    to parse: a stored response's GET or cancel gets its model from the response's record, any other
+    (``GET /tokenizer_info``) from the query's ``model``."""
     if ctx.api.body == "none":
+        if not ctx.api.stored:
+            ctx.model_name = query_model(ctx.query)
         return
     if ctx.api.body == "multipart":
         parse_form(ctx)
