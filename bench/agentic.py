@@ -16,7 +16,7 @@ a fresh prefix index: a Redis key prefix of its own). The ideal is the same trac
 one replica alone: every request sees one prefix cache.
 
 Engines. The FAKE ENGINE (the default here and in ``make test``'s short form): ``--replicas`` engines in
-one process, each with a model of vLLM's prefix cache (bench/fake_prefix_cache.py) whose missed blocks
+one process, each with a model of vLLM's prefix cache (testing/fake_prefix_cache.py) whose missed blocks
 delay the first token, so TTFT follows the cache. The hit rates are those of that model, not of vLLM.
 
 What is measured, per run: the prefix-cache hit rate (Σ hits / Σ queries over the replicas' vLLM
@@ -47,8 +47,8 @@ from bench.routing_sim import ready
 from bench.routing_workloads import document, question, sentence
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, publish
-from tests.support.poll import wait_until
-from tests.support.procs import Proc, free_port, free_port_run, http_ok, spawn, start_redis
+from testing.poll import wait_until
+from testing.procs import Proc, free_port, free_port_run, http_ok, spawn, start_redis
 from workers.stack.stack import script
 
 MODEL = "agent-model"
@@ -160,7 +160,7 @@ async def one_run(label: str, policy: str, replicas: int, gateways: int, redis_u
     """Fresh FAKE ENGINE replicas and gateways (a Redis key prefix of their own) serve the trace once."""
     base, prefix = free_port_run(replicas), f"ag{uuid.uuid4().hex[:8]}"
     engine = spawn(
-        [sys.executable, "-m", "bench.fake_engine", "--port", str(base), "--ports", str(replicas),
+        [sys.executable, "-m", "testing.fake_engine", "--port", str(base), "--ports", str(replicas),
          "--model", MODEL, "--tokens", str(o.max_tokens), "--delay-ms", "2",
          "--prefix-cache-blocks", str(o.cache_blocks),
          "--prefill-ms-per-block", str(o.prefill_ms_per_block)],

@@ -3,7 +3,7 @@ eviction at capacity, vLLM's counters in tokens."""
 
 from __future__ import annotations
 
-from bench.fake_prefix_cache import BLOCK_TOKENS, PrefixCache, prompt_text
+from testing.fake_prefix_cache import BLOCK_TOKENS, PrefixCache, prompt_text
 
 
 def test_only_the_leading_cached_blocks_hit() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from testing.procs import REPO
 from tests.compat.run import SHORT, run, table
-from tests.support.procs import REPO
 from workers.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
