@@ -65,7 +65,7 @@ def ask(c: openai.OpenAI, model: str, choice: str, stream: bool) -> tuple[str, l
         "messages": ASK,
         "tools": TOOLS,
         "tool_choice": CHOICES[choice],
-        "max_tokens": 96,
+        "max_tokens": 64 if choice in ("required", "named") else 24,  # a forced call needs room; text less
         "temperature": 0,
     }
     if not stream:
