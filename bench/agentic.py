@@ -49,7 +49,7 @@ from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, publish
 from testing.poll import wait_until
 from testing.procs import Proc, free_port, free_port_run, http_ok, spawn, start_redis
-from workers.stack.stack import script
+from tools.stack.stack import script
 
 MODEL = "agent-model"
 POLICIES = ("round_robin", "least_inflight", "prefix_affinity")

@@ -12,7 +12,7 @@ import pytest
 
 from testing.procs import REPO
 from tests.compat.run import SHORT, run, table
-from workers.stack.stack import Stack
+from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
-from workers.stack.stack import Stack
+from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
