@@ -1,0 +1,85 @@
+"""SSE events and the token-id fields of vLLM's stream frames, by byte surgery (no JSON parse on the
+hot path).
+
+vLLM (``return_token_ids``) puts ``"prompt_token_ids":[...]`` in a stream's first frame and
+``"token_ids":[...]`` in each choice; without the flag it writes the same keys as ``null`` (the fields are
+set explicitly, so ``exclude_unset`` keeps them). :func:`take_ids` returns the ids and the frame as the
+client would have got it without the flag: each array replaced by ``null``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PROMPT_IDS = b'"prompt_token_ids":['
+TOKEN_IDS = b'"token_ids":['
+DONE = b"data: [DONE]"
+
+
+class EventSplitter:
+    """Cuts a byte stream into whole SSE events (each ends with a blank line); keeps the rest."""
+
+    __slots__ = ("rest",)
+
+    def __init__(self) -> None:
+        self.rest = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self.rest + data if self.rest else data
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self.rest = buf
+            return []
+        self.rest = buf[end + 2 :]
+        return [e + b"\n\n" for e in buf[:end].split(b"\n\n") if e]
+
+
+def _cut_array(frame: bytes, key: bytes, start: int = 0) -> tuple[bytes, list[int] | None]:
+    at = frame.find(key, start)
+    if at < 0:
+        return frame, None
+    # "prompt_token_ids" also ends with "token_ids": only a key whose quote is its own counts
+    if key is TOKEN_IDS and at > 0 and frame[at - 1 : at] == b"_":
+        return _cut_array(frame, key, at + len(key))
+    open_at = at + len(key)
+    close = frame.find(b"]", open_at)
+    if close < 0:
+        return frame, None
+    inner = frame[open_at:close]
+    ids = [int(x) for x in inner.split(b",")] if inner.strip() else []
+    return frame[: open_at - 1] + b"null" + frame[close + 1 :], ids
+
+
+def take_ids(frame: bytes) -> tuple[bytes, list[int] | None, list[int] | None]:
+    """(the frame with both arrays as null, prompt ids or None, generated ids or None)."""
+    frame, prompt = _cut_array(frame, PROMPT_IDS)
+    frame, ids = _cut_array(frame, TOKEN_IDS)
+    return frame, prompt, ids
+
+
+@dataclass(frozen=True, slots=True)
+class FrameFacts:
+    """What the recorder needs from one frame, read without parsing it."""
+
+    text_empty: bool
+    finished: bool
+    usage: bool
+    done: bool
+
+
+def facts(frame: bytes) -> FrameFacts:
+    """Whether the choice's text is empty, a finish_reason is set, the frame carries usage, or ends."""
+    if frame.startswith(DONE):
+        return FrameFacts(True, False, False, True)
+    at = frame.find(b'"content":"')
+    if at < 0:
+        at = frame.find(b'"text":"')
+        at = at + 8 if at >= 0 else -1
+    else:
+        at += 11
+    text_empty = at < 0 or frame[at : at + 1] == b'"'
+    finish = frame.find(b'"finish_reason":')
+    finished = finish >= 0 and frame[finish + 16 : finish + 20] != b"null"
+    return FrameFacts(text_empty, finished, b'"usage":{' in frame, False)
