@@ -20,6 +20,10 @@ Faults, per request (header ``x-fake-fault``) or for every request (``--fault``)
 ``die-after-N`` (close the connection after N chunks), ``die-mid-N`` (after N chunks, half an event,
 then close), ``stall-after-N`` (after N chunks, nothing more), ``slow-first-MS`` (wait before the first byte),
 ``slow-500-MS`` (wait, then answer 500). ``/stats`` counts generations started and served.
+A stream that asks ``return_token_ids`` (or a completion whose prompt is token ids) gets vLLM's frames
+with token ids, deterministic so that a continuation equals an undisturbed run (bench/fake_tokens.py;
+``--multibyte``: tokens that end inside UTF-8 characters); its faults count token frames and add
+``error-after-N`` (vLLM's in-stream error frame) and ``garbage-after-N`` (a frame that is not JSON).
 With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
 ``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
 """
@@ -38,6 +42,7 @@ import uvloop
 
 from bench.fake_apis import FakeApis, bad_request, error
 from bench.fake_sleep import FakeSleep, SleepConfig
+from bench.fake_tokens import TokenFrames, error_frame
 
 
 @dataclass
@@ -71,6 +76,7 @@ class Config:
     lora: bool = True
     api_key: str = ""
     sleep: SleepConfig = field(default_factory=SleepConfig)
+    multibyte: bool = False
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -328,6 +334,10 @@ class FakeEngine(asyncio.Protocol):
             return self.send(200, json.dumps(data).encode())
         n = int(req.get("max_tokens") or self.cfg.tokens)
         chat = path == "/v1/chat/completions"
+        if req.get("stream") and req.get("return_token_ids"):
+            return await self.stream_tokens(
+                TokenFrames(req, chat, self.cfg.model, rid, self.cfg.multibyte), fault
+            )
         if not req.get("stream"):
             return self.send(200, completion_body(self.cfg, chat, n, rid))
         die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
@@ -353,6 +363,33 @@ class FakeEngine(asyncio.Protocol):
             self.write(chunked(stream_event(self.cfg, chat, i, rid)))
         self.write(chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         return True
+
+    async def stream_tokens(self, frames: TokenFrames, fault: str) -> bool:
+        """A stream with token ids; a fault ``KIND-after-N`` (or ``die-mid-N``) strikes after N tokens."""
+        kind, _, after = fault.replace("die-mid-", "die-mid-after-").rpartition("-after-")
+        at = int(after) if kind and after.isdigit() else -1
+        self.write(http_head(200, "text/event-stream", None))
+        for j in range(frames.n):
+            if j == at:
+                return await self.strike(kind, frames.token(j))
+            if self.cfg.delay_ms:
+                await asyncio.sleep(self.cfg.delay_ms / 1000)
+            self.write(chunked(frames.token(j)))
+        self.write(b"".join(chunked(e) for e in frames.tail()) + b"0\r\n\r\n")
+        return True
+
+    async def strike(self, kind: str, event: bytes) -> bool:
+        """die (close), die-mid (half a frame, close), stall (freeze), error (vLLM's error frame),
+        garbage (a frame that is not JSON)."""
+        if kind == "stall":
+            await asyncio.sleep(3600)
+        if kind == "die-mid":
+            self.write(chunked(event[: len(event) // 2]))
+        if kind in ("error", "garbage"):
+            bad = error_frame() if kind == "error" else b"data: <html>bad gateway</html>\n\n"
+            self.write(chunked(bad) + chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            return True
+        return False
 
 
 async def serve(cfg: Config, host: str, port: int, count: int = 1) -> None:
@@ -383,6 +420,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--delay-ms", type=float, default=0.0)
     p.add_argument("--latency-ms", type=float, default=0.0, help="wait before answering any generation")
     p.add_argument("--fault", default="")
+    p.add_argument("--multibyte", action="store_true", help="token ids: pieces of UTF-8 characters")
     p.add_argument("--kv-blocks", type=int, default=0, help="report a KV cache of N 16-token blocks")
     p.add_argument("--ports", type=int, default=1, help="serve N engines on consecutive ports")
     p.add_argument("--no-lora", action="store_true", help="refuse /v1/load_lora_adapter")
@@ -398,7 +436,16 @@ def main(argv: list[str] | None = None) -> None:
         a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
     )
     cfg = Config(
-        a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep
+        a.model,
+        a.tokens,
+        a.delay_ms,
+        a.fault,
+        a.latency_ms,
+        a.kv_blocks,
+        not a.no_lora,
+        a.api_key,
+        sleep,
+        a.multibyte,
     )
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))

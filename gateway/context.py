@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from contract.fleet import Model
 from gateway.endpoints import ROUTES, Route
 from gateway.errors import GatewayError
+from gateway.migration.plan import MigrationPlan
 from gateway.pool import Endpoint
 from gateway.routing.base import RouteRequest
 from gateway.steps.tokens import Asked, Charge, TokenCost
@@ -57,6 +58,8 @@ class RequestContext:
     """(replica id, instance) that must serve the request: the holder of a stored response."""
     preferred: frozenset[str] = frozenset()
     """Replica ids to prefer when they are ready (those with the requested LoRA adapter loaded)."""
+    migration: MigrationPlan | None = None
+    """A streamed generation that may move to another replica mid-stream (gateway/migration/)."""
 
     @property
     def upstream_path(self) -> bytes:

@@ -31,6 +31,7 @@ from gateway.errors import (
     error_response,
     sse_error_event,
 )
+from gateway.migration.stream import MigratingStream, plan_migration
 from gateway.one_write import GONE
 from gateway.pool import Endpoint, ModelPool
 from gateway.responses import RelayResponse, WholeResponse
@@ -151,6 +152,7 @@ class Proxy:
         parse(ctx, gw.settings.prefix_chars, gw.settings.prefix_chunk_bytes, gw.settings.prefix_max_chunks)
         await locate(ctx, gw.names, gw.affinity)
         model = resolve(ctx, gw.names, gw.lora.adapters)
+        ctx.migration = plan_migration(ctx, model)
         ctx.cost = reserve(ctx.cost.prompt, ctx.asked, model.engine.max_model_len)
         ctx.charge = await gw.auth.charge(ctx.caller, model.name, ctx.cost)
         pool = gw.table.pool(model.name)
@@ -191,7 +193,7 @@ class Proxy:
             await lease.release()
             await self._settle(ctx, 0, 0, lease)
             raise
-        return await self._respond(ctx, up, lease)
+        return await self._respond(ctx, up, lease, pool)
 
     async def _until_disconnect(
         self, work: Coroutine[Any, Any, Response], watch: asyncio.Future[None]
@@ -348,7 +350,9 @@ class Proxy:
         assert ctx.upstream_error is not None
         raise ctx.upstream_error
 
-    async def _attempt(self, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> Upstream:
+    async def _attempt(
+        self, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint], path: bytes | None = None
+    ) -> Upstream:
         gw = self.gw
         candidates = self._candidates(ctx, pool, tried)
         if not candidates:
@@ -367,7 +371,7 @@ class Proxy:
             up = await open_stream(
                 gw.upstream,
                 ep.url,
-                self._path(ctx),
+                path or self._path(ctx),
                 ctx.body,
                 self._headers(ctx) + gw.upstream_headers,
                 self._wait_s(ctx),
@@ -446,13 +450,33 @@ class Proxy:
             reason = ctx.error or (ctx.upstream_error.message if ctx.upstream_error else "failure")
             log.warning("request_id=%s replica=%s ejected: %s", ctx.request_id, ep.id, reason)
 
-    async def _respond(self, ctx: RequestContext, up: Upstream, lease: Lease) -> Response:
+    async def _respond(self, ctx: RequestContext, up: Upstream, lease: Lease, pool: ModelPool) -> Response:
         ctx.status = up.status
         streaming = ctx.stream and ctx.status == 200
         if not streaming:
             return await self._whole(ctx, up, lease)
         headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
-        return RelayResponse(self._relay(ctx, up, lease), 200, headers, media_type="text/event-stream")
+        source = self._migrating(ctx, up, pool)
+        relay = self._relay(ctx, up, lease, source)
+        return RelayResponse(relay, 200, headers, media_type="text/event-stream")
+
+    def _migrating(self, ctx: RequestContext, up: Upstream, pool: ModelPool) -> MigratingStream | None:
+        """The source of a stream that may move to another replica (gateway/migration/)."""
+        plan = ctx.migration
+        if plan is None or plan.reason:
+            return None
+
+        async def reopen(body: bytes, tried: list[Endpoint]) -> Upstream:
+            ctx.body, first_byte_at = body, ctx.first_byte_at
+            try:
+                return await self._attempt(ctx, pool, tried, b"/v1/completions")
+            finally:
+                ctx.first_byte_at = first_byte_at
+
+        def release(ep: Endpoint, ok: bool, blame: bool) -> None:
+            self._done(ep, ctx, ok, blame)
+
+        return MigratingStream(plan, ctx, pool, up, self.gw.metrics, self.gw.settings, reopen, release)
 
     async def _whole(self, ctx: RequestContext, up: Upstream, lease: Lease) -> Response:
         assert ctx.replica is not None
@@ -475,7 +499,9 @@ class Proxy:
         finish(ctx, self.gw.metrics, prompt, completion)
         return WholeResponse(body, ctx.status, ctx.request_id, up.content_type)
 
-    async def _relay(self, ctx: RequestContext, up: Upstream, lease: Lease) -> AsyncIterator[bytes]:
+    async def _relay(
+        self, ctx: RequestContext, up: Upstream, lease: Lease, source: MigratingStream | None = None
+    ) -> AsyncIterator[bytes]:
         assert ctx.replica is not None and ctx.model is not None
         itl = self.gw.metrics.itl.labels(ctx.model.name)
         events, tail, ok, blame, ended = 0, b"", True, True, False
@@ -488,13 +514,17 @@ class Proxy:
 
         token = self.gw.open_requests.open(end)
         try:
-            chunk, t = up.first, time.perf_counter()
+            chunk = up.first if source is None else await source.first()
+            t = time.perf_counter()
             while chunk:
                 events += chunk.count(b"data: ")
                 tail = tail[-4096:] + chunk
                 recorded = recorded or events > 8 or await self._remember(ctx, tail)
                 yield chunk
-                chunk = await next_chunk(up, self.gw.settings.chunk_timeout_s)
+                if source is None:
+                    chunk = await next_chunk(up, self.gw.settings.chunk_timeout_s)
+                else:
+                    chunk = await source.next()
                 now = time.perf_counter()
                 itl.observe(now - t)
                 t = now
@@ -504,13 +534,18 @@ class Proxy:
             err = self._stream_error(exc, ctx.replica.url, ended)
             ctx.error = f"stream broke after it started: {err.message}"
             self.gw.metrics.stream_errors.labels(ctx.model.name).inc()
+            if ctx.model.migrates and (ctx.migration is None or ctx.migration.reason):
+                self.gw.metrics.migrations.labels(ctx.model.name, "not_movable").inc()
             yield event_end(tail) + sse_error_event(err, ctx.api.dialect)
         finally:
             self.gw.open_requests.close(token)
-            up.response.close()
-            self._done(ctx.replica, ctx, ok, blame)
+            if source is None:
+                up.response.close()
+                self._done(ctx.replica, ctx, ok, blame)
+            else:
+                source.close(ok, blame)
             await lease.release()
-            prompt, completion = stream_usage(tail)
+            prompt, completion = stream_usage(tail) if source is None else source.usage()
             completion = completion or max(0, events - 1)
             await self._settle(ctx, prompt, completion, lease)
             finish(ctx, self.gw.metrics, prompt, completion)

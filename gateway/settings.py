@@ -34,6 +34,13 @@ class GatewaySettings(BaseSettings):
     request_timeout_s: Seconds = 600.0
     retry_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     retry_deadline_s: Seconds = 15.0
+    migration_stall_s: Seconds = Field(
+        default=5.0, description="A migrating stream with no token this long moves to another replica."
+    )
+    migration_watch_s: Seconds = Field(
+        default=0.5,
+        description="How often a migrating stream that waits checks its replica is still registered.",
+    )
     max_connections: Annotated[int, Field(ge=1)] = 1024
     keepalive_timeout_s: Seconds = Field(
         default=75.0, description="Idle client (nginx) connections are kept this long: longer than nginx's."

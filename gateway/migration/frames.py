@@ -69,17 +69,26 @@ class FrameFacts:
     done: bool
 
 
+def _value_at(frame: bytes, key: bytes) -> int:
+    """Where the value of the first ``key`` (with its colon) starts, spaces skipped; -1 if absent."""
+    at = frame.find(key)
+    if at < 0:
+        return -1
+    at += len(key)
+    while frame[at : at + 1] == b" ":
+        at += 1
+    return at
+
+
 def facts(frame: bytes) -> FrameFacts:
     """Whether the choice's text is empty, a finish_reason is set, the frame carries usage, or ends."""
     if frame.startswith(DONE):
         return FrameFacts(True, False, False, True)
-    at = frame.find(b'"content":"')
+    at = _value_at(frame, b'"content":')
     if at < 0:
-        at = frame.find(b'"text":"')
-        at = at + 8 if at >= 0 else -1
-    else:
-        at += 11
-    text_empty = at < 0 or frame[at : at + 1] == b'"'
-    finish = frame.find(b'"finish_reason":')
-    finished = finish >= 0 and frame[finish + 16 : finish + 20] != b"null"
-    return FrameFacts(text_empty, finished, b'"usage":{' in frame, False)
+        at = _value_at(frame, b'"text":')
+    text_empty = at < 0 or frame[at : at + 2] in (b'""', b"nu")
+    finish = _value_at(frame, b'"finish_reason":')
+    finished = finish >= 0 and frame[finish : finish + 4] != b"null"
+    usage = _value_at(frame, b'"usage":')
+    return FrameFacts(text_empty, finished, usage >= 0 and frame[usage : usage + 1] == b"{", False)

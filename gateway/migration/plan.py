@@ -10,6 +10,7 @@ the model sees exactly the sequence it was extending. Every sampling parameter i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -36,6 +37,20 @@ DROPPED = frozenset(
         "include_reasoning", "return_prompt_text", "reasoning_effort", "metadata", "store",
     }
 )  # fmt: skip
+
+
+@dataclass(slots=True)
+class MigrationPlan:
+    """Whether a streamed request may move (``reason`` says why not) and what the seam needs."""
+
+    payload: dict[str, Any]
+    reason: str = ""
+    chat: bool = True
+    keep_ids: bool = False
+    usage: bool = False
+    attempts: int = 2
+
+
 SEED_MULTIPLIER = 1_000_003
 SEED_MODULUS = 2**31 - 1
 

@@ -80,8 +80,8 @@ class Recorder:
         if got.done:
             self.done = True
             return event
-        if not stripped.startswith(b"data: {"):
-            raise MalformedFrame(f"not a stream frame: {event[:60]!r}")
+        if not stripped.startswith(b"data: {") or stripped.startswith(b'data: {"error"'):
+            raise MalformedFrame(f"not a frame of the stream: {event[:80]!r}")
         if prompt is not None:
             self.prompt_ids = prompt
         if not self.identity.id or (ids and self.identity.template is None):

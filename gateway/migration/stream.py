@@ -1,0 +1,227 @@
+"""The relay's source for a stream that may move: reads the replica event by event (token ids recorded
+and stripped), and when the replica fails after the first byte (connection reset or EOF, an error or
+malformed frame, no token within ``migration_stall_s``, the replica leaving the registry) continues the
+generation on another replica of the model, at most ``migration_attempts`` times within the request's
+deadline. Past that, the failure goes to the relay, which ends the stream as it does today (the SSE error
+event)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import orjson
+
+from contract.fleet import Model
+from gateway.context import RequestContext
+from gateway.errors import GatewayError
+from gateway.http1 import UpstreamClosed
+from gateway.metrics import GatewayMetrics
+from gateway.migration.frames import EventSplitter
+from gateway.migration.plan import MOVABLE_PATHS, MigrationPlan, continuation, why_not
+from gateway.migration.record import MalformedFrame, Recorder
+from gateway.migration.seam import Diverged, Seam, ending
+from gateway.pool import Endpoint, ModelPool
+from gateway.settings import GatewaySettings
+from gateway.upstream import FAILURES, Retryable, Upstream
+
+log = logging.getLogger("llmgw.migration")
+CONTINUE_PATH = b"/v1/completions"
+TOKEN_IDS_FLAG = b'{"return_token_ids":true,'
+
+
+class ReplicaLeft(UpstreamClosed):
+    """The replica serving the stream left the registry while the stream waited for it."""
+
+
+class MigrationFailed(UpstreamClosed):
+    """No replica could continue the stream (or the continuation differs from what the client saw)."""
+
+
+def plan_migration(ctx: RequestContext, model: Model) -> MigrationPlan | None:
+    """The plan of a streamed generation of a model that migrates; None for any other request. A
+    request that may move is sent asking for token ids (``ctx.body`` rewritten)."""
+    if not ctx.stream or not model.migrates or ctx.api.name not in MOVABLE_PATHS:
+        return None
+    payload = orjson.loads(ctx.body)
+    adapter = ctx.model_name not in (model.name, *model.aliases)
+    plan = MigrationPlan(payload, why_not(payload, ctx.api.name, adapter), ctx.api.name == "chat/completions")
+    if plan.reason:
+        return plan
+    options = payload.get("stream_options")
+    plan.usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    plan.keep_ids, plan.attempts = bool(payload.get("return_token_ids")), model.migration_attempts
+    if "return_token_ids" not in payload:
+        body = ctx.body.lstrip()
+        ctx.body = (
+            TOKEN_IDS_FLAG + body[1:] if body[1:].lstrip()[:1] != b"}" else b'{"return_token_ids":true}'
+        )
+    elif not plan.keep_ids:
+        ctx.body = orjson.dumps({**payload, "return_token_ids": True})
+    return plan
+
+
+Reopen = Callable[[bytes, list[Endpoint]], Awaitable[Upstream]]
+Release = Callable[[Endpoint, bool, bool], None]
+
+
+class MigratingStream:
+    """Gives the relay the client's bytes (:meth:`first`, then :meth:`next` until b''); :meth:`close`
+    ends the attempt on the replica that serves it last. ``reopen`` opens a continuation on a replica not
+    in the list (adding it); ``release(replica, ok, blame)`` ends the attempt on one."""
+
+    def __init__(
+        self,
+        plan: MigrationPlan,
+        ctx: RequestContext,
+        pool: ModelPool,
+        up: Upstream,
+        metrics: GatewayMetrics,
+        settings: GatewaySettings,
+        reopen: Reopen,
+        release: Release,
+    ) -> None:
+        self.plan, self.ctx, self.pool, self.up = plan, ctx, pool, up
+        self.metrics, self.settings, self.reopen, self.release = metrics, settings, reopen, release
+        assert ctx.replica is not None
+        self.current: Endpoint = ctx.replica
+        self.tried: list[Endpoint] = [ctx.replica]
+        self.recorder = Recorder(keep_ids=plan.keep_ids)
+        self.splitter = EventSplitter()
+        self.seam: Seam | None = None
+        self.pending: bytes | None = up.first
+        self.moves, self.over, self.closed = 0, False, False
+        self.last_event_at = time.perf_counter()
+        self.stall_from: float | None = None
+        self.outcome = ""
+        self.failure: Exception | None = None
+
+    async def first(self) -> bytes:
+        return await self.next()
+
+    async def next(self) -> bytes:
+        """The next bytes for the client; b'' at the end. Raises a failure it could not move past."""
+        while not self.over:
+            try:
+                if self.failure is not None:
+                    failure, self.failure = self.failure, None
+                    raise failure
+                data = await self._read()
+                if not data:
+                    if not self.recorder.done:
+                        raise UpstreamClosed("the replica ended the stream before [DONE]")
+                    self.over = True
+                    return b""
+                out = self._take(data)
+            except MigrationFailed:
+                raise
+            except (*FAILURES, MalformedFrame) as exc:
+                out = await self._move(exc)
+            if out:
+                return out
+        return b""
+
+    def usage(self) -> tuple[int, int]:
+        return self.recorder.usage()
+
+    def close(self, ok: bool, blame: bool) -> None:
+        """The stream ended (``ok``) or broke: end the attempt on the replica that served it last."""
+        if self.closed:
+            return
+        self.closed = True
+        self.up.response.close()
+        self.release(self.current, ok, blame)
+        if self.moves or self.outcome:
+            outcome = self.outcome or ("continued" if ok else "failed")
+            self.metrics.migrations.labels(self.pool.model, outcome).inc()
+
+    def _take(self, data: bytes) -> bytes:
+        events = self.splitter.feed(data)
+        if not events:
+            return b""
+        parts: list[bytes] = []
+        try:
+            for event in events:
+                parts += [self.recorder.original(event)] if self.seam is None else self.seam.feed(event)
+        except Diverged as exc:
+            self.outcome = "failed"
+            self.failure = MigrationFailed(str(exc))
+        except MalformedFrame as exc:  # what came before it goes out first
+            self.failure = exc
+        out = b"".join(parts)
+        if self.failure is not None and not out:
+            failure, self.failure = self.failure, None
+            raise failure
+        now = time.perf_counter()
+        if out and self.stall_from is not None:
+            self.metrics.migration_stall.labels(self.pool.model).observe(now - self.stall_from)
+            self.stall_from = None
+        self.last_event_at = now
+        return out
+
+    async def _read(self) -> bytes:
+        """The next chunk from the replica, watching for a stall and for the replica leaving."""
+        if self.pending is not None:
+            data, self.pending = self.pending, None
+            return data
+        s = self.settings
+        started = time.perf_counter()
+        while True:
+            # with nowhere to move, a slow stream keeps today's limit
+            stall = min(s.migration_stall_s, s.chunk_timeout_s) if self._elsewhere() else s.chunk_timeout_s
+            left = started + stall - time.perf_counter()
+            try:
+                async with asyncio.timeout(max(0.0, min(s.migration_watch_s, left))):
+                    return await self.up.response.next_chunk()
+            except TimeoutError:
+                if self.current not in self.pool.endpoints:
+                    raise ReplicaLeft(f"the replica {self.current.id} left the registry") from None
+                if time.perf_counter() - started >= stall:
+                    raise
+
+    def _elsewhere(self) -> bool:
+        return bool(self.pool.candidates(exclude=self.tried)) and self.moves < self.plan.attempts
+
+    async def _move(self, exc: BaseException) -> bytes:
+        """Continue after ``exc`` on another replica; returns what the client gets at once (the end
+        when the last token had come). Raises when it cannot."""
+        rec, old = self.recorder, self.current
+        blame = not isinstance(exc, TimeoutError)  # a stall may be a busy replica: moved from, not ejected
+        if rec.finished:
+            self.outcome, self.over = "ended", True
+            self._log("ended", old, None, exc)
+            return b"".join(ending(rec, self.plan.usage))
+        if rec.prompt_ids is None:
+            self.outcome = "failed"
+            raise exc if isinstance(exc, FAILURES) else MigrationFailed(str(exc))
+        self.stall_from = self.stall_from or self.last_event_at
+        while self.moves < self.plan.attempts and time.perf_counter() < self.ctx.deadline:
+            self.moves += 1
+            body = continuation(self.plan.payload, str(self.plan.payload.get("model")), rec.prompt_ids,
+                                rec.ids[: rec.clean], self.plan.usage)  # fmt: skip
+            try:
+                up = await self.reopen(body, self.tried)
+            except Retryable:
+                continue
+            except GatewayError:
+                break
+            self.up.response.close()
+            self.release(old, False, blame)
+            assert self.ctx.replica is not None
+            self.current, self.up, self.pending = self.ctx.replica, up, up.first
+            self.seam, self.splitter = Seam(rec, self.plan.chat), EventSplitter()
+            self._log("moved", old, self.current, exc)
+            return b""
+        self.ctx.replica = old  # the error names the replica that failed; close() releases it
+        self.outcome = "failed"
+        self._log("failed", old, None, exc)
+        raise exc if isinstance(exc, FAILURES) else MigrationFailed(str(exc))
+
+    def _log(self, what: str, old: Endpoint, new: Endpoint | None, exc: BaseException) -> None:
+        log.warning(
+            "request_id=%s model=%s migration %s: from=%s to=%s offset=%d attempt=%d reason=%s",
+            self.ctx.request_id, self.pool.model, what, old.id, new.id if new else "-",
+            self.recorder.clean, self.moves, str(exc) or type(exc).__name__,
+        )  # fmt: skip
