@@ -35,3 +35,48 @@ follow_driver() {  # follow_driver LOG SECONDS [DONE_PATTERN]: print the driver 
   done
   sed -n "$((seen + 1)),\$p" "$log"; wc -l < "$log" > "$log.seen"
 }
+
+carry_root() {  # carry_root SRC: the folder that holds the carried .c1/ .c2/ .whl2/ ($CARRY, else the
+  # current directory, else the tree the script is in or its parent): a recipe runs from any directory
+  local d
+  for d in "${CARRY:-}" "$PWD" "$1" "$1/.."; do
+    [ -n "$d" ] && { [ -d "$d/.c1" ] || [ -d "$d/.c2" ] || [ -d "$d/.whl2" ]; } && { (cd "$d" && pwd); return 0; }
+  done
+  pwd
+}
+
+fresh_run() {  # fresh_run: stop what an earlier run of this recipe left ($RUN/*.pid: Redis, gateways,
+  # supervisor), then empty $RUN, so a recipe never reads another run's log position or finds its port taken
+  local f
+  for f in "$RUN"/*.pid; do [ -f "$f" ] && stop_pidfile "$f"; done
+  rm -rf "$RUN" && mkdir -p "$RUN/results" "$RUN/logs"
+}
+
+start_redis() {  # start_redis PORT: the carried Redis 7 (/tmp/r7), pid in $RUN/redis.pid; 1 if it cannot run
+  local R=/tmp/r7 LIBS=/tmp/r7/lib
+  if ! LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --version; then   # fall back to the system's C++ runtime
+    mkdir -p $R/extra && mv $LIBS/libstdc++* $LIBS/libgcc_s* $R/extra/ 2>/dev/null
+    LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --version || { say "redis-server does not run"; return 1; }
+  fi
+  LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no \
+    --maxclients 10000 > "$RUN/redis.log" 2>&1 &
+  echo $! > "$RUN/redis.pid"
+}
+
+write_real_weights() {  # (sleep.sh; fullload.sh with SLEEP_LEVEL=2) random bf16 safetensors of the Llama-2-7B shape (level 2 reloads from disk)
+  mkdir -p $MODELS/llama-2-7b-real && cp $MODELS/llama-2-7b/* $MODELS/llama-2-7b-real/
+  ${PY:-python3} - <<'PYEOF'
+import glob, os, time, torch, transformers
+t = time.time()
+d = "/tmp/gpu-models/llama-2-7b-real"
+cfg = transformers.AutoConfig.from_pretrained(d)
+with torch.device("cuda"):
+    m = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+m.save_pretrained(d + "-w", safe_serialization=True, max_shard_size="5GB")
+for f in glob.glob(d + "-w/*.safetensors") + glob.glob(d + "-w/*.index.json"):
+    os.replace(f, os.path.join(d, os.path.basename(f)))
+del m; torch.cuda.empty_cache()
+size = sum(os.path.getsize(f) for f in glob.glob(d + "/*.safetensors")) >> 20
+print(f"wrote random weights in {time.time() - t:.1f} s: {size} MiB", flush=True)
+PYEOF
+}
