@@ -90,7 +90,7 @@ def chunked(data: bytes) -> bytes:
 
 
 def completion_body(cfg: Config, chat: bool, n: int, rid: str) -> bytes:
-    text = "tok " * n
+    text = "".join(f"tok{i} " for i in range(n))  # what the same request streams
     choice = {"index": 0, "finish_reason": "length"}
     if chat:
         choice["message"] = {"role": "assistant", "content": text}
@@ -336,7 +336,7 @@ class FakeEngine(asyncio.Protocol):
         chat = path == "/v1/chat/completions"
         if req.get("stream") and req.get("return_token_ids"):
             return await self.stream_tokens(
-                TokenFrames(req, chat, self.cfg.model, rid, self.cfg.multibyte), fault
+                TokenFrames(req, chat, self.cfg.model, rid, self.cfg.multibyte, self.cfg.tokens), fault
             )
         if not req.get("stream"):
             return self.send(200, completion_body(self.cfg, chat, n, rid))

@@ -1,7 +1,7 @@
 """FAKE ENGINE token ids: streams with ``return_token_ids`` in vLLM's frame shapes, and prompts of token
 ids, deterministic so that a continuation equals an undisturbed run (for migration tests).
 
-The prompt's ids are its UTF-8 bytes (a chat's: of its messages' JSON). Generated token ``i`` has id
+A text prompt (a chat's messages) counts 8 ids, from its hash. Generated token ``i`` has id
 ``GENERATED + i`` and the bytes :func:`token_bytes` gives: ``tok{i} ``, or with ``multibyte`` pieces that
 end inside a UTF-8 character (whose text is held back until the character completes, as vLLM does). A
 prompt that ends with generated ids continues the count after them: the continuation of a generation
@@ -11,6 +11,7 @@ writes exactly what the undisturbed generation would have written next.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import time
 from typing import Any
@@ -19,12 +20,11 @@ GENERATED = 100_000
 
 
 def prompt_ids(req: dict[str, Any], chat: bool) -> list[int]:
-    if chat:
-        return list(json.dumps(req.get("messages"), separators=(",", ":")).encode()[:64])
-    prompt = req.get("prompt", "")
-    if isinstance(prompt, list) and all(isinstance(i, int) for i in prompt):
+    """A prompt of token ids as it is; else 8 ids from its text (8 prompt tokens, as the fake's usage)."""
+    prompt = req.get("messages") if chat else req.get("prompt", "")
+    if isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
         return prompt
-    return list(str(prompt).encode()[:64])
+    return list(hashlib.sha256(json.dumps(prompt).encode()).digest()[:8])
 
 
 def start_of(prompt: list[int]) -> int:
@@ -41,11 +41,13 @@ def token_bytes(i: int, multibyte: bool) -> bytes:
 class TokenFrames:
     """The frames of one streamed generation, built one at a time."""
 
-    def __init__(self, req: dict[str, Any], chat: bool, model: str, rid: str, multibyte: bool) -> None:
+    def __init__(
+        self, req: dict[str, Any], chat: bool, model: str, rid: str, multibyte: bool, tokens: int = 16
+    ) -> None:
         self.req, self.chat, self.model, self.multibyte = req, chat, model, multibyte
         self.prompt = prompt_ids(req, chat)
         self.start = start_of(self.prompt)
-        self.n = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
+        self.n = int(req.get("max_tokens") or req.get("max_completion_tokens") or tokens)
         self.rid, self.created = rid, int(time.time())
         self.decoder = codecs.getincrementaldecoder("utf-8")()
 

@@ -27,6 +27,7 @@ from gateway.errors import (
     InternalError,
     NoReadyReplica,
     ShuttingDown,
+    UpstreamTimeout,
     WakeTimeout,
     error_response,
     sse_error_event,
@@ -453,10 +454,12 @@ class Proxy:
     async def _respond(self, ctx: RequestContext, up: Upstream, lease: Lease, pool: ModelPool) -> Response:
         ctx.status = up.status
         streaming = ctx.stream and ctx.status == 200
+        source = self._migrating(ctx, up, pool) if ctx.status == 200 else None
         if not streaming:
+            if source is not None:  # asked whole, streamed upstream so that it can move
+                return await self._assembled(ctx, source, lease)
             return await self._whole(ctx, up, lease)
         headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
-        source = self._migrating(ctx, up, pool)
         relay = self._relay(ctx, up, lease, source)
         return RelayResponse(relay, 200, headers, media_type="text/event-stream")
 
@@ -498,6 +501,27 @@ class Proxy:
         await self._settle(ctx, prompt, completion, lease)
         finish(ctx, self.gw.metrics, prompt, completion)
         return WholeResponse(body, ctx.status, ctx.request_id, up.content_type)
+
+    async def _assembled(self, ctx: RequestContext, source: MigratingStream, lease: Lease) -> Response:
+        """A non-streamed answer read from the stream asked in its place, within the total deadline."""
+        assert ctx.replica is not None
+        ok = blame = False
+        try:
+            async with asyncio.timeout(max(0.0, ctx.deadline - time.perf_counter())):
+                body = await source.whole()
+            ok = True
+        except TimeoutError:
+            raise UpstreamTimeout(f"the replica at {ctx.replica.url} did not answer in time") from None
+        except FAILURES as exc:
+            blame = True
+            raise classify(exc, ctx.replica.url).error from None
+        finally:
+            source.close(ok, blame)
+            await lease.release()
+        prompt, completion = source.usage()
+        await self._settle(ctx, prompt, completion, lease)
+        finish(ctx, self.gw.metrics, prompt, completion)
+        return WholeResponse(body, 200, ctx.request_id, "application/json")
 
     async def _relay(
         self, ctx: RequestContext, up: Upstream, lease: Lease, source: MigratingStream | None = None

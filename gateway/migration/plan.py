@@ -49,6 +49,8 @@ class MigrationPlan:
     keep_ids: bool = False
     usage: bool = False
     attempts: int = 2
+    whole: bool = False
+    """The client asked a non-streamed answer: the gateway streams it upstream and answers it whole."""
 
 
 SEED_MULTIPLIER = 1_000_003

@@ -23,6 +23,7 @@ from gateway.migration.frames import EventSplitter
 from gateway.migration.plan import MOVABLE_PATHS, MigrationPlan, continuation, why_not
 from gateway.migration.record import MalformedFrame, Recorder
 from gateway.migration.seam import Diverged, Seam, ending
+from gateway.migration.whole import assemble
 from gateway.pool import Endpoint, ModelPool
 from gateway.settings import GatewaySettings
 from gateway.upstream import FAILURES, Retryable, Upstream
@@ -41,14 +42,20 @@ class MigrationFailed(UpstreamClosed):
 
 
 def plan_migration(ctx: RequestContext, model: Model) -> MigrationPlan | None:
-    """The plan of a streamed generation of a model that migrates; None for any other request. A
-    request that may move is sent asking for token ids (``ctx.body`` rewritten)."""
-    if not ctx.stream or not model.migrates or ctx.api.name not in MOVABLE_PATHS:
+    """The plan of a generation of a model that migrates; None for any other request. A request that
+    may move is sent asking for token ids (``ctx.body`` rewritten); a non-streamed one is sent streamed
+    (the gateway answers it whole)."""
+    if not model.migrates or ctx.api.name not in MOVABLE_PATHS:
         return None
     payload = orjson.loads(ctx.body)
     adapter = ctx.model_name not in (model.name, *model.aliases)
     plan = MigrationPlan(payload, why_not(payload, ctx.api.name, adapter), ctx.api.name == "chat/completions")
     if plan.reason:
+        return plan
+    if not ctx.stream:
+        plan.whole, plan.attempts = True, model.migration_attempts
+        plan.keep_ids = bool(payload.get("return_token_ids"))
+        ctx.body = orjson.dumps({**payload, "stream": True, "return_token_ids": True})
         return plan
     options = payload.get("stream_options")
     plan.usage = isinstance(options, dict) and bool(options.get("include_usage"))
@@ -125,6 +132,15 @@ class MigratingStream:
 
     def usage(self) -> tuple[int, int]:
         return self.recorder.usage()
+
+    async def whole(self) -> bytes:
+        """Every event to the end, assembled as a non-streamed answer (gateway/migration/whole.py)."""
+        events: list[bytes] = []
+        chunk = await self.first()
+        while chunk:
+            events += EventSplitter().feed(chunk)
+            chunk = await self.next()
+        return assemble(events, self.recorder, self.plan.chat)
 
     def close(self, ok: bool, blame: bool) -> None:
         """The stream ended (``ok``) or broke: end the attempt on the replica that served it last."""

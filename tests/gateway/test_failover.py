@@ -77,7 +77,7 @@ async def test_fails_over_before_first_byte(
             for _ in range(4):
                 r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
                 assert r.status_code == 200, r.text
-                assert r.json()["choices"][0]["message"]["content"] == "tok " * 6
+                assert r.json()["choices"][0]["message"]["content"] == "".join(f"tok{i} " for i in range(6))
             metrics = (await c.get(f"{gw}/metrics")).text
     assert 'llmgw_ejections_total{model="m",replica="m-0"} 1.0' in metrics
     if bad != "refused":  # a refusing replica also fails /health, which may eject it before any request

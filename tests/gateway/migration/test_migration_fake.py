@@ -233,3 +233,32 @@ async def test_what_cannot_move_keeps_the_error_event(
         assert error["type"] == "error" and error["error"]["type"] == "api_error"
     else:
         assert error["error"]["type"] == "upstream_error"
+
+
+@pytest.mark.parametrize("path", ["chat/completions", "completions"])
+async def test_non_streamed_request_continues_and_is_answered_whole(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc], path: str
+) -> None:
+    body = CHAT if path == "chat/completions" else {"model": "m", "prompt": "hi", "max_tokens": N}
+    async with gateway(tmp_path, redis_url, [engines["die"].url, engines["good"].url]) as (gw, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{gw}/v1/{path}", json=body)
+            sent = json.loads((await c.get(f"{engines['die'].url}/stats")).json()["last_body"])
+            assert await metric(c, gw, 'llmgw_migrations_total{model="m",outcome="continued"} 1.0')
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    choice = answer["choices"][0]
+    assert (choice["message"]["content"] if "message" in choice else choice["text"]) == UNDISTURBED
+    assert choice["finish_reason"] == "length" and "token_ids" not in choice
+    assert answer["object"] == ("chat.completion" if "message" in choice else "text_completion")
+    assert answer["usage"]["completion_tokens"] == N
+    assert sent["stream"] is True and sent["return_token_ids"] is True  # asked streamed in its place
+
+
+async def test_non_streamed_request_with_nowhere_to_move_is_a_502(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    async with gateway(tmp_path, redis_url, [engines["die"].url]) as (gw, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_error"
