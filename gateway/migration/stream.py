@@ -104,6 +104,7 @@ class MigratingStream:
         self.stall_from: float | None = None
         self.outcome = ""
         self.failure: Exception | None = None
+        self.base_id = ctx.upstream_id
 
     async def first(self) -> bytes:
         return await self.next()
@@ -217,6 +218,8 @@ class MigratingStream:
             self.moves += 1
             body = continuation(self.plan.payload, str(self.plan.payload.get("model")), rec.prompt_ids,
                                 rec.ids[: rec.clean], self.plan.usage)  # fmt: skip
+            # vLLM's request id for the continuation: the original's with -moveN (one generation, in parts)
+            self.ctx.upstream_id = f"{self.base_id}-move{self.moves}"
             try:
                 up = await self.reopen(body, self.tried)
             except Retryable:

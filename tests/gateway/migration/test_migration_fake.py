@@ -122,6 +122,8 @@ async def test_completion_continues_in_its_own_shape(
             parsed = frames(
                 await stream(c, gw, {"model": "m", "prompt": "hi", "max_tokens": N}, "completions")
             )
+            seen = (await c.get(f"{engines['good'].url}/stats")).json()["last_headers"]["x-request-id"]
+    assert seen.endswith("-move1")  # vLLM's id of the continuation: one generation, continued
     assert content(parsed) == UNDISTURBED and {f["object"] for f in parsed} == {"text_completion"}
     assert_one_whole_stream(parsed)
 
