@@ -90,3 +90,42 @@ async def test_frozen_replica_stream_continues_byte_identical(
     usage = [f["usage"] for f in frames if f.get("usage")]
     assert len(usage) == 1 and usage[0]["completion_tokens"] == TOKENS
     assert f'llmgw_migrations_total{{model="{MODEL}",outcome="continued"}}' in metrics
+
+
+async def frozen_while_generating(
+    client: httpx.AsyncClient, stack: Stack, url: str, body: dict[str, Any]
+) -> str:
+    """A non-streamed answer, with the replica generating it frozen once it has run a while."""
+    base = stack.fleet.defaults.base_port
+    task = asyncio.create_task(client.post(url, json=body))
+    group = group_of(await busy_port(client, [base, base + 1]))
+    await asyncio.sleep(0.5)  # tokens generated there: the continuation starts after them
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        r = await task
+    finally:
+        os.killpg(group, signal.SIGCONT)
+    assert r.status_code == 200, r.text
+    return r.text
+
+
+@pytest.mark.parametrize(("path", "body"), [("chat/completions", CHAT), ("completions", COMPLETION)])
+async def test_frozen_replica_non_streamed_answer_is_byte_identical(
+    stack: Stack, path: str, body: dict[str, Any]
+) -> None:
+    request = {**body, **SAMPLING, "stream": False}
+    replica = f"http://127.0.0.1:{stack.fleet.defaults.base_port + 1}/v1/{path}"
+    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0)) as client:
+        reference = (await client.post(replica, json=request)).json()  # vLLM's own non-streamed answer
+        answer = json.loads(
+            await frozen_while_generating(client, stack, f"{stack.config.nginx_url}/v1/{path}", request)
+        )
+    pick = (
+        (lambda a: a["choices"][0]["message"]["content"])
+        if path == "chat/completions"
+        else (lambda a: a["choices"][0]["text"])
+    )
+    assert pick(answer) == pick(reference)
+    assert answer["usage"] == {
+        k: reference["usage"][k] for k in ("prompt_tokens", "total_tokens", "completion_tokens")
+    }
