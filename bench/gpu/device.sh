@@ -14,12 +14,10 @@ set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | stop}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)   # the tree this script is in
 APP=/tmp/app-device RUN=${RUN:-/tmp/run-device} VLLM=/tmp/vllm SITE=/tmp/site MODELS=/tmp/gpu-models
-export PYTHONPATH=$APP:$SITE:$VLLM PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 REDIS_PORT=${REDIS_PORT:-6379}
 REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 . "$(dirname "$0")/lib.sh"  # say, smi, untar, follow_driver, carry_root, fresh_run, start_redis
+gpu_env
 cd "$(carry_root "$SRC")" || exit 1
 
 
@@ -37,15 +35,11 @@ unpack1)
   du -sh $VLLM
   ;;
 start)
-  fresh_run
-  mkdir -p $VLLM && untar $VLLM .c2/*.tar.xz
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .whl2/*.whl || exit 1
-  untar /tmp .whl2/redis7.tar.xz
-  rm -rf $APP && mkdir -p $APP && cp -r "$SRC"/contract "$SRC"/gateway "$SRC"/workers "$SRC"/bench $APP/
+  install_run || exit 1
   for m in $(ls "$SRC"/bench/gpu/configs); do
-    mkdir -p $MODELS/$m && cp "$SRC"/bench/gpu/configs/$m/config.json .c2/tok/* $MODELS/$m/
+    lay_out_model $m
   done
-  (cd $APP && python3 -c "import vllm, redis, tenacity, orjson, fastapi, uvicorn, pydantic_settings, httpx; print('imports ok, vllm', vllm.__version__)") || exit 1
+  check_imports tenacity || exit 1
   setsid bash "$APP/bench/gpu/device.sh" driver > $RUN/driver.log 2>&1 < /dev/null &
   say "driver started (pid $!)"
   ;;

@@ -22,12 +22,10 @@ set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | stop}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)   # the tree this script is in
 APP=/tmp/app-fullload RUN=${RUN:-/tmp/run-fullload} VLLM=/tmp/vllm SITE=/tmp/site MODELS=/tmp/gpu-models
-export PYTHONPATH=$APP:$SITE:$VLLM PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 REDIS_PORT=${REDIS_PORT:-6380}
 REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 . "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver, carry_root, fresh_run, start_redis
+gpu_env
 cd "$(carry_root "$SRC")" || exit 1
 
 
@@ -159,18 +157,13 @@ q2() {
 
 case "$PHASE" in
 unpack1)
-  mkdir -p $VLLM && untar $VLLM .c1/*.tar.xz
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; python3 -V
+  unpack_c1
   ;;
 start)
-  fresh_run
-  mkdir -p $VLLM && untar $VLLM .c2/*.tar.xz
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .whl2/*.whl || exit 1
-  untar /tmp .whl2/redis7.tar.xz
-  rm -rf $APP && mkdir -p $APP && cp -r "$SRC"/contract "$SRC"/gateway "$SRC"/workers "$SRC"/bench $APP/
-  mkdir -p $MODELS/llama-2-7b && cp "$SRC"/bench/gpu/configs/llama-2-7b/config.json .c2/tok/* $MODELS/llama-2-7b/
+  install_run || exit 1
+  lay_out_model llama-2-7b
   fullload_fleet "${SLEEP_LEVEL:-}" > $RUN/fleet-fullload.yaml || exit 1
-  (cd $APP && python3 -c "import vllm, redis, tenacity, orjson, fastapi, uvicorn, pydantic_settings, httpx, vllm.benchmarks.serve; print('imports ok, vllm', vllm.__version__)") || exit 1
+  check_imports "tenacity, vllm.benchmarks.serve" || exit 1
   [ "${SLEEP_LEVEL:-}" = 2 ] && { write_real_weights || exit 1; }
   SKIP_Q1=${SKIP_Q1:-0} SKIP_Q2=${SKIP_Q2:-0} setsid bash $APP/bench/gpu/fullload.sh driver > $RUN/driver.log 2>&1 < /dev/null &
   say "driver started (pid $!)"

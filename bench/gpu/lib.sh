@@ -80,3 +80,42 @@ size = sum(os.path.getsize(f) for f in glob.glob(d + "/*.safetensors")) >> 20
 print(f"wrote random weights in {time.time() - t:.1f} s: {size} MiB", flush=True)
 PYEOF
 }
+
+gpu_env() {  # the environment of every GPU driver (APP, SITE, VLLM set by the driver)
+  export PYTHONPATH=$APP:$SITE:$VLLM PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+  export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+}
+
+unpack_c1() {  # phase unpack1: vLLM's first half (.c1), and what the machine is
+  mkdir -p $VLLM && untar $VLLM .c1/*.tar.xz
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; python3 -V
+}
+
+install_run() {  # phase start: a fresh $RUN, vLLM's second half (.c2), the wheels (.whl2) and Redis 7,
+  # and the code of this run fixed under $APP (from $SRC, the tree the driver is in)
+  fresh_run
+  mkdir -p $VLLM && untar $VLLM .c2/*.tar.xz
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .whl2/*.whl || return 1
+  untar /tmp .whl2/redis7.tar.xz
+  rm -rf $APP && mkdir -p $APP && cp -r "$SRC"/contract "$SRC"/gateway "$SRC"/workers "$SRC"/bench $APP/
+}
+
+lay_out_model() {  # lay_out_model NAME: its config (bench/gpu/configs) and the carried tokenizer
+  mkdir -p $MODELS/$1 && cp "$SRC"/bench/gpu/configs/$1/config.json .c2/tok/* $MODELS/$1/
+}
+
+check_imports() {  # check_imports [MODULE...]: the run's Python imports what the drivers need
+  (cd $APP && python3 -c "import vllm, redis, orjson, fastapi, uvicorn, pydantic_settings, httpx${1:+, $1}; print('imports ok, vllm', vllm.__version__)")
+}
+
+pack_logs() {  # pack_logs TAR GLOB...: the files the globs match, named from /tmp on
+  local tar=$1; shift
+  python3 - "$tar" "$@" <<'PYEOF'
+import glob, sys, tarfile
+with tarfile.open(sys.argv[1], "w:gz") as t:
+    for pattern in sys.argv[2:]:
+        for f in glob.glob(pattern):
+            t.add(f, arcname=f.removeprefix("/tmp/"))
+PYEOF
+}

@@ -16,14 +16,12 @@ set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | dry | stop}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)   # the tree this script is in (.g17 on the device)
 APP=${APP:-/tmp/app-sleep} RUN=${RUN:-/tmp/run-sleep} VLLM=/tmp/vllm SITE=/tmp/site MODELS=/tmp/gpu-models
-export PYTHONPATH=$APP:$SITE:$VLLM PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 REDIS_PORT=${REDIS_PORT:-6381}
 REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 PY=${PY:-python3}
 WORKERS=${WORKERS:-workers.cli}
 . "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver, carry_root, fresh_run, start_redis
+gpu_env
 [ "$PHASE" = dry ] || cd "$(carry_root "$SRC")" || exit 1
 
 
@@ -64,14 +62,10 @@ unpack1)
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; python3 -V; free -g | head -2
   ;;
 start)
-  fresh_run
-  mkdir -p $VLLM && untar $VLLM .c2/*.tar.xz
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .whl2/*.whl || exit 1
-  untar /tmp .whl2/redis7.tar.xz
-  rm -rf $APP && mkdir -p $APP && cp -r "$SRC"/contract "$SRC"/gateway "$SRC"/workers "$SRC"/bench $APP/
+  install_run || exit 1
   cp "$SRC"/bench/gpu/fleet-sleep.yaml $RUN/fleet-sleep.yaml
-  mkdir -p $MODELS/llama-2-7b && cp "$SRC"/bench/gpu/configs/llama-2-7b/config.json .c2/tok/* $MODELS/llama-2-7b/
-  (cd $APP && python3 -c "import vllm, redis, tenacity, orjson, fastapi, uvicorn, pydantic_settings, httpx; print('imports ok, vllm', vllm.__version__)") || exit 1
+  lay_out_model llama-2-7b
+  check_imports tenacity || exit 1
   write_real_weights || exit 1
   setsid bash $APP/bench/gpu/sleep.sh driver > $RUN/driver.log 2>&1 < /dev/null &
   say "driver started (pid $!)"
@@ -101,12 +95,7 @@ dry)  # here, no GPU: FAKE GPU ENGINES + FAKE nvidia-smi, a private Redis, the s
 wait)
   follow_driver $RUN/driver.log ${2:-540}
   cp $RUN/results/summary.md $RUN/results/sleep.json "$OUT/" 2>/dev/null
-  python3 - <<PYEOF
-import glob, tarfile
-with tarfile.open("$OUT/logs.tar.gz", "w:gz") as t:
-    for f in glob.glob("$RUN/*.log") + glob.glob("$RUN/logs/*.log") + glob.glob("$RUN/results/*"):
-        t.add(f, arcname=f.removeprefix("/tmp/"))
-PYEOF
+  pack_logs "$OUT/logs.tar.gz" "$RUN/*.log" "$RUN/logs/*.log" "$RUN/results/*"
   ls -la "$OUT"
   ;;
 stop)

@@ -11,9 +11,9 @@ import signal
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 
+from bench.migration_check import group_of
 from contract.vllm_probe import requests_in_engine
 from workers.stack.stack import Stack
 
@@ -37,14 +37,6 @@ def text_of(raw: str) -> tuple[str, list[dict[str, Any]]]:
         c.get("delta", {}).get("content") or c.get("text") or "" for f in frames for c in f["choices"]
     )
     return text, frames
-
-
-def group_of(port: int) -> int:
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if "vllm.entrypoints.openai.api_server" in cmd and str(port) in cmd:
-            return os.getpgid(int(p.info["pid"]))
-    raise LookupError(f"no vLLM server on port {port}")
 
 
 async def busy_port(client: httpx.AsyncClient, ports: list[int]) -> int:
