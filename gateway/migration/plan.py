@@ -10,7 +10,6 @@ the model sees exactly the sequence it was extending. Every sampling parameter i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -37,20 +36,6 @@ DROPPED = frozenset(
         "include_reasoning", "return_prompt_text", "reasoning_effort", "metadata", "store",
     }
 )  # fmt: skip
-
-
-@dataclass(slots=True)
-class MigrationPlan:
-    """Whether a streamed request may move (``reason`` says why not) and what the seam needs."""
-
-    payload: dict[str, Any]
-    reason: str = ""
-    chat: bool = True
-    keep_ids: bool = False
-    usage: bool = False
-    attempts: int = 2
-    whole: bool = False
-    """The client asked a non-streamed answer: the gateway streams it upstream and answers it whole."""
 
 
 SEED_MULTIPLIER = 1_000_003

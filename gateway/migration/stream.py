@@ -15,18 +15,18 @@ from collections.abc import Awaitable, Callable
 import orjson
 
 from contract.fleet import Model
-from gateway.context import RequestContext
 from gateway.errors import GatewayError
-from gateway.http1 import UpstreamClosed
 from gateway.metrics import GatewayMetrics
 from gateway.migration.frames import EventSplitter
-from gateway.migration.plan import MOVABLE_PATHS, MigrationPlan, continuation, why_not
+from gateway.migration.plan import MOVABLE_PATHS, continuation, why_not
 from gateway.migration.record import MalformedFrame, Recorder
 from gateway.migration.seam import Diverged, Seam, ending
 from gateway.migration.whole import assemble
-from gateway.pool import Endpoint, ModelPool
+from gateway.replicas.table import Endpoint, ModelPool
 from gateway.settings import GatewaySettings
-from gateway.upstream import FAILURES, Retryable, Upstream
+from gateway.upstream.client import FAILURES, Retryable, Upstream
+from gateway.upstream.http1 import UpstreamClosed
+from gateway.values import MigrationPlan, RequestContext
 
 log = logging.getLogger("llmgw.migration")
 CONTINUE_PATH = b"/v1/completions"

@@ -18,8 +18,8 @@ import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, remove
-from tests.support.gateway import fleet_yaml, register, serve_gateway
-from tests.support.procs import Proc, start_fake_engine
+from testing.gateway import fleet_yaml, register, serve_gateway
+from testing.procs import Proc, start_fake_engine
 
 N = 12
 CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": N}
