@@ -25,6 +25,8 @@ class EventSplitter:
         self.rest = b""
 
     def feed(self, data: bytes) -> list[bytes]:
+        if not self.rest and data.endswith(b"\n\n") and data.find(b"\n\n") == len(data) - 2:
+            return [data]  # one whole event, as a replica writes them
         buf = self.rest + data if self.rest else data
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n")
@@ -36,13 +38,10 @@ class EventSplitter:
         return [e + b"\n\n" for e in buf[:end].split(b"\n\n") if e]
 
 
-def _cut_array(frame: bytes, key: bytes, start: int = 0) -> tuple[bytes, list[int] | None]:
-    at = frame.find(key, start)
+def _cut_array(frame: bytes, key: bytes) -> tuple[bytes, list[int] | None]:
+    at = frame.find(key)  # (a key is found with its quotes: "token_ids" is not found in "prompt_token_ids")
     if at < 0:
         return frame, None
-    # "prompt_token_ids" also ends with "token_ids": only a key whose quote is its own counts
-    if key is TOKEN_IDS and at > 0 and frame[at - 1 : at] == b"_":
-        return _cut_array(frame, key, at + len(key))
     open_at = at + len(key)
     close = frame.find(b"]", open_at)
     if close < 0:

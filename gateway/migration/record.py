@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from gateway.migration.frames import facts, take_ids
+from gateway.migration.frames import TOKEN_IDS, facts, take_ids
 
 
 @dataclass(slots=True)
@@ -70,9 +70,37 @@ class Recorder:
     usage_sent: bool = False
     done: bool = False
     identity: Identity = field(default_factory=Identity)
+    pending: list[tuple[bytes, bytes]] = field(default_factory=list)
+    """Frames of one token taken on the hot path (id, frame as the client got it), not yet analysed."""
 
     def original(self, event: bytes) -> bytes:
-        """Record one event of the original stream; returns it as the client gets it."""
+        """Record one event of the original stream; returns it as the client gets it. A frame of one
+        token (nearly all of them) costs two byte searches here; what it says (text, finish) is read
+        only if the stream has to move (:meth:`analyse`)."""
+        at = event.find(TOKEN_IDS) if self.prompt_ids is not None else -1  # the prompt's frame: below
+        if at > 0:
+            close = event.find(b"]", at)
+            inner = event[at + 13 : close]
+            if inner.isdigit():
+                stripped = event[: at + 12] + b"null" + event[close + 1 :]
+                self.pending.append((inner, stripped))
+                return event if self.keep_ids else stripped
+        self.analyse()
+        return self._frame(event)
+
+    def analyse(self) -> None:
+        """Read the frames the hot path only recorded: their text, the clean seam, the finish."""
+        pending, self.pending = self.pending, []
+        for token, stripped in pending:
+            got = facts(stripped)
+            if self.identity.template is None:
+                self._identify(stripped)
+            self.add([int(token)], None if got.text_empty else _Lazy(stripped))
+            if got.finished:
+                self.finish_reason = self._finish_of(stripped)
+
+    def _frame(self, event: bytes) -> bytes:
+        """Any other frame: the prompt's ids, several ids, the end, usage, an error."""
         if not event.startswith(b"data: "):
             return event  # a comment or an unnamed field: passed on as it came
         stripped, prompt, ids = take_ids(event)
@@ -104,15 +132,17 @@ class Recorder:
 
     @property
     def seen_tail(self) -> str:
+        self.analyse()
         return "".join(self.tail_text)
 
     @property
     def finished(self) -> bool:
+        self.analyse()
         return self.finish_reason is not None
 
     def usage(self) -> tuple[int, int]:
         """(prompt, completion) tokens of the whole generation, counted once."""
-        return len(self.prompt_ids or ()), len(self.ids)
+        return len(self.prompt_ids or ()), len(self.ids) + len(self.pending)
 
     def _identify(self, stripped: bytes) -> None:
         frame = parse_frame(stripped)

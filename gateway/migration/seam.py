@@ -23,6 +23,7 @@ class Seam:
 
     def __init__(self, recorder: Recorder, chat: bool) -> None:
         self.recorder, self.chat = recorder, chat
+        recorder.analyse()
         self.skip = recorder.seen_tail
         recorder.ids = recorder.ids[: recorder.clean]  # the continuation regenerates the tail
         recorder.tail_text = []

@@ -100,8 +100,8 @@ class MigratingStream:
         self.seam: Seam | None = None
         self.pending: bytes | None = up.first
         self.moves, self.over, self.closed = 0, False, False
-        self.last_event_at = time.perf_counter()
         self.stall_from: float | None = None
+        self.wait_started: float | None = None
         self.outcome = ""
         self.failure: Exception | None = None
         self.base_id = ctx.upstream_id
@@ -156,8 +156,12 @@ class MigratingStream:
 
     def _take(self, data: bytes) -> bytes:
         events = self.splitter.feed(data)
-        if not events:
-            return b""
+        if len(events) == 1 and self.seam is None and self.stall_from is None:
+            try:  # the hot path: one event of the original stream
+                return self.recorder.original(events[0])
+            except MalformedFrame as exc:
+                self.failure = exc
+                return self._raise_failure()
         parts: list[bytes] = []
         try:
             for event in events:
@@ -169,34 +173,50 @@ class MigratingStream:
             self.failure = exc
         out = b"".join(parts)
         if self.failure is not None and not out:
-            failure, self.failure = self.failure, None
-            raise failure
-        now = time.perf_counter()
+            return self._raise_failure()
         if out and self.stall_from is not None:
-            self.metrics.migration_stall.labels(self.pool.model).observe(now - self.stall_from)
+            self.metrics.migration_stall.labels(self.pool.model).observe(
+                time.perf_counter() - self.stall_from
+            )
             self.stall_from = None
-        self.last_event_at = now
         return out
+
+    def _raise_failure(self) -> bytes:
+        failure, self.failure = self.failure, None
+        assert failure is not None
+        raise failure
 
     async def _read(self) -> bytes:
         """The next chunk from the replica, watching for a stall and for the replica leaving."""
         if self.pending is not None:
             data, self.pending = self.pending, None
             return data
+        watch = self.settings.migration_watch_s
+        try:
+            async with asyncio.timeout(watch):  # the common case: one timer a chunk, as the plain relay
+                return await self.up.response.next_chunk()
+        except TimeoutError:
+            return await self._wait(watch)
+
+    async def _wait(self, waited: float) -> bytes:
+        """A slow chunk: every ``migration_watch_s`` the replica must still be registered; past
+        ``migration_stall_s`` (``chunk_timeout_s`` when there is nowhere to move) a TimeoutError."""
         s = self.settings
-        started = time.perf_counter()
+        started = self.wait_started = time.perf_counter() - waited
         while True:
-            # with nowhere to move, a slow stream keeps today's limit
+            if self.current not in self.pool.endpoints:
+                raise ReplicaLeft(f"the replica {self.current.id} left the registry")
             stall = min(s.migration_stall_s, s.chunk_timeout_s) if self._elsewhere() else s.chunk_timeout_s
             left = started + stall - time.perf_counter()
+            if left <= 0:
+                raise TimeoutError(f"no token from {self.current.id} within {stall:g} s")
             try:
-                async with asyncio.timeout(max(0.0, min(s.migration_watch_s, left))):
-                    return await self.up.response.next_chunk()
+                async with asyncio.timeout(min(s.migration_watch_s, left)):
+                    chunk = await self.up.response.next_chunk()
             except TimeoutError:
-                if self.current not in self.pool.endpoints:
-                    raise ReplicaLeft(f"the replica {self.current.id} left the registry") from None
-                if time.perf_counter() - started >= stall:
-                    raise
+                continue
+            self.wait_started = None
+            return chunk
 
     def _elsewhere(self) -> bool:
         return bool(self.pool.candidates(exclude=self.tried)) and self.moves < self.plan.attempts
@@ -205,6 +225,7 @@ class MigratingStream:
         """Continue after ``exc`` on another replica; returns what the client gets at once (the end
         when the last token had come). Raises when it cannot."""
         rec, old = self.recorder, self.current
+        rec.analyse()
         blame = not isinstance(exc, TimeoutError)  # a stall may be a busy replica: moved from, not ejected
         if rec.finished:
             self.outcome, self.over = "ended", True
@@ -213,7 +234,8 @@ class MigratingStream:
         if rec.prompt_ids is None:
             self.outcome = "failed"
             raise exc if isinstance(exc, FAILURES) else MigrationFailed(str(exc))
-        self.stall_from = self.stall_from or self.last_event_at
+        # the stall counts from the last event: the start of the wait that failed, or now (a reset, EOF)
+        self.stall_from = self.stall_from or self.wait_started or time.perf_counter()
         while self.moves < self.plan.attempts and time.perf_counter() < self.ctx.deadline:
             self.moves += 1
             body = continuation(self.plan.payload, str(self.plan.payload.get("model")), rec.prompt_ids,

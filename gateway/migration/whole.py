@@ -14,6 +14,7 @@ from gateway.migration.record import Recorder, parse_frame, text_of
 
 def assemble(events: list[bytes], recorder: Recorder, chat: bool) -> bytes:
     """The whole answer from the client-shaped ``events`` of one generation."""
+    recorder.analyse()
     text: list[str] = []
     finish: object = recorder.finish_reason
     stop_reason: object = None

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from gateway.migration.record import MalformedFrame, Recorder
-from tests.gateway.migration.frames_recorded import CHAT, CHAT_PLAIN_FIRST, UTF8
+from tests.gateway.migration.frames_recorded import CHAT, CHAT_PLAIN_FIRST, COMPLETION, UTF8
 
 
 def test_records_a_chat_stream_and_strips_ids() -> None:
     rec = Recorder()
     out = [rec.original(e) for e in CHAT]
+    rec.analyse()  # what the hot path only recorded
     assert out[0] == CHAT_PLAIN_FIRST and all(b'token_ids":[' not in o for o in out)
     assert rec.prompt_ids == [1, 9690, 198, 2683, 359, 253, 5356, 1]
     assert rec.ids == [504, 6153, 314, 3789] and rec.clean == 4 and rec.seen_tail == ""
@@ -30,6 +31,7 @@ def test_clean_seam_stops_before_held_back_bytes() -> None:
     rec = Recorder()
     for event in UTF8:
         rec.original(event)
+    rec.analyse()
     # five ids in one frame (text seen: "Hello 日本"), then one id whose text is held back
     assert rec.ids == [19556, 17097, 241, 115, 40993, 179]
     assert rec.clean == 0 and rec.seen_tail == "Hello 日本"
@@ -48,3 +50,12 @@ def test_a_single_token_frame_with_text_moves_the_seam() -> None:
 def test_malformed_frame_is_a_trigger() -> None:
     with pytest.raises(MalformedFrame):
         Recorder().original(b"data: <html>502</html>\n\n")
+
+
+def test_completion_frames_lose_both_arrays_and_keep_the_prompt() -> None:
+    rec = Recorder()
+    out = [rec.original(e) for e in COMPLETION]
+    assert all(b'"prompt_token_ids":null,"token_ids":null' in o for o in out)
+    assert rec.prompt_ids == [504, 3575, 282, 4649, 314] and rec.usage() == (5, 2)
+    rec.analyse()
+    assert rec.ids == [7042, 30] and rec.clean == 2 and rec.pending == []

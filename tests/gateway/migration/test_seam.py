@@ -29,7 +29,9 @@ def content(events: list[bytes]) -> str:
 
 def recorded(events: list[bytes]) -> tuple[Recorder, list[bytes]]:
     rec = Recorder()
-    return rec, [rec.original(e) for e in events]
+    out = [rec.original(e) for e in events]
+    rec.analyse()
+    return rec, out
 
 
 def test_chat_continues_in_the_original_shape() -> None:
