@@ -30,6 +30,7 @@ import psutil  # type: ignore[import-untyped]
 import yaml
 
 from bench.chaos import free_port, until_true
+from contract.vllm_probe import requests_in_engine
 from workers.stack.stack import Stack, StackConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +51,7 @@ class Stream:
 
 
 def body(model: str, i: int, tokens: int) -> dict[str, Any]:
-    prompt = f"Write a long story about lighthouse number {i} and its keeper."
+    prompt = f"Story {i}: write a long story about a lighthouse and its keeper."  # spread by prefix
     return {
         "model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": tokens,
         "temperature": 0, "ignore_eos": True, "stream": True,
@@ -96,8 +97,20 @@ def group_of(port: int) -> int:
     raise LookupError(f"no vLLM server on port {port}")
 
 
+async def busiest(client: httpx.AsyncClient, ports: list[int]) -> int:
+    """The replica with the most requests in its engine: the one whose failure moves the most streams."""
+    counts = [await requests_in_engine(client, f"http://127.0.0.1:{p}") for p in ports]
+    return ports[counts.index(max(counts))]
+
+
 async def run_pass(
-    url: str, model: str, n: int, tokens: int, fault: str = "", port: int = 0, after_events: int = 8
+    url: str,
+    model: str,
+    n: int,
+    tokens: int,
+    fault: str = "",
+    ports: tuple[int, ...] = (),
+    after_events: int = 8,
 ) -> list[Stream]:
     streams = [Stream() for _ in range(n)]
     async with httpx.AsyncClient(
@@ -112,6 +125,7 @@ async def run_pass(
 
             if not await until_true(started, 300, 0.05):
                 raise TimeoutError("the streams did not start within 300 s")
+            port = await busiest(c, list(ports))
             group = group_of(port)
             os.killpg(group, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
             log.info("replica on port %d: %s", port, "killed (-9)" if fault == "kill" else "frozen (SIGSTOP)")
@@ -158,7 +172,7 @@ async def check(
     results = []
     for fault in a.fault:
         ref = await run_pass(url, model, a.streams, a.tokens)
-        hit = await run_pass(url, model, a.streams, a.tokens, fault, ports[0])
+        hit = await run_pass(url, model, a.streams, a.tokens, fault, tuple(ports))
         async with httpx.AsyncClient() as c:
             metrics = "".join([(await c.get(f"{g}/metrics")).text for g in gateways])
         results.append(report(ref, hit, metrics, fault))
@@ -224,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu", action="store_true", help="start its own stack: two SmolLM2 replicas")
     p.add_argument("--url", default="http://127.0.0.1:9000")
     p.add_argument("--model", default="llama-2-7b")
-    p.add_argument("--replica-ports", default="8100,8101", help="the first one is killed")
+    p.add_argument("--replica-ports", default="8100,8101", help="the busiest of them fails")
     p.add_argument("--streams", type=int, default=16)
     p.add_argument("--tokens", type=int, default=200)
     p.add_argument("--fault", action="append", choices=["kill", "stop"], help="default: kill, then stop")
