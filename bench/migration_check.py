@@ -31,7 +31,7 @@ import yaml
 
 from bench.chaos import free_port, until_true
 from contract.vllm_probe import requests_in_engine
-from workers.stack.stack import Stack, StackConfig
+from tools.stack.stack import Stack, StackConfig
 
 REPO = Path(__file__).resolve().parents[1]
 log = logging.getLogger("migration_check")
@@ -99,7 +99,7 @@ def group_of(port: int) -> int:
 
 async def busiest(client: httpx.AsyncClient, ports: list[int]) -> int:
     """The replica with the most requests in its engine: the one whose failure moves the most streams."""
-    counts = [await requests_in_engine(client, f"http://127.0.0.1:{p}") for p in ports]
+    counts = [await requests_in_engine(client, f"http://127.0.0.1:{p}") or 0 for p in ports]
     return ports[counts.index(max(counts))]
 
 

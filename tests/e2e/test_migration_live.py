@@ -15,7 +15,7 @@ import pytest
 
 from bench.migration_check import group_of
 from contract.vllm_probe import requests_in_engine
-from workers.stack.stack import Stack
+from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 MODEL = "smollm2-135m-instruct"
@@ -43,7 +43,7 @@ async def busy_port(client: httpx.AsyncClient, ports: list[int]) -> int:
     """The replica running a generation now (nothing else runs during this test)."""
     for _ in range(50):
         for port in ports:
-            if await requests_in_engine(client, f"http://127.0.0.1:{port}") > 0:
+            if (await requests_in_engine(client, f"http://127.0.0.1:{port}") or 0) > 0:
                 return port
         await asyncio.sleep(0.05)
     raise LookupError("no replica is running the stream")
