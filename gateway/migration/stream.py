@@ -105,6 +105,7 @@ class MigratingStream:
         self.outcome = ""
         self.failure: Exception | None = None
         self.base_id = ctx.upstream_id
+        self.stopping = False
 
     async def first(self) -> bytes:
         return await self.next()
@@ -133,6 +134,11 @@ class MigratingStream:
 
     def usage(self) -> tuple[int, int]:
         return self.recorder.usage()
+
+    def stop(self) -> None:
+        """The gateway is stopping: break the stream where it is (the relay gives it its planned end)."""
+        self.stopping = True
+        self.up.response.close()
 
     async def whole(self) -> bytes:
         """Every event to the end, assembled as a non-streamed answer (gateway/migration/whole.py)."""
@@ -224,6 +230,8 @@ class MigratingStream:
     async def _move(self, exc: BaseException) -> bytes:
         """Continue after ``exc`` on another replica; returns what the client gets at once (the end
         when the last token had come). Raises when it cannot."""
+        if self.stopping:
+            raise exc if isinstance(exc, FAILURES) else MigrationFailed(str(exc))
         rec, old = self.recorder, self.current
         rec.analyse()
         blame = not isinstance(exc, TimeoutError)  # a stall may be a busy replica: moved from, not ejected

@@ -59,7 +59,10 @@ async def answer(
         def end() -> None:  # the gateway is stopping: break the stream to give it its planned end
             nonlocal ended
             ended = True
-            up.response.close()
+            if source is None:
+                up.response.close()
+            else:
+                source.stop()  # its current replica's response, and no move after it
 
         token = gw.open_requests.open(end)
         try:
