@@ -12,12 +12,8 @@
 # and copies the results to $OUT each time.
 set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | stop}
-SRC=$(cd "$(dirname "$0")/../.." && pwd)   # the tree this script is in
-APP=/tmp/app-device RUN=${RUN:-/tmp/run-device} VLLM=/tmp/vllm SITE=/tmp/site MODELS=/tmp/gpu-models
-REDIS_PORT=${REDIS_PORT:-6379}
-REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
-. "$(dirname "$0")/lib.sh"  # say, smi, untar, follow_driver, carry_root, fresh_run, start_redis
-gpu_env
+. "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver, recipe, fresh_run, ...
+recipe device 6379  # SRC, APP, RUN, REDIS_PORT, ...; the GPU environment
 cd "$(carry_root "$SRC")" || exit 1
 
 

@@ -81,6 +81,15 @@ print(f"wrote random weights in {time.time() - t:.1f} s: {size} MiB", flush=True
 PYEOF
 }
 
+recipe() {  # recipe NAME REDIS_PORT: the driver's tree (SRC), its own code copy, run folder and Redis port
+  # (APP, RUN, REDIS_PORT overridable), the shared vLLM and models, and the GPU environment
+  SRC=$(cd "$(dirname "${BASH_SOURCE[1]}")/../.." && pwd)
+  APP=${APP:-/tmp/app-$1} RUN=${RUN:-/tmp/run-$1} VLLM=/tmp/vllm SITE=/tmp/site MODELS=/tmp/gpu-models
+  REDIS_PORT=${REDIS_PORT:-$2}
+  REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
+  gpu_env
+}
+
 gpu_env() {  # the environment of every GPU driver (APP, SITE, VLLM set by the driver)
   export PYTHONPATH=$APP:$SITE:$VLLM PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
   export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID

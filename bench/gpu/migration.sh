@@ -10,12 +10,8 @@
 # STREAMS (64) and TOKENS (200) in `start` change the load; FAULTS="kill stop" adds a frozen replica.
 set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | stop}
-SRC=$(cd "$(dirname "$0")/../.." && pwd)   # the tree this script is in
-APP=/tmp/app-migration RUN=${RUN:-/tmp/run-migration} VLLM=/tmp/vllm SITE=/tmp/site MODELS=/tmp/gpu-models
-REDIS_PORT=${REDIS_PORT:-6382}
-REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
-. "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver, carry_root, fresh_run, start_redis
-gpu_env
+. "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver, recipe, fresh_run, ...
+recipe migration 6382  # SRC, APP, RUN, REDIS_PORT, ...; the GPU environment
 cd "$(carry_root "$SRC")" || exit 1
 
 driver() {

@@ -14,14 +14,10 @@
 # FAKE nvidia-smi (testing/fake_nvidia_smi.py), with the fleet's paths and a short load.
 set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | dry | stop}
-SRC=$(cd "$(dirname "$0")/../.." && pwd)   # the tree this script is in (.g17 on the device)
-APP=${APP:-/tmp/app-sleep} RUN=${RUN:-/tmp/run-sleep} VLLM=/tmp/vllm SITE=/tmp/site MODELS=/tmp/gpu-models
-REDIS_PORT=${REDIS_PORT:-6381}
-REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 PY=${PY:-python3}
 WORKERS=${WORKERS:-workers.cli}
-. "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver, carry_root, fresh_run, start_redis
-gpu_env
+. "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver, recipe, fresh_run, ...
+recipe sleep 6381  # SRC, APP, RUN, REDIS_PORT, ...; the GPU environment
 [ "$PHASE" = dry ] || cd "$(carry_root "$SRC")" || exit 1
 
 
