@@ -85,7 +85,8 @@ class Recorder:
                 stripped = event[: at + 12] + b"null" + event[close + 1 :]
                 self.pending.append((inner, stripped))
                 return event if self.keep_ids else stripped
-        self.analyse()
+        if TOKEN_IDS in event:  # several ids: in order after those recorded (the end, usage: no need)
+            self.analyse()
         return self._frame(event)
 
     def analyse(self) -> None:

@@ -105,13 +105,35 @@ class MigratingStream:
         self.outcome = ""
         self.failure: Exception | None = None
         self.base_id = ctx.upstream_id
-        self.stopping = False
+        self.stopping = self.slow = False
+        self.watch_s = settings.migration_watch_s
 
     async def first(self) -> bytes:
-        return await self.next()
+        return await self._next()
 
     async def next(self) -> bytes:
-        """The next bytes for the client; b'' at the end. Raises a failure it could not move past."""
+        """The next bytes for the client; b'' at the end. Raises a failure it could not move past.
+        The common case (one whole event of the original stream, in time) is read here; anything else
+        goes the general way (:meth:`_next`)."""
+        if self.pending is None and self.failure is None and self.seam is None and not self.slow:
+            try:
+                async with asyncio.timeout(self.watch_s):
+                    data = await self.up.response.next_chunk()
+            except TimeoutError:
+                self.slow = True
+            except FAILURES as exc:
+                self.failure = exc
+            else:
+                if data and not self.splitter.rest and data.find(b"\n\n") == len(data) - 2:
+                    try:
+                        return self.recorder.original(data)
+                    except MalformedFrame as exc:
+                        self.failure = exc
+                else:
+                    self.pending = data
+        return await self._next()
+
+    async def _next(self) -> bytes:
         while not self.over:
             try:
                 if self.failure is not None:
@@ -197,9 +219,12 @@ class MigratingStream:
         if self.pending is not None:
             data, self.pending = self.pending, None
             return data
-        watch = self.settings.migration_watch_s
+        watch = self.watch_s
+        if self.slow:  # next() waited one watch already
+            self.slow = False
+            return await self._wait(watch)
         try:
-            async with asyncio.timeout(watch):  # the common case: one timer a chunk, as the plain relay
+            async with asyncio.timeout(watch):  # one timer a chunk, as the plain relay
                 return await self.up.response.next_chunk()
         except TimeoutError:
             return await self._wait(watch)
