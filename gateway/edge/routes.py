@@ -62,7 +62,7 @@ def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
         for p in gw.table.pools()
     }
     ready = any(m["state"] in ("awake", "asleep", "waking") for m in models.values())
-    redis = "ok" if discovery.redis_ok else "unreachable"
+    redis = "ok" if discovery.redis_ok and not gw.admission.degraded else "unreachable"
     degraded = gw.admission.degraded or not discovery.redis_ok
     index = gw.index.mode if gw.index is not None else "off"
     keys = gw.index.keys_mode if gw.index is not None else "off"
