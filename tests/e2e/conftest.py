@@ -52,7 +52,12 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         drain_grace_s=10,
         # Short enough that the chaos test's frozen replica (25 s) outlasts them; far above what the
         # small requests of these tests take.
-        gateway_env={"LLMGW_FIRST_BYTE_TIMEOUT_S": "20", "LLMGW_CHUNK_TIMEOUT_S": "10"},
+        # A stream whose replica gives no token for 2 s moves to the other replica (test_migration_live).
+        gateway_env={
+            "LLMGW_FIRST_BYTE_TIMEOUT_S": "20",
+            "LLMGW_CHUNK_TIMEOUT_S": "10",
+            "LLMGW_MIGRATION_STALL_S": "2",
+        },
     )
     s = Stack(config)
     try:
