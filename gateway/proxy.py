@@ -65,6 +65,7 @@ WANTED_HEADERS = frozenset(
         b"x-session-id",
         b"x-priority",
         b"x-max-wait-s",
+        b"x-stainless-retry-count",
     }
 )
 

@@ -61,6 +61,8 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, comple
         series.completion_tokens.inc(completion)
     if ctx.caller.key_id:
         by_tenant(ctx, metrics, prompt, completion)
+    if ctx.headers.get("x-stainless-retry-count", "0") != "0":
+        metrics.client_retries.labels(model).inc()
     if not log.isEnabledFor(logging.INFO):  # the line's fields are not even formatted
         return
     log.info(
