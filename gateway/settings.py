@@ -63,6 +63,10 @@ class GatewaySettings(BaseSettings):
     session_ttl_s: Seconds = 3600.0
 
     admission: bool = True
+    degraded_ready: bool = Field(
+        default=True,
+        description="/ready stays 200 while Redis is unreachable (local admission serves); false: 503 then.",
+    )
     lease_ttl_s: Seconds = 15.0
     admission_redis_timeout_s: Seconds = 1.0
     admission_blocking_connections: Annotated[int, Field(ge=1)] = 1024
