@@ -71,6 +71,7 @@ class Config:
     lora: bool = True
     api_key: str = ""
     sleep: SleepConfig = field(default_factory=SleepConfig)
+    max_model_len: int = 2048
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -257,7 +258,7 @@ class FakeEngine(asyncio.Protocol):
         if path == "/health":
             return self.send(200, b"")
         if path == "/v1/models":
-            data = [{"id": m, "object": "model"} for m in self.apis.models()]
+            data = self.apis.models(self.cfg.max_model_len)
             return self.send(200, json.dumps({"object": "list", "data": data}).encode())
         if path.startswith("/v1/responses/"):
             status, obj = self.apis.stored(path.split("/")[3], cancel=False)
@@ -393,12 +394,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--awake-mib", type=int, default=10240)
     p.add_argument("--asleep-mib", type=int, default=1024)
     p.add_argument("--sleep-calls-file", default="", help="append every sleep-mode call here")
+    p.add_argument("--max-model-len", type=int, default=2048, help="what /v1/models says of the context")
     a = p.parse_args(argv)
     sleep = SleepConfig(
         a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
     )
     cfg = Config(
-        a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep
+        a.model,
+        a.tokens,
+        a.delay_ms,
+        a.fault,
+        a.latency_ms,
+        a.kv_blocks,
+        not a.no_lora,
+        a.api_key,
+        sleep,
+        a.max_model_len,
     )
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))

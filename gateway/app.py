@@ -37,6 +37,7 @@ from gateway.http1 import ConnectionPool
 from gateway.inflight import InflightShare
 from gateway.lora import AdapterStore
 from gateway.metrics import GatewayMetrics
+from gateway.model_cards import CardFetcher
 from gateway.monitor import Monitor
 from gateway.periodic import Background
 from gateway.pool import ReplicaTable
@@ -132,6 +133,7 @@ def start_background(gw: Gateway, discovery: Discovery, notices: ReadyNotices) -
     bg.start(s.load_scrape_interval_s, monitor.load_tick)
     bg.start(s.load_share_interval_s, gw.inflight.tick)
     bg.start(s.lora_sync_s, gw.lora.tick)
+    bg.start(s.registry_poll_s, CardFetcher(gw.cards, gw.client, gw.table, lambda ep: {}).tick)
     bg.start(0.0, notices.step)
     return bg
 

@@ -23,12 +23,14 @@ JSON = "application/json"
 
 
 def model_entry(name: str, model: Model, created: int, gw: Gateway) -> dict[str, Any]:
+    """One model's entry: OpenAI's fields, what the replicas say of it (``max_model_len``; an adapter's
+    ``parent`` and ``root``: gateway/model_cards.py), its state and activation."""
     return {
         "id": name,
         "object": "model",
         "created": created,
         "owned_by": "llm-gateway",
-        "root": model.name,
+        **gw.cards.card(name, model.name),
         "state": model_state(gw.table.pool(model.name)),
         "activation": model.activation,
     }

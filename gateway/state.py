@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 import redis.asyncio as aioredis
@@ -18,6 +18,7 @@ from gateway.http1 import ConnectionPool
 from gateway.inflight import InflightShare
 from gateway.lora import AdapterStore
 from gateway.metrics import GatewayMetrics
+from gateway.model_cards import ModelCards
 from gateway.pool import ReplicaTable
 from gateway.routing.base import Policy
 from gateway.routing.shared_index import SharedIndex
@@ -50,3 +51,4 @@ class Gateway:
     # Headers every request to a replica carries besides its own (vLLM's API key when one is set).
     upstream_headers: list[tuple[bytes, bytes]]
     index: SharedIndex | None = None
+    cards: ModelCards = field(default_factory=ModelCards)
