@@ -100,11 +100,45 @@ class SleepMode(Strict):
     level: Literal[1, 2, "auto"] = "auto"
 
 
+class ExternalEndpoint(Strict):
+    """A server run elsewhere (a model's ``endpoints:``): routed to and health-checked, never supervised.
+    It gets its own credential, sent as ``Authorization: Bearer``, never the workers' key: named by an
+    environment variable (``api_key_env``) or a file (``api_key_file``), never written here; or
+    ``auth: none`` for a server that takes no key."""
+
+    url: Annotated[str, Field(pattern=r"^https?://")]
+    api_key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
+    api_key_file: Path | None = None
+    auth: Literal["bearer", "none"] = "bearer"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_a_bare_url(cls, value: object) -> object:
+        if isinstance(value, str):
+            raise ValueError(
+                f"endpoint {value} has no credential setting: give {{url: {value}, api_key_env: NAME}} "
+                f"or {{url: {value}, api_key_file: PATH}}, or {{url: {value}, auth: none}}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> ExternalEndpoint:
+        given = [k for k in ("api_key_env", "api_key_file") if getattr(self, k) is not None]
+        if self.auth == "none" and given:
+            raise ValueError(f"auth: none takes no key (got {', '.join(given)})")
+        if self.auth == "bearer" and len(given) != 1:
+            raise ValueError(
+                f"endpoint {self.url} needs its own credential: api_key_env or api_key_file, or auth: none"
+                + (f" (got both {', '.join(given)})" if given else "")
+            )
+        return self
+
+
 class Model(Strict):
     name: ModelName
     aliases: list[ModelName] = Field(default_factory=list)
     source: Source | None = None
-    endpoints: list[Annotated[str, Field(pattern=r"^https?://")]] = Field(default_factory=list)
+    endpoints: list[ExternalEndpoint] = Field(default_factory=list)
     replicas: Annotated[int, Field(ge=0, le=64)] = 1
     engine: Engine = Field(default_factory=Engine)
     budget: Budget = Field(default_factory=Budget)

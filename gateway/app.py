@@ -15,12 +15,13 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from contract.backoff import Backoff
-from contract.fleet import Model
+from contract.fleet import Fleet, Model
 from contract.redis_keys import RedisKeys
 from gateway.admin import add_admin_routes
 from gateway.admission import build_admission
 from gateway.affinity import ResponseAffinity
 from gateway.auth.redis_auth import build_auth, key_store
+from gateway.credentials import Credentials
 from gateway.discovery import Discovery
 from gateway.ejection import Ejection
 from gateway.errors import (
@@ -81,10 +82,9 @@ def shared_index(settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMet
     return SharedIndex(redis, keys, settings.session_ttl_s, settings.prefix_index_retry_s, metrics=metrics)
 
 
-def vllm_auth(settings: GatewaySettings) -> dict[str, str]:
-    """The Authorization header vLLM's --api-key asks for, or none."""
-    key = settings.vllm_api_key.get_secret_value() if settings.vllm_api_key else ""
-    return {"authorization": f"Bearer {key}"} if key else {}
+def credentials(settings: GatewaySettings, fleet: Fleet) -> Credentials:
+    """The workers' key (vLLM's --api-key on the supervised replicas) and each endpoint's own."""
+    return Credentials(fleet, settings.vllm_api_key.get_secret_value() if settings.vllm_api_key else "")
 
 
 def build_gateway(settings: GatewaySettings) -> Gateway:
@@ -96,7 +96,6 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     share = InflightShare(redis, keys, settings.gateway_id, table, settings.load_share_max_age_s)
     index = shared_index(settings, keys, metrics)
     store = key_store(settings, keys)
-    upstream_auth = vllm_auth(settings)
     return Gateway(
         settings=settings,
         fleet=fleet,
@@ -105,7 +104,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         policies={m.name: build_policy(m.policy, policy_options(m, settings, index)) for m in fleet.models},
         admission=build_admission(settings, keys, metrics),
         auth=build_auth(settings, keys, metrics, store),
-        client=httpx.AsyncClient(timeout=settings.connect_timeout_s, headers=upstream_auth),
+        client=httpx.AsyncClient(timeout=settings.connect_timeout_s),
         upstream=ConnectionPool(settings.max_connections, settings.connect_timeout_s),
         redis=redis,
         keys=keys,
@@ -115,7 +114,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         wakes=Wakes(redis, keys, settings.gateway_id, metrics),
         open_requests=OpenRequests(settings.shutdown_grace_s),
         key_store=store,
-        upstream_headers=[(k.encode(), v.encode()) for k, v in upstream_auth.items()],
+        credentials=credentials(settings, fleet),
         index=index,
         affinity=ResponseAffinity(redis, keys, settings.responses_ttl_s),
         lora=AdapterStore(redis, keys, fleet.models),
@@ -124,8 +123,12 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
 
 def start_background(gw: Gateway, discovery: Discovery, notices: ReadyNotices) -> Background:
     s = gw.settings
-    monitor = Monitor(gw.client, gw.table, gw.ejection, gw.metrics)
-    reload = FleetReload(gw, discovery, lambda m: build_policy(m.policy, policy_options(m, s)))
+    monitor = Monitor(
+        gw.client, gw.table, gw.ejection, gw.metrics, headers=lambda ep: gw.credentials.http(ep)
+    )
+    reload = FleetReload(
+        gw, discovery, lambda m: build_policy(m.policy, policy_options(m, s)), lambda f: credentials(s, f)
+    )
     bg = Background()
     bg.start(s.registry_poll_s, reload.tick)
     bg.start(s.registry_poll_s, discovery.tick)
@@ -133,7 +136,9 @@ def start_background(gw: Gateway, discovery: Discovery, notices: ReadyNotices) -
     bg.start(s.load_scrape_interval_s, monitor.load_tick)
     bg.start(s.load_share_interval_s, gw.inflight.tick)
     bg.start(s.lora_sync_s, gw.lora.tick)
-    bg.start(s.registry_poll_s, CardFetcher(gw.cards, gw.client, gw.table, lambda ep: {}).tick)
+    bg.start(
+        s.registry_poll_s, CardFetcher(gw.cards, gw.client, gw.table, lambda ep: gw.credentials.http(ep)).tick
+    )
     bg.start(0.0, notices.step)
     return bg
 

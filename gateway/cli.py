@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from contract.fleet import FleetError
 from gateway.app import create_app
+from gateway.credentials import CredentialError
 from gateway.one_write import OneWriteProtocol
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests, graceful_s
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = settings_from(args)
         app = create_app(settings)
-    except (ValidationError, FleetError) as exc:
+    except (ValidationError, FleetError, CredentialError) as exc:
         print(f"llmgw-gateway: bad settings: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from contract.fleet import Fleet, FleetError, Model
+from gateway.credentials import CredentialError, Credentials
 from gateway.discovery import Discovery
 from gateway.routing import load_routable_fleet
 from gateway.routing.base import Policy
@@ -21,6 +22,7 @@ from gateway.state import Gateway
 log = logging.getLogger("llmgw.fleet")
 
 PolicyFor = Callable[[Model], Policy]
+CredentialsFor = Callable[[Fleet], Credentials]
 
 
 def file_stamp(path: Path) -> tuple[int, int, int] | None:
@@ -34,8 +36,11 @@ def file_stamp(path: Path) -> tuple[int, int, int] | None:
 class FleetReload:
     """A background step: re-read the fleet file when its stamp changes and apply it."""
 
-    def __init__(self, gw: Gateway, discovery: Discovery, policy_for: PolicyFor) -> None:
+    def __init__(
+        self, gw: Gateway, discovery: Discovery, policy_for: PolicyFor, credentials_for: CredentialsFor
+    ) -> None:
         self.gw, self.discovery, self.policy_for = gw, discovery, policy_for
+        self.credentials_for = credentials_for
         self.path = gw.settings.fleet_file
         self.seen = file_stamp(self.path)
 
@@ -46,9 +51,11 @@ class FleetReload:
         self.seen = stamp
         try:
             fleet = load_routable_fleet(self.path)
-        except FleetError as exc:
+            credentials = self.credentials_for(fleet)
+        except (FleetError, CredentialError) as exc:
             log.error("fleet change refused, keeping the current fleet: %s", exc)
             return
+        self.gw.credentials = credentials
         self.apply(fleet)
 
     def apply(self, fleet: Fleet) -> None:

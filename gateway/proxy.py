@@ -370,7 +370,7 @@ class Proxy:
                 ep.url,
                 self._path(ctx),
                 ctx.body,
-                self._headers(ctx) + gw.upstream_headers,
+                self._headers(ctx) + gw.credentials.upstream(ep),
                 self._wait_s(ctx),
                 ctx.api.method.encode(),
             )

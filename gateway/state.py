@@ -13,6 +13,7 @@ from gateway.admission.base import Admission
 from gateway.affinity import ResponseAffinity
 from gateway.auth.base import Authenticator
 from gateway.auth.keys import KeyStore
+from gateway.credentials import Credentials
 from gateway.ejection import Ejection
 from gateway.http1 import ConnectionPool
 from gateway.inflight import InflightShare
@@ -48,7 +49,7 @@ class Gateway:
     affinity: ResponseAffinity
     lora: AdapterStore
     key_store: KeyStore
-    # Headers every request to a replica carries besides its own (vLLM's API key when one is set).
-    upstream_headers: list[tuple[bytes, bytes]]
+    # The Authorization each replica gets: the workers' key to supervised ones, an endpoint's own to it.
+    credentials: Credentials
     index: SharedIndex | None = None
     cards: ModelCards = field(default_factory=ModelCards)

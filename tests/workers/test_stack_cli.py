@@ -17,7 +17,10 @@ from tests.support.procs import free_port, port_open, spawn, start_fake_engine, 
 def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path) -> None:
     engine = start_fake_engine(tmp_path, "--model", "ext-model")
     fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(f"models:\n - name: ext-model\n   aliases: [ext]\n   endpoints: ['{engine.url}']\n")
+    fleet.write_text(
+        f"models:\n - name: ext-model\n   aliases: [ext]\n"
+        f"   endpoints: [{{url: '{engine.url}', auth: none}}]\n"
+    )
     ports = {
         "port": free_port(),
         "gateway-port": free_port(),
