@@ -37,6 +37,8 @@ class RequestContext:
     upstream_id: str = ""
     model_name: str = ""
     stream: bool = False
+    strip_usage: bool = False
+    """The usage event of this stream is the gateway's own ask: it is taken out of the client's stream."""
     asked: Asked = field(default_factory=Asked)
     cost: TokenCost = field(default_factory=TokenCost)
     charge: Charge | None = None

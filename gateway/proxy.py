@@ -40,6 +40,7 @@ from gateway.steps.parse import parse
 from gateway.steps.resolve import resolve
 from gateway.steps.stored import locate, pinned_candidates
 from gateway.steps.tokens import reserve, unused
+from gateway.steps.usage import UsageStrip
 from gateway.upstream import (
     FAILURES,
     Retryable,
@@ -481,6 +482,7 @@ class Proxy:
         itl = self.gw.metrics.itl.labels(ctx.model.name)
         events, tail, ok, blame, ended = 0, b"", True, True, False
         recorded = ctx.api.stored != "create"
+        strip = UsageStrip() if ctx.strip_usage else None
 
         def end() -> None:  # the gateway is stopping: break the stream to give it its planned end
             nonlocal ended
@@ -494,18 +496,23 @@ class Proxy:
                 events += chunk.count(b"data: ")
                 tail = tail[-4096:] + chunk
                 recorded = recorded or events > 8 or await self._remember(ctx, tail)
-                yield chunk
+                out = chunk if strip is None else strip.feed(chunk)
+                if out:  # the usage event alone: nothing to send
+                    yield out
                 chunk = await next_chunk(up, self.gw.settings.chunk_timeout_s)
                 now = time.perf_counter()
                 itl.observe(now - t)
                 t = now
+            if strip is not None and strip.pending:
+                yield strip.rest()
         except FAILURES as exc:
             # a stall is not the replica's failure (it may be busy; a frozen one fails its /health)
             ok, blame = False, not ended and not isinstance(exc, TimeoutError)
             err = self._stream_error(exc, ctx.replica.url, ended)
             ctx.error = f"stream broke after it started: {err.message}"
             self.gw.metrics.stream_errors.labels(ctx.model.name).inc()
-            yield event_end(tail) + sse_error_event(err, ctx.api.dialect)
+            rest = strip.rest() if strip is not None else b""
+            yield rest + event_end(tail) + sse_error_event(err, ctx.api.dialect)
         finally:
             self.gw.open_requests.close(token)
             up.response.close()

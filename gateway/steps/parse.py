@@ -13,6 +13,7 @@ from gateway.prefix_chain import request_chain
 from gateway.prefix_key import chat_prefix_key, prompt_prefix_key
 from gateway.routing.base import RouteRequest
 from gateway.steps.tokens import Asked, TokenCost, asked, prompt_estimate
+from gateway.steps.usage import USAGE_OPTION_APIS, ask_usage
 
 
 def load_json(body: bytes) -> dict[str, Any]:
@@ -119,5 +120,7 @@ def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_ch
     ctx.route = route_request(ctx, payload, prefix_chars, chunk_bytes, max_chunks)
     ctx.asked = asked(payload, ctx.endpoint)
     ctx.cost = TokenCost(prompt_estimate(ctx.body))  # what it may generate is added once resolved
+    if ctx.stream and ctx.endpoint in USAGE_OPTION_APIS:
+        ctx.body, ctx.strip_usage = ask_usage(payload, ctx.body)
     if ctx.api.stored:
         ctx.response_id = previous_response_field(payload)
