@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -49,6 +50,7 @@ from gateway.routing.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests
 from gateway.state import Gateway
+from gateway.tracing import Tracing
 from gateway.wake import ReadyNotices, Wakes
 
 log = logging.getLogger("llmgw.app")
@@ -118,6 +120,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         index=index,
         affinity=ResponseAffinity(redis, keys, settings.responses_ttl_s),
         lora=AdapterStore(redis, keys, fleet.models),
+        tracing=Tracing(settings.tracing, settings.otlp_traces_endpoint, settings.gateway_id),
     )
 
 
@@ -171,6 +174,7 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
         await gw.redis.aclose()
         if gw.index is not None:
             await gw.index.aclose()
+        await asyncio.to_thread(gw.tracing.shutdown)  # its flush blocks: not on the event loop
 
 
 def add_error_handlers(app: FastAPI) -> None:

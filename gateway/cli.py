@@ -24,6 +24,7 @@ from gateway.credentials import CredentialError
 from gateway.one_write import OneWriteProtocol
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests, graceful_s
+from gateway.tracing import TraceIdFilter
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -113,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stdout)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(TraceIdFilter())  # a request's lines carry its trace id beside its request id
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     config = server_config(app, settings, args.host, args.port)
     server = GatewayServer(config, app.state.gateway.open_requests)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from contract.fleet import Model
 from gateway.endpoints import ROUTES, Route
@@ -10,6 +11,9 @@ from gateway.errors import GatewayError
 from gateway.pool import Endpoint
 from gateway.routing.base import RouteRequest
 from gateway.steps.tokens import Asked, Charge, TokenCost
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,11 @@ class RequestContext:
     """(replica id, instance) that must serve the request: the holder of a stored response."""
     preferred: frozenset[str] = frozenset()
     """Replica ids to prefer when they are ready (those with the requested LoRA adapter loaded)."""
+    traceparent: str = ""
+    """W3C trace context for the replica: the client's, or a new one (gateway/tracing.py)."""
+    tracestate: str = ""
+    span: Span | None = None
+    """The request's root span while tracing is on."""
 
     @property
     def upstream_path(self) -> bytes:

@@ -41,6 +41,7 @@ from gateway.steps.resolve import resolve
 from gateway.steps.stored import locate, pinned_candidates
 from gateway.steps.tokens import reserve, unused
 from gateway.steps.usage import UsageStrip
+from gateway.tracing import forward_traceparent
 from gateway.upstream import (
     FAILURES,
     Retryable,
@@ -67,6 +68,8 @@ WANTED_HEADERS = frozenset(
         b"x-priority",
         b"x-max-wait-s",
         b"x-stainless-retry-count",
+        b"traceparent",
+        b"tracestate",
     }
 )
 
@@ -127,6 +130,7 @@ class Proxy:
         ctx = RequestContext(request_id(headers), api.name, b"", headers, time.perf_counter())
         ctx.api, ctx.response_id = api, response_id
         ctx.upstream_id = upstream_id(ctx.request_id, headers)
+        self.gw.tracing.begin(ctx, headers.get("traceparent", ""), headers.get("tracestate", ""))
         try:
             ctx.body = await read_body(receive, self.gw.settings.max_body_bytes)
             return await self._serve(ctx, receive, scope.get(GONE))
@@ -149,7 +153,8 @@ class Proxy:
         self, ctx: RequestContext, receive: Receive, gone: asyncio.Future[None] | None = None
     ) -> Response:
         gw = self.gw
-        ctx.caller = await gw.auth.authenticate(ctx.headers)
+        with gw.tracing.span(ctx, "authenticate"):
+            ctx.caller = await gw.auth.authenticate(ctx.headers)
         parse(ctx, gw.settings.prefix_chars, gw.settings.prefix_chunk_bytes, gw.settings.prefix_max_chunks)
         await locate(ctx, gw.names, gw.affinity)
         model = resolve(ctx, gw.names, gw.lora.adapters)
@@ -161,9 +166,11 @@ class Proxy:
         watch = gone if gone is not None else asyncio.ensure_future(disconnected(receive))
         try:
             if pool.candidates():
-                lease = await self._admit(ctx, pool, watch)
+                with gw.tracing.span(ctx, "queue_wait"):
+                    lease = await self._admit(ctx, pool, watch)
             elif model.on_demand:
-                lease = await self._admit_waking(ctx, pool, watch)
+                with gw.tracing.span(ctx, "wake"):
+                    lease = await self._admit_waking(ctx, pool, watch)
             else:
                 raise NoReadyReplica(
                     f"no ready replica of model '{model.name}'; retry later", retry_after=2.0
@@ -358,23 +365,28 @@ class Proxy:
                 f"no ready replica of model '{pool.model}'", retry_after=2.0
             )
         policy = gw.policies[pool.model]
-        ep = await policy.route(candidates, ctx.route)
+        with gw.tracing.span(ctx, "pick"):
+            ep = await policy.route(candidates, ctx.route)
         if tried:
             gw.metrics.retries.labels(pool.model).inc()
         tried.append(ep)
         ctx.replica, ctx.attempts = ep, ctx.attempts + 1
         ep.inflight += 1
         policy.on_start(ep, ctx.route)
+        step = "retry" if ctx.attempts > 1 else "forward"
         try:
-            up = await open_stream(
-                gw.upstream,
-                ep.url,
-                self._path(ctx),
-                ctx.body,
-                self._headers(ctx) + gw.credentials.upstream(ep),
-                self._wait_s(ctx),
-                ctx.api.method.encode(),
-            )
+            with gw.tracing.span(
+                ctx, step, **{"llmgw.replica": ep.id, "llmgw.attempt": ctx.attempts}
+            ) as span:
+                up = await open_stream(
+                    gw.upstream,
+                    ep.url,
+                    self._path(ctx),
+                    ctx.body,
+                    self._headers(ctx, forward_traceparent(ctx, span)) + gw.credentials.upstream(ep),
+                    self._wait_s(ctx),
+                    ctx.api.method.encode(),
+                )
         except Retryable as failed:
             ctx.upstream_error = failed.error
             self._done(ep, ctx, ok=False)
@@ -412,12 +424,17 @@ class Proxy:
         return ctx.upstream_path
 
     @staticmethod
-    def _headers(ctx: RequestContext) -> list[tuple[bytes, bytes]]:
-        """Only what the replica needs: hop-by-hop headers and the client's credentials stay here."""
-        return [
+    def _headers(ctx: RequestContext, traceparent: str) -> list[tuple[bytes, bytes]]:
+        """Only what the replica needs (the trace context too): hop-by-hop headers and the client's
+        credentials stay here."""
+        headers = [
             (b"content-type", ctx.content_type.encode("latin-1")),
             (b"x-request-id", ctx.upstream_id.encode()),
+            (b"traceparent", traceparent.encode()),
         ]
+        if ctx.tracestate:
+            headers.append((b"tracestate", ctx.tracestate.encode("latin-1")))
+        return headers
 
     async def _remember(self, ctx: RequestContext, data: bytes) -> bool:
         """Record which replica made a stored response (by the id in ``data``); True once recorded or

@@ -82,6 +82,12 @@ class GatewaySettings(BaseSettings):
     responses_ttl_s: Seconds = 86400.0
     lora_sync_s: Seconds = 1.0
     log_level: str = "INFO"
+    tracing: bool = Field(
+        default=False,
+        description="Emit OpenTelemetry spans (authenticate, queue_wait, wake, pick, forward, retry) over "
+        "OTLP/gRPC; off, the trace context is still passed to the replicas.",
+    )
+    otlp_traces_endpoint: str = "http://127.0.0.1:4317"
 
     @property
     def key_store_url(self) -> str:

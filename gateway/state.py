@@ -25,6 +25,7 @@ from gateway.routing.base import Policy
 from gateway.routing.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests
+from gateway.tracing import Tracing
 from gateway.wake import Wakes
 
 
@@ -53,3 +54,4 @@ class Gateway:
     credentials: Credentials
     index: SharedIndex | None = None
     cards: ModelCards = field(default_factory=ModelCards)
+    tracing: Tracing = field(default_factory=lambda: Tracing(False, "", ""))

@@ -9,6 +9,7 @@ import orjson
 
 from gateway.context import RequestContext
 from gateway.metrics import GatewayMetrics
+from gateway.tracing import end_span
 
 log = logging.getLogger("llmgw.access")
 
@@ -49,6 +50,7 @@ def by_tenant(ctx: RequestContext, metrics: GatewayMetrics, prompt: int, complet
 
 def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, completion: int = 0) -> None:
     now = time.perf_counter()
+    end_span(ctx)
     model = ctx.model_label
     series = metrics.series(model)
     metrics.requests_of(model, ctx.status).inc()
