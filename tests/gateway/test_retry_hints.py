@@ -22,14 +22,18 @@ from tests.support.procs import Proc, start_fake_engine
 MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
+# FAKE ENGINE replicas: one works 0.3 s then answers 500, one answers after 1.5 s, one after 0.4 s
+ENGINES = {
+    "slow500": ("--fault", "slow-500-300"),
+    "slow": ("--latency-ms", "1500"),
+    "busy": ("--latency-ms", "400"),
+}
+
+
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc]]:
     tmp = tmp_path_factory.mktemp("engines")
-    procs = {
-        "slow500": start_fake_engine(tmp, "--fault", "slow-500-300"),
-        "slow": start_fake_engine(tmp, "--latency-ms", "1500"),
-        "busy": start_fake_engine(tmp, "--latency-ms", "400"),
-    }
+    procs = {name: start_fake_engine(tmp, *args) for name, args in ENGINES.items()}
     yield procs
     for p in procs.values():
         p.stop()
@@ -54,34 +58,31 @@ async def gateway_for(
     return serve_gateway(tmp, fleet_yaml([{**model, "max_queue": 0}]), redis_url, prefix, **settings)
 
 
-async def test_a_500_after_work_runs_once_and_the_sdk_does_not_retry(
-    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+@pytest.mark.parametrize(
+    ("engine_name", "status", "settings"),
+    [
+        ("slow500", 502, {"health_interval_s": 60.0}),  # the replica works 0.3 s, then answers 500
+        ("slow", 504, {"request_timeout_s": 0.5}),  # no answer within the request's deadline
+    ],
+)
+async def test_an_error_after_dispatch_runs_once_and_the_sdk_does_not_retry(
+    tmp_path: Path,
+    redis_url: str,
+    engines: dict[str, Proc],
+    engine_name: str,
+    status: int,
+    settings: dict[str, float],
 ) -> None:
-    engine = engines["slow500"]
+    engine = engines[engine_name]
     before = await started(engine)
-    async with await gateway_for(tmp_path, redis_url, engine, health_interval_s=60) as gw:
+    async with await gateway_for(tmp_path, redis_url, engine, **settings) as gw:
         client = sdk(gw)
         with pytest.raises(openai.APIStatusError) as raised:
             await client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=4)
         await client.close()
-    assert raised.value.status_code == 502
+    assert raised.value.status_code == status
     assert raised.value.response.headers["x-should-retry"] == "false"
     assert await started(engine) - before == 1  # one engine run for one call with the SDK's default retries
-
-
-async def test_a_504_after_the_request_timeout_runs_once(
-    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
-) -> None:
-    engine = engines["slow"]
-    before = await started(engine)
-    async with await gateway_for(tmp_path, redis_url, engine, request_timeout_s=0.5) as gw:
-        client = sdk(gw)
-        with pytest.raises(openai.APIStatusError) as raised:
-            await client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=4)
-        await client.close()
-    assert raised.value.status_code == 504
-    assert raised.value.response.headers["x-should-retry"] == "false"
-    assert await started(engine) - before == 1
 
 
 async def test_a_429_from_admission_is_retried_by_the_sdk_and_succeeds(
