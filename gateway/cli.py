@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import math
 import os
@@ -20,11 +21,11 @@ from pydantic import ValidationError
 
 from contract.fleet import FleetError
 from gateway.app import create_app
-from gateway.credentials import CredentialError
-from gateway.one_write import OneWriteProtocol
+from gateway.edge.one_write import OneWriteProtocol
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests, graceful_s
 from gateway.tracing import TraceIdFilter
+from gateway.upstream.credentials import CredentialError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -41,6 +42,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=9000)
     p.add_argument("--gateway-id", help="name of this replica (LLMGW_GATEWAY_ID)")
     return p.parse_args(argv)
+
+
+def open_bind_refusal(host: str, settings: GatewaySettings) -> str | None:
+    """Why the gateway must not serve ``host``: a non-loopback address with API keys off is an open
+    proxy, refused unless ``LLMGW_ALLOW_OPEN=true``; None when it may."""
+    if settings.auth or settings.allow_open or is_loopback(host):
+        return None
+    return (
+        f"refusing to serve {host} with API keys off (an open proxy): set LLMGW_AUTH=true, bind a "
+        "loopback address, or set LLMGW_ALLOW_OPEN=true when something in front authenticates"
+    )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name other than localhost may resolve anywhere
+        return False
 
 
 def settings_from(args: argparse.Namespace) -> GatewaySettings:
@@ -108,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         settings = settings_from(args)
+        refusal = open_bind_refusal(args.host, settings)
+        if refusal is not None:
+            print(f"llmgw-gateway: {refusal}", file=sys.stderr)
+            return 2
         app = create_app(settings)
     except (ValidationError, FleetError, CredentialError) as exc:
         print(f"llmgw-gateway: bad settings: {exc}", file=sys.stderr)

@@ -72,6 +72,11 @@ class GatewaySettings(BaseSettings):
     admission_blocking_connections: Annotated[int, Field(ge=1)] = 1024
     presence_interval_s: Seconds = 1.0
     auth: bool = False
+    # Serving a non-loopback address with auth off is an open proxy: refused unless this says so.
+    allow_open: bool = False
+    # /docs, /redoc and /openapi.json; unset: on with API keys off, off with keys on (the description
+    # names every path and schema to anyone).
+    docs: bool | None = None
     # While the key store is unreachable, a key verified within this long still passes (a revoked key
     # stops working on every gateway within it, even one cut off from the key store).
     auth_cache_s: Seconds = 5.0

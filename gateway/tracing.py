@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
-    from gateway.context import RequestContext
+    from gateway.values import RequestContext
 
 TRACEPARENT = re.compile(r"(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 NO_SPAN: AbstractContextManager[None] = nullcontext()

@@ -16,8 +16,8 @@ import openai
 import pytest
 
 from gateway.errors import QueueFull, UpstreamError, UpstreamTimeout, WakeTimeout
-from tests.support.gateway import fleet_yaml, register, serve_gateway
-from tests.support.procs import Proc, start_fake_engine
+from testing.gateway import fleet_yaml, register, serve_gateway
+from testing.procs import Proc, start_fake_engine
 
 MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 

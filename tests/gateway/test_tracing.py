@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 
 from gateway.tracing import TRACE_ID, TraceIdFilter, traceparent_of
-from tests.support.gateway import fleet_yaml, register, serve_gateway
-from tests.support.otlp import trace_receiver
-from tests.support.poll import until
-from tests.support.procs import start_fake_engine
+from testing.gateway import fleet_yaml, register, serve_gateway
+from testing.otlp import trace_receiver
+from testing.poll import until
+from testing.procs import start_fake_engine
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
