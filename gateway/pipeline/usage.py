@@ -7,12 +7,14 @@ the gateway.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 
 USAGE_OPTION_APIS = frozenset({"chat/completions", "completions"})
 ASK = b'"stream_options":{"include_usage":true},'
+EVENT_END = re.compile(rb"(\r?\n\r?\n)")
 
 
 def ask_usage(payload: dict[str, Any], body: bytes) -> tuple[bytes, bool]:
@@ -50,15 +52,17 @@ class UsageStrip:
 
     def feed(self, chunk: bytes) -> bytes:
         data = self.pending + chunk if self.pending else chunk
-        end = data.rfind(b"\n\n") + 2
-        if end < 2:
+        lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+        end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+        if not end:
             self.pending = data
             return b""
         out, self.pending = data[:end], data[end:]
         if b'"usage"' not in out:
             return out
-        events = out[:-2].split(b"\n\n")
-        return b"".join(e + b"\n\n" for e in events if not is_usage_event(e))
+        parts = EVENT_END.split(out)  # event, its end, event, its end, ..., b""
+        pairs = zip(parts[0::2], parts[1::2], strict=False)
+        return b"".join(event + sep for event, sep in pairs if not is_usage_event(event))
 
     def rest(self) -> bytes:
         """What waited for an end that never came (a stream that broke, or ended without one)."""

@@ -47,6 +47,10 @@ def test_strip_takes_out_the_usage_event_whatever_the_chunking() -> None:
         assert out == DELTA + DELTA + DONE, cut
     strip = UsageStrip()
     assert strip.feed(DELTA[:10]) == b"" and strip.rest() == DELTA[:10]  # a broken stream keeps its bytes
+    crlf = stream.replace(b"\n\n", b"\r\n\r\n")  # a server that ends events with CRLF pairs
+    strip = UsageStrip()
+    out = strip.feed(crlf[:40]) + strip.feed(crlf[40:]) + strip.rest()
+    assert out == (DELTA + DELTA + DONE).replace(b"\n\n", b"\r\n\r\n")
 
 
 async def stream_lines(c: httpx.AsyncClient, url: str, body: dict[str, object]) -> list[str]:
