@@ -51,6 +51,8 @@ class UsageStrip:
         self.pending = b""
 
     def feed(self, chunk: bytes) -> bytes:
+        if not self.pending and chunk.endswith(b"\n\n") and b'"usage"' not in chunk:
+            return chunk  # the common case: one whole event that is not the usage event
         data = self.pending + chunk if self.pending else chunk
         lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
         end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
