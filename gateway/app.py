@@ -94,7 +94,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         redis=clients,
         keys=keys,
         metrics=metrics,
-        ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s)),
+        ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s), settings.eject_after),
         inflight=share,
         wakes=Wakes(redis, keys, settings.gateway_id, metrics),
         open_requests=OpenRequests(settings.shutdown_grace_s),
@@ -102,7 +102,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         credentials=credentials_for(settings, fleet),
         index=index,
         affinity=ResponseAffinity(redis, keys, settings.responses_ttl_s),
-        lora=AdapterStore(redis, keys, fleet.models),
+        lora=AdapterStore(redis, keys, fleet.models, table),
         tracing=Tracing(settings.tracing, settings.otlp_traces_endpoint, settings.gateway_id),
     )
 

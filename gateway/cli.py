@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from contract.fleet import FleetError
 from gateway.app import create_app
-from gateway.edge.one_write import OneWriteProtocol
+from gateway.edge.one_write import door_protocol
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests, graceful_s
 from gateway.tracing import TraceIdFilter
@@ -115,7 +115,7 @@ def server_config(app: FastAPI, settings: GatewaySettings, host: str, port: int)
         host=host,
         port=port,
         loop="uvloop",
-        http=OneWriteProtocol,  # uvicorn's httptools protocol, one write per response
+        http=door_protocol(settings),  # uvicorn's httptools protocol: one write per response, the door
         access_log=False,
         proxy_headers=False,
         log_level="warning",

@@ -20,7 +20,8 @@ Faults, per request (header ``x-fake-fault``) or for every request (``--fault``)
 ``400`` (a client error), ``500`` (answer 500), ``hang`` (never answer),
 ``die-after-N`` (close the connection after N chunks), ``die-mid-N`` (after N chunks, half an event,
 then close), ``stall-after-N`` (after N chunks, nothing more), ``slow-first-MS`` (wait before the first byte),
-``slow-500-MS`` (wait, then answer 500). ``/stats`` counts generations started and served.
+``slow-500-MS`` (wait, then answer 500), ``503`` and ``slow-503-MS`` (refuse, as a draining or
+overloaded vLLM does). ``/stats`` counts generations started and served.
 With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
 ``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
 """
@@ -308,9 +309,15 @@ class FakeEngine(asyncio.Protocol):
                 b'{"error":{"message":"bad json","type":"invalid_request_error","code":null,"param":null}}',
             )
         fault = headers.get("x-fake-fault", self.cfg.fault)
-        if fault.startswith("slow-500-"):
-            await asyncio.sleep(float(fault.removeprefix("slow-500-")) / 1000)
-            fault = "500"
+        if fault.startswith(("slow-500-", "slow-503-")):
+            await asyncio.sleep(float(fault[len("slow-500-") :]) / 1000)
+            fault = fault[len("slow-") : len("slow-500")]
+        if fault == "503":  # vLLM's answer while it cannot take work (draining, overloaded, asleep)
+            return self.send(
+                503,
+                b'{"error":{"message":"fake engine unavailable","type":"server_error","code":null,'
+                b'"param":null}}',
+            )
         if fault == "500":
             return self.send(
                 500,

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, ReplicaState, publish
 from gateway.app import create_app
-from gateway.edge.one_write import OneWriteProtocol
+from gateway.edge.one_write import door_protocol
 from gateway.settings import GatewaySettings
 from testing.poll import until
 from testing.procs import free_port
@@ -74,7 +74,7 @@ async def serve_app(
             app,
             host="127.0.0.1",
             port=port,
-            http=OneWriteProtocol,  # the protocol llmgw-gateway serves with (gateway/cli.py)
+            http=door_protocol(s),  # the protocol llmgw-gateway serves with (gateway/cli.py)
             log_level="warning",
             lifespan="on",
             timeout_graceful_shutdown=1,

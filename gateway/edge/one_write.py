@@ -6,9 +6,15 @@ the body on each ``http.response.body``. Here each request's cycle writes throug
 :class:`HeldHead` that keeps the head's bytes until the next write (or a close) and writes both
 together. Each request's scope also carries, under :data:`GONE`, a future that resolves when the
 client's connection is lost (what uvicorn's ``receive`` would report as ``http.disconnect``), so the
-request path can watch the client without a task of its own. Everything else (keep-alive,
-pipelining, flow control, disconnects, limits, the graceful shutdown) is uvicorn's own code,
-unchanged.
+request path can watch the client without a task of its own.
+
+The protocol is also the door (:func:`door_protocol`): before a request reaches the application (and
+authentication), its request line and headers together may take at most ``max_head_bytes`` (more: 431,
+and never more than that is given to the parser, so nothing past the limit is buffered) and must arrive
+within ``header_timeout_s`` of the request's first byte (or of the connection) (late: 408). Both answers
+are the API's error shape, with ``connection: close``; what the client still sends is read and dropped
+for a moment (a lingering close, as nginx's), so that it can read the answer. Everything else
+(keep-alive, pipelining, flow control, disconnects, the graceful shutdown) is uvicorn's own code.
 """
 
 from __future__ import annotations
@@ -19,7 +25,12 @@ from typing import Any
 from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from gateway.values import GONE
+from gateway.errors import GatewayError, HeadTimeout, HeadTooLarge, error_bytes
+from gateway.settings import GatewaySettings
+from gateway.values import ABORT, FLOW, GONE
+
+LINGER_S = 2.0
+"""How long a refused connection's further input is read and dropped before it is closed."""
 
 
 class HeldHead:
@@ -83,17 +94,99 @@ class OneWriteCycle(RequestResponseCycle):
 
 
 class OneWriteProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol whose cycles write each response's head with its body."""
+    """uvicorn's httptools protocol whose cycles write each response's head with its body, with the
+    door's limits on each request's head."""
 
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
-        cycle.__class__ = OneWriteCycle
-        cycle.transport = HeldHead(cycle.transport)  # type: ignore[assignment]
-        cycle.scope[GONE] = self.loop.create_future()  # type: ignore[literal-required]
-        super()._start_asgi_task(cycle, app)
+    max_head_bytes = 64 * 1024
+    header_timeout_s = 10.0
+    head_bytes = 0
+    head_done = False
+    refused = False
+    head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._start_head()
+
+    def _start_head(self) -> None:
+        self.head_bytes, self.head_done = 0, False
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+        self.head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self.head_done:  # the next request on this connection: its own head, its own clock
+            self._start_head()
+
+    def on_headers_complete(self) -> None:
+        self.head_done = True
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+        super().on_headers_complete()
+
+    def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return  # lingering: read and dropped
+        if self.head_done:
+            super().data_received(data)
+            return
+        room = self.max_head_bytes - self.head_bytes
+        if len(data) <= room:
+            self.head_bytes += len(data)
+            super().data_received(data)
+            return
+        self.head_bytes = self.max_head_bytes
+        super().data_received(data[:room])  # the parser never holds more than the limit
+        if self.head_done and not self.transport.is_closing():
+            super().data_received(data[room:])
+        elif not self.head_done:
+            limit = f"{self.max_head_bytes // 1024} KiB"
+            self._refuse(HeadTooLarge(f"the request line and headers are over the limit of {limit}"))
+
+    def _head_timed_out(self) -> None:
+        self.head_timer = None
+        if not self.head_done and not self.refused:
+            wait = f"{self.header_timeout_s:g} s"
+            self._refuse(HeadTimeout(f"the request line and headers did not arrive within {wait}"))
+
+    def _refuse(self, err: GatewayError) -> None:
+        """Answer ``err`` at the door and close, after a lingering read of what the client still sends."""
+        self.refused = True
+        if self.transport.is_closing():
+            return
+        body = error_bytes(err)
+        head = f"HTTP/1.1 {err.status} {REASONS[err.status]}\r\ncontent-type: application/json\r\n"
+        head += f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        self.transport.write(head.encode() + body)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
         cycle = self.cycle
         super().connection_lost(exc)
         gone = cycle.scope.get(GONE) if cycle is not None and cycle.disconnected else None
         if isinstance(gone, asyncio.Future) and not gone.done():
             gone.set_result(None)
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        cycle.__class__ = OneWriteCycle
+        cycle.transport = HeldHead(cycle.transport)  # type: ignore[assignment]
+        cycle.scope[GONE] = self.loop.create_future()  # type: ignore[literal-required]
+        cycle.scope[FLOW] = self.flow  # type: ignore[literal-required]
+        cycle.scope[ABORT] = self.transport.abort  # type: ignore[literal-required]
+        super()._start_asgi_task(cycle, app)
+
+
+REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
+
+
+def door_protocol(settings: GatewaySettings) -> type[OneWriteProtocol]:
+    """The server protocol with this gateway's limits at the door."""
+    limits = {"max_head_bytes": settings.max_head_bytes, "header_timeout_s": settings.header_timeout_s}
+    return type("DoorProtocol", (OneWriteProtocol,), limits)

@@ -1,22 +1,27 @@
-"""Steps 5 and 6, pick and forward: a replica chosen by the model's policy, the request sent to it; on a
-failure the replica refused before any work, another replica is tried, up to ``retry_attempts`` in all,
-while the retry deadline (checked before every attempt) lasts. A non-streamed request's total deadline
-starts here. :func:`done` ends an attempt (the policy's hook, ejection)."""
+"""Steps 5 and 6, pick and forward: a replica chosen by the model's policy, the request sent to it; when
+the replica refused it before any work (gateway/upstream/client.py), another replica is tried, up to
+``retry_attempts`` in all, while the retry deadline (checked before every attempt) lasts. A non-streamed
+request's total deadline starts here. :func:`done` ends an attempt (the policy's hook, ejection)."""
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Literal
 
 from gateway.errors import NoReadyReplica
 from gateway.replicas.table import Endpoint, ModelPool
 from gateway.responses_api.stored import pinned_candidates
 from gateway.state import Gateway
 from gateway.tracing import forward_traceparent
-from gateway.upstream.client import Retryable, Unanswered, Upstream, open_stream
+from gateway.upstream.client import Failed, Retryable, Unanswered, Upstream, open_stream
 from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.proxy")
+Blame = Literal["eject", "strike", "none"]
+EJECT: Blame = "eject"
+STRIKE: Blame = "strike"
+NONE: Blame = "none"
 
 
 async def forward(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> Upstream:
@@ -39,6 +44,12 @@ async def attempt_on(gw: Gateway, ctx: RequestContext, pool: ModelPool, tried: l
     """One attempt: pick among the candidates not tried yet, send, wait for the answer's head."""
     choices = candidates(ctx, pool, tried)
     if not choices:
+        if ctx.upstream_error is None and ctx.holders is not None:
+            raise NoReadyReplica(
+                f"no ready replica of model '{pool.model}' has the adapter '{ctx.model_name}' loaded; an"
+                " admin loads it again (POST /admin/lora)",
+                retry_after=2.0,
+            )
         raise ctx.upstream_error or NoReadyReplica(
             f"no ready replica of model '{pool.model}'", retry_after=2.0
         )
@@ -65,14 +76,18 @@ async def attempt_on(gw: Gateway, ctx: RequestContext, pool: ModelPool, tried: l
             )
     except Retryable as failed:
         ctx.upstream_error = failed.error
-        done(gw, ep, ctx, ok=False)
+        done(gw, ep, ctx, ok=False, blame=STRIKE if failed.answered else EJECT)
         raise
+    except Failed as failed:  # it took the request: passed through, never retried
+        ctx.upstream_error = failed.error
+        done(gw, ep, ctx, ok=False, blame=STRIKE)
+        raise failed.error from None
     except Unanswered as unanswered:
         ctx.upstream_error = unanswered.error
-        done(gw, ep, ctx, ok=False, blame=False)
+        done(gw, ep, ctx, ok=False, blame=NONE)
         raise unanswered.error from None
     except BaseException:  # cancelled: the client left
-        done(gw, ep, ctx, ok=False, blame=False)
+        done(gw, ep, ctx, ok=False, blame=NONE)
         raise
     ctx.first_byte_at = time.perf_counter()
     return up
@@ -87,13 +102,13 @@ def wait_s(gw: Gateway, ctx: RequestContext) -> float:
 
 
 def candidates(ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> list[Endpoint]:
-    """The holder of a stored response alone; else the ready replicas, those that loaded the requested
-    runtime LoRA adapter first."""
+    """The holder of a stored response alone; else the ready replicas (for a runtime LoRA adapter only
+    those that loaded it, by replica and instance)."""
     if ctx.pinned is not None:
         return pinned_candidates(ctx, pool, tried)
     ready = pool.candidates(exclude=tried)
-    if ctx.preferred:
-        return [e for e in ready if e.id in ctx.preferred] or ready
+    if ctx.holders is not None:
+        return [e for e in ready if (e.id, e.record.instance) in ctx.holders]
     return ready
 
 
@@ -110,16 +125,19 @@ def request_headers(ctx: RequestContext, traceparent: str) -> list[tuple[bytes, 
     return headers
 
 
-def done(gw: Gateway, ep: Endpoint, ctx: RequestContext, ok: bool, blame: bool = True) -> None:
-    """The attempt on ``ep`` ended; a failure the replica is to blame for counts toward ejection."""
+def done(gw: Gateway, ep: Endpoint, ctx: RequestContext, ok: bool, blame: Blame = EJECT) -> None:
+    """The attempt on ``ep`` ended; a failure the replica is to blame for ejects it (``EJECT``: it did
+    not answer) or counts toward its run of server errors (``STRIKE``)."""
     ep.inflight -= 1
     gw.policies[ep.record.model].on_finish(ep, ctx.route, ok)
-    if ok and ep.failures:  # it answered: back at once, without waiting for its half-open probe
+    if ok and (ep.failures or ep.strikes):  # it answered: back at once, without its half-open probe
+        if ep.failures:
+            log.info("request_id=%s replica=%s back: it answered a request", ctx.request_id, ep.id)
         gw.ejection.succeed(ep)
-        log.info("request_id=%s replica=%s back: it answered a request", ctx.request_id, ep.id)
-    if ok or not blame:
+    if ok or blame == NONE:
         return
-    if gw.ejection.fail(ep, time.monotonic()):
+    now = time.monotonic()
+    if gw.ejection.strike(ep, now) if blame == STRIKE else gw.ejection.fail(ep, now):
         gw.metrics.ejections.labels(ep.record.model, ep.id).inc()
         reason = ctx.error or (ctx.upstream_error.message if ctx.upstream_error else "failure")
         log.warning("request_id=%s replica=%s ejected: %s", ctx.request_id, ep.id, reason)

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import InvalidRequest
+from gateway.pipeline.media import media_urls
 from gateway.pipeline.tokens import asked, prompt_estimate
 from gateway.pipeline.usage import USAGE_OPTION_APIS, ask_usage
 from gateway.routing.prefix.chain import request_chain
@@ -123,3 +124,5 @@ def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_ch
         ctx.body, ctx.strip_usage = ask_usage(payload, ctx.body)
     if ctx.api.stored:
         ctx.response_id = previous_response_field(payload)
+    if b"url" in ctx.body:
+        ctx.media = media_urls(payload)

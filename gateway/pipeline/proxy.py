@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope
@@ -20,6 +21,7 @@ from gateway.endpoints import Route
 from gateway.errors import GatewayError, InternalError, ModelNotFound, error_response
 from gateway.pipeline.admit import admit
 from gateway.pipeline.intake import read_body, request_id, upstream_id, wanted_headers
+from gateway.pipeline.media import check_media
 from gateway.pipeline.parse import parse
 from gateway.pipeline.relay import answer, streaming
 from gateway.pipeline.replies import RelayResponse, WholeResponse
@@ -39,6 +41,7 @@ class Proxy:
 
     def __init__(self, gw: Gateway) -> None:
         self.gw = gw
+        self.media_domains = frozenset(d.lower().strip(".") for d in gw.settings.media_domains)
 
     async def respond(self, scope: Scope, receive: Receive, api: Route, response_id: str = "") -> Response:
         """The whole request path for one request; always returns a response, never raises."""
@@ -59,12 +62,12 @@ class Proxy:
     async def serve(
         self, ctx: RequestContext, receive: Receive, gone: asyncio.Future[None] | None
     ) -> Response:
-        gw = self.gw
+        gw, s = self.gw, self.gw.settings
         with gw.tracing.span(ctx, "authenticate"):
             ctx.caller = await gw.auth.authenticate(ctx.headers)  # 1
-        parse(
-            ctx, gw.settings.prefix_chars, gw.settings.prefix_chunk_bytes, gw.settings.prefix_max_chunks
-        )  # 2
+        parse(ctx, s.prefix_chars, s.prefix_chunk_bytes, s.prefix_max_chunks)  # 2
+        if ctx.media:
+            await check_media(ctx.media, self.media_domains)
         await locate(ctx, gw.names, gw.affinity)  # 3
         model = resolve(ctx, gw.names, gw.lora.adapters)
         await charge(gw, ctx)
@@ -77,10 +80,23 @@ class Proxy:
             left = "the client disconnected before the answer was ready"
             first = await watched(anext(parts), watch, left, gw.open_requests)
         if streaming(ctx):
-            headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
-            return RelayResponse(parts, 200, headers, media_type="text/event-stream")
+            return self.relayed(ctx, parts)
         await parts.aclose()
         return WholeResponse(first, ctx.status, ctx.request_id, ctx.reply_type)
+
+    def relayed(self, ctx: RequestContext, parts: AsyncIterator[bytes]) -> RelayResponse:
+        """The stream's response; a client that stops reading for ``stream_write_timeout_s`` ends it."""
+        headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
+        response = RelayResponse(parts, 200, headers, media_type="text/event-stream")
+        response.write_timeout_s = self.gw.settings.stream_write_timeout_s
+
+        def stalled() -> None:
+            self.gw.metrics.stream_stalled.labels(ctx.model_label).inc()
+            ctx.error = f"the client read nothing for {response.write_timeout_s:g} s: stream ended"
+            log.warning("request_id=%s model=%s %s", ctx.request_id, ctx.model_label, ctx.error)
+
+        response.on_stalled = stalled
+        return response
 
     async def fail(self, ctx: RequestContext, err: GatewayError) -> Response:
         """The failure's answer in the API's shape; what the request was charged is refunded."""

@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator
 from gateway.admission.base import Lease
 from gateway.errors import GatewayError, ShuttingDown, sse_error_event
 from gateway.pipeline.admit import until_awake
-from gateway.pipeline.forward import done, forward, wait_s
+from gateway.pipeline.forward import EJECT, NONE, done, forward, wait_s
 from gateway.pipeline.settle import holding, stream_usage, usage_of
 from gateway.pipeline.usage import UsageStrip
 from gateway.replicas.table import ModelPool
@@ -84,7 +84,7 @@ async def answer(
         finally:
             gw.open_requests.close(token)
             up.response.close()
-            done(gw, ctx.replica, ctx, ok, blame)
+            done(gw, ctx.replica, ctx, ok, EJECT if blame else NONE)
             prompt, completion = stream_usage(tail)
             usage.prompt, usage.completion = prompt, completion or max(0, events - 1)
 
@@ -102,7 +102,7 @@ async def read_whole(gw: Gateway, ctx: RequestContext, up: Upstream) -> bytes:
         ok, blame = False, False
         raise
     finally:
-        done(gw, ctx.replica, ctx, ok, blame)
+        done(gw, ctx.replica, ctx, ok, EJECT if blame else NONE)
     await remember(ctx, gw.affinity, body[:4096])
     return body
 

@@ -22,6 +22,8 @@ class Endpoint:
     shared_others: int | None = None
     ejected_until: float = 0.0
     failures: int = 0
+    strikes: int = 0
+    """Server errors answered in a row (gateway/replicas/ejection.py: a run of them ejects)."""
     kv_tokens: int = 0
     """The replica's KV cache in tokens (``vllm:cache_config_info``), 0 until scraped."""
 

@@ -1,10 +1,12 @@
 """Step 6, forward: one lifespan-owned connection pool; failures sorted into retryable or final.
 
-A replica that fails before the first byte reached the client (connection error, a timeout before
-the request was written, 5xx) raises :class:`Retryable`. A timeout once the request was written
-raises :class:`Unanswered`: the replica may still be generating, so it is neither retried (the
-generation would run twice) nor counted against the replica. Anything the replica answered with a
-4xx is the client's and passes through untouched.
+Only what a replica refused before any work is retried (:class:`Retryable`): a connection error, a
+timeout before the request was written, a 502 or 503 (vLLM draining, overloaded or asleep). Any other
+5xx is :class:`Failed`: the replica took the request and its work may have run, so the error passes
+through (in the API's shape, 500) and is never retried; it counts toward the replica's run of failures.
+A timeout once the request was written raises :class:`Unanswered`: the replica may still be
+generating, so it is neither retried (the generation would run twice) nor counted against the replica.
+Anything the replica answered with a 4xx is the client's and passes through untouched.
 """
 
 from __future__ import annotations
@@ -12,14 +14,27 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
+import orjson
+
+from gateway.errors import GatewayError, ReplicaError, UpstreamError, UpstreamTimeout
 from gateway.upstream.http1 import ConnectionPool, Response, Sent, UpstreamClosed
 
 FAILURES = (OSError, UpstreamClosed, TimeoutError)
+REFUSED = frozenset({502, 503})
+"""The 5xx a replica answers before any work (vLLM draining, overloaded or asleep): retried."""
 
 
 class Retryable(Exception):
-    """The replica failed before the client saw a byte; another replica may serve the request."""
+    """The replica refused the request before any work; another replica may serve it. ``answered``: it
+    said so (a 502 or 503), which counts toward its run of failures instead of ejecting it at once."""
+
+    def __init__(self, error: GatewayError, answered: bool = False) -> None:
+        super().__init__(error.message)
+        self.error, self.answered = error, answered
+
+
+class Failed(Exception):
+    """The replica answered a server error after it took the request: passed through, not retried."""
 
     def __init__(self, error: GatewayError) -> None:
         super().__init__(error.message)
@@ -86,8 +101,22 @@ async def open_stream(
         raise
     if response.status >= 500:
         response.close()
-        raise Retryable(UpstreamError(f"the replica at {url} answered {response.status}"))
+        said = f"the replica at {url} answered {response.status}"
+        if response.status in REFUSED:
+            raise Retryable(UpstreamError(said), answered=True)
+        raise Failed(ReplicaError(f"{said}: {error_message(first)}"))
     return Upstream(response, first)
+
+
+def error_message(body: bytes) -> str:
+    """The message of an error body (OpenAI's ``{"error": {"message"}}`` or vLLM's ``{"message"}``)."""
+    try:
+        payload = orjson.loads(body)
+        inner = payload.get("error", payload) if isinstance(payload, dict) else {}
+        message = inner.get("message") if isinstance(inner, dict) else None
+    except orjson.JSONDecodeError:
+        message = None
+    return str(message)[:500] if message else "no message"
 
 
 async def read_rest(up: Upstream, wait_s: float, url: str) -> bytes:

@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.errors import QueueFull, UpstreamError, UpstreamTimeout, WakeTimeout
+from gateway.errors import GatewayError, QueueFull, ReplicaError, UpstreamError, UpstreamTimeout, WakeTimeout
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.procs import Proc, start_fake_engine
 
@@ -61,7 +61,7 @@ async def gateway_for(
 @pytest.mark.parametrize(
     ("engine_name", "status", "settings"),
     [
-        ("slow500", 502, {"health_interval_s": 60.0}),  # the replica works 0.3 s, then answers 500
+        ("slow500", 500, {"health_interval_s": 60.0}),  # the replica works 0.3 s, then answers 500
         ("slow", 504, {"request_timeout_s": 0.5}),  # no answer within the request's deadline
     ],
 )
@@ -120,12 +120,13 @@ async def test_a_429_from_admission_is_retried_by_the_sdk_and_succeeds(
     ("error", "retry"),
     [
         (UpstreamError("x"), "false"),
+        (ReplicaError("x"), "false"),
         (UpstreamTimeout("x"), "false"),
         (QueueFull("x", retry_after=1.5), "true"),
         (WakeTimeout("x", retry_after=3.0), "true"),
     ],
 )
-def test_every_error_answer_carries_its_hint(error: UpstreamError | QueueFull, retry: str) -> None:
+def test_every_error_answer_carries_its_hint(error: GatewayError, retry: str) -> None:
     headers = error.headers()
     assert headers["x-should-retry"] == retry
     if retry == "true":

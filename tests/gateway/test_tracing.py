@@ -51,11 +51,11 @@ async def test_trace_context_reaches_the_replica_with_tracing_off(tmp_path: Path
 async def test_with_tracing_on_the_gateways_spans_join_the_clients_trace(
     tmp_path: Path, redis_url: str
 ) -> None:
-    engine, failing = start_fake_engine(tmp_path), start_fake_engine(tmp_path, "--fault", "500")
+    engine, failing = start_fake_engine(tmp_path), start_fake_engine(tmp_path, "--fault", "503")
     prefix = f"tr{uuid.uuid4().hex[:8]}"
     try:
         await register(redis_url, prefix, "m", engine.url, "m-0")
-        await register(redis_url, prefix, "m", failing.url, "m-1")  # answers 500: a retry
+        await register(redis_url, prefix, "m", failing.url, "m-1")  # refuses with 503: a retry
         with trace_receiver() as receiver:
             settings = {"tracing": True, "otlp_traces_endpoint": receiver.endpoint, "health_interval_s": 60.0}
             async with (

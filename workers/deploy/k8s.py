@@ -327,15 +327,39 @@ def ingress_policy(name: str, pods: dict[str, str], sources: list[dict[str, str]
     }
 
 
+def vllm_egress_policy() -> Obj:
+    """vLLM pods open connections to DNS and the state Redis (their registration sidecar) only: weights
+    come from the shared volume (offline), so no request (a media URL) can make a worker fetch anything."""
+    dns = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "vllm-egress"},
+        "spec": {
+            "podSelector": {"matchLabels": MODEL_PODS},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {"to": [dns], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                {
+                    "to": [{"podSelector": {"matchLabels": STATE_REDIS_PODS}}],
+                    "ports": [{"protocol": "TCP", "port": REDIS_PORT}],
+                },
+            ],
+        },
+    }
+
+
 def network_policies() -> list[Obj]:
     """vLLM: the gateways and Prometheus (its own sidecar talks over the pod's loopback, which no policy
-    filters); the state Redis: gateways, sidecars, a supervisor; the key store: the gateways only."""
+    filters), and out to DNS and the state Redis only; the state Redis: gateways, sidecars, a supervisor;
+    the key store: the gateways only."""
     vllm_ports = [VLLM_PORT, REGISTER_METRICS_PORT]
     state_clients = [GATEWAY_PODS, MODEL_PODS, SUPERVISOR_PODS]
     return [
         ingress_policy("vllm", MODEL_PODS, [GATEWAY_PODS, PROMETHEUS_PODS], vllm_ports),
         ingress_policy("redis", STATE_REDIS_PODS, state_clients, [REDIS_PORT]),
         ingress_policy("redis-keys", KEY_STORE_PODS, [GATEWAY_PODS], [REDIS_PORT]),
+        vllm_egress_policy(),
     ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -40,6 +41,9 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc
         "hang2": start_fake_engine(tmp, "--fault", "hang"),
         "slow500": start_fake_engine(tmp, "--fault", "slow-500-600"),
         "slow500b": start_fake_engine(tmp, "--fault", "slow-500-600"),
+        "err503": start_fake_engine(tmp, "--fault", "503"),
+        "slow503": start_fake_engine(tmp, "--fault", "slow-503-600"),
+        "slow503b": start_fake_engine(tmp, "--fault", "slow-503-600"),
     }
     yield procs
     for p in procs.values():
@@ -66,7 +70,7 @@ def assert_error_shape(body: dict[str, dict[str, object]]) -> None:
     assert set(body["error"]) == {"message", "type", "param", "code"}
 
 
-@pytest.mark.parametrize("bad", ["refused", "err500"])
+@pytest.mark.parametrize("bad", ["refused", "err503"])
 async def test_fails_over_before_first_byte(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc], bad: str
 ) -> None:
@@ -79,15 +83,17 @@ async def test_fails_over_before_first_byte(
                 assert r.status_code == 200, r.text
                 assert r.json()["choices"][0]["message"]["content"] == "tok " * 6
             metrics = (await c.get(f"{gw}/metrics")).text
-    assert 'llmgw_ejections_total{model="m",replica="m-0"} 1.0' in metrics
+    if bad == "refused":  # a connection refused ejects at once; a 503 counts toward a run of them
+        assert 'llmgw_ejections_total{model="m",replica="m-0"} 1.0' in metrics
     if bad != "refused":  # a refusing replica also fails /health, which may eject it before any request
-        assert 'llmgw_retries_total{model="m"} 1.0' in metrics
+        retries = re.search(r'llmgw_retries_total\{model="m"\} ([0-9.]+)', metrics)
+        assert retries is not None and 1 <= float(retries.group(1)) <= 3  # ejected on its third 503
 
 
 async def test_all_replicas_failing_is_a_502_not_a_hang(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
-    async with gateway(tmp_path, redis_url, [engines["err500"].url, f"http://127.0.0.1:{free_port()}"]) as gw:
+    async with gateway(tmp_path, redis_url, [engines["err503"].url, f"http://127.0.0.1:{free_port()}"]) as gw:
         async with httpx.AsyncClient(timeout=20) as c:
             r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
             assert r.status_code == 502
@@ -164,18 +170,22 @@ async def test_client_4xx_from_replica_passes_through_and_never_ejects(
 async def test_ejected_replica_comes_back_after_half_open_probe(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
-    # "err500" answers /health but every completion with a 500: ejected by that 5xx, then the
-    # half-open /health probe brings it back after the back-off.
+    # "err500" answers /health but every completion with a 500: ejected by its second 500 in a row
+    # (LLMGW_EJECT_AFTER=2), then the half-open /health probe brings it back after the back-off.
     async with gateway(
         tmp_path,
         redis_url,
         [engines["err500"].url],
         eject_base_s=0.5,
         retry_attempts=1,
+        eject_after=2,
     ) as gw:
         async with httpx.AsyncClient(timeout=20) as c:
             r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
-            assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_error"
+            assert r.status_code == 500 and r.json()["error"]["code"] == "replica_error"
+            assert (await c.get(f"{gw}/ready")).json()["models"]["m"]["ready_replicas"] == 1
+            r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+            assert r.status_code == 500
             assert (await c.get(f"{gw}/ready")).json()["models"]["m"]["ready_replicas"] == 0
 
             async def back() -> bool:
@@ -267,12 +277,33 @@ async def test_stream_first_byte_timeout_is_not_retried_nor_ejected(
     assert "llmgw_ejections_total{" not in metrics
 
 
+async def test_a_500_after_work_is_passed_through_once_without_ejection(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    """Defect 4: a replica that worked and answered 500 had the request run again elsewhere, and every
+    replica a poisoned request visited was ejected. Now: one engine run, the 500 passed through in the
+    API's shape, and no ejection (one failure is not a run of them)."""
+    bad = [engines["slow500"], engines["slow500b"]]
+    async with gateway(tmp_path, redis_url, [e.url for e in bad], health_interval_s=60) as gw:
+        async with httpx.AsyncClient(timeout=20) as c:
+            await reset(c, *bad)
+            r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+            assert r.status_code == 500, r.text
+            assert_error_shape(r.json())
+            assert r.json()["error"]["code"] == "replica_error"
+            assert "fake engine failure" in r.json()["error"]["message"]
+            assert await started(c, *bad) == 1
+            metrics = (await c.get(f"{gw}/metrics")).text
+            assert (await c.get(f"{gw}/ready")).json()["models"]["m"]["ready_replicas"] == 2
+    assert "llmgw_ejections_total{" not in metrics and "llmgw_retries_total{" not in metrics
+
+
 async def test_retry_deadline_is_checked_before_the_first_retry(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
-    # Each replica answers 500 after 0.6 s; with a 0.3 s retry deadline the first failure leaves no
+    # Each replica refuses (503) after 0.6 s; with a 0.3 s retry deadline the first refusal leaves no
     # time to retry: one attempt, its 502.
-    bad = [engines["slow500"], engines["slow500b"]]
+    bad = [engines["slow503"], engines["slow503b"]]
     settings = {"retry_deadline_s": 0.3, "health_interval_s": 60}
     async with gateway(tmp_path, redis_url, [e.url for e in bad], **settings) as gw:
         async with httpx.AsyncClient(timeout=20) as c:
