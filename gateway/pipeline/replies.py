@@ -73,7 +73,7 @@ class RelayResponse(StreamingResponse):
         finally:
             over = True
             gone.remove_done_callback(leave)
-        if cut:  # cancelled while sending, not inside the generator: end it (its cleanup runs)
+            # cut, failed or done: end the generator (its cleanup releases the lease; a no-op once done)
             aclose = getattr(self.body_iterator, "aclose", None)
             if aclose is not None:
                 await aclose()

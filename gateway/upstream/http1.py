@@ -18,9 +18,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-BUFFER_HIGH = 64 * 1024
-"""Unread body bytes at which a connection stops reading from the upstream (its TCP window closes, and
-vLLM's own flow control holds the generation) until the reader takes them."""
+BUFFER_HIGH = 64 * 1024  # unread body bytes past which a connection stops reading (vLLM's flow control holds)
 
 
 class UpstreamClosed(ConnectionError):
@@ -174,10 +172,7 @@ class Response:
                 return b""
             await conn.wait()
         chunk = conn.chunks.popleft() if len(conn.chunks) == 1 else b"".join(self._drain())
-        if conn.paused:
-            conn.taken()
-        else:
-            conn.buffered = 0
+        conn.taken()
         return chunk
 
     def _drain(self) -> list[bytes]:

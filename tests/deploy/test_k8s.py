@@ -21,7 +21,7 @@ import yaml
 from contract.drain import DRAIN_SCRIPT
 from contract.fleet import load_fleet
 from contract.registry import RegistryTiming, ReplicaRecord
-from workers.deploy.common import REPO
+from tools.deploy.common import REPO
 
 K8S = REPO / "deploy" / "k8s"
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
@@ -353,7 +353,7 @@ def redis_args(objects: list[Obj], name: str) -> list[str]:
 
 
 def test_redis_has_a_password_and_only_the_key_store_persists(objects: list[Obj]) -> None:
-    from workers.process import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
+    from tools.stack.redis import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
 
     state = redis_args(objects, "redis")
     assert state[1 : 1 + len(EPHEMERAL_REDIS_ARGS)] == list(EPHEMERAL_REDIS_ARGS)
