@@ -27,7 +27,7 @@ from testing.gateway import serve_gateway
 from testing.otlp import TraceReceiver
 from testing.poll import until
 from tests.e2e.conftest import TRACED_MODEL
-from workers.stack.stack import Stack
+from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 ADMIN = "edge-contract-admin-key-0123456789"
