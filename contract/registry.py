@@ -1,9 +1,12 @@
 """The replica registry: the one contract between whoever runs a vLLM server and every gateway.
 
-A replica is a JSON :class:`ReplicaRecord` at ``RedisKeys.replica(model, id)`` with a heartbeat TTL
-(:class:`RegistryTiming`), so a dead publisher's replicas vanish by themselves. The supervisor and the
-registration sidecar write it through :func:`publish` and :func:`remove`; gateways read it with
-:func:`read_registry`. Nothing else touches those keys.
+A replica is a JSON :class:`ReplicaRecord` in its model's registry hash (``RedisKeys.registry(model)``,
+field = replica id) with an expiry stamp (:class:`RegistryTiming`'s TTL, on Redis' clock), so a dead
+publisher's replicas vanish by themselves; the models with a registry are stamped in the small
+``RedisKeys.models`` set. A read costs O(models + replicas), whatever else Redis holds (no keyspace scan),
+and each script touches one key (one Redis Cluster slot). The supervisor and the registration sidecar write
+through :func:`publish` and :func:`remove`; gateways read with :func:`read_registry`. Nothing else touches
+those keys.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
+from contract.stamps import decoded, run, stamp
 
 log = logging.getLogger("llmgw.registry")
 
@@ -58,6 +62,7 @@ class ReplicaRecord(BaseModel):
     device: str = ""
     budget: str = ""
     instance: str = Field(default="", description="changes on every start of the replica")
+    detail: str = Field(default="", description="why a failed replica failed (empty otherwise)")
 
     @property
     def routable(self) -> bool:
@@ -88,8 +93,15 @@ class RegistryTiming:
 
 async def publish(redis: aioredis.Redis, keys: RedisKeys, record: ReplicaRecord, ttl_s: float) -> bool:
     """Write (or refresh) a record; False when Redis is unreachable (the next heartbeat retries)."""
+    ttl_ms = int(ttl_s * 1000)
     try:
-        await redis.set(keys.replica(record.model, record.id), record.model_dump_json(), px=int(ttl_s * 1000))
+        await run(
+            redis,
+            "registry_publish",
+            [keys.registry(record.model)],
+            [record.id, record.model_dump_json(), ttl_ms],
+        )
+        await stamp(redis, keys.models, record.model, ttl_ms)
     except (RedisError, OSError) as exc:
         log.warning("replica=%s registry write failed: %s", record.id, exc)
         return False
@@ -99,7 +111,7 @@ async def publish(redis: aioredis.Redis, keys: RedisKeys, record: ReplicaRecord,
 async def remove(redis: aioredis.Redis, keys: RedisKeys, record: ReplicaRecord) -> None:
     """Withdraw a record; a Redis failure is logged (the TTL removes it anyway)."""
     try:
-        await redis.delete(keys.replica(record.model, record.id))
+        await redis.hdel(keys.registry(record.model), record.id)
     except (RedisError, OSError) as exc:
         log.warning("replica=%s registry delete failed: %s", record.id, exc)
 
@@ -117,12 +129,18 @@ def parse_records(raw: Iterable[bytes | str | None]) -> list[ReplicaRecord]:
     return out
 
 
+async def read_model(redis: aioredis.Redis, keys: RedisKeys, model: str) -> dict[str, tuple[bytes, int]]:
+    """One model's live entries: replica id -> (record JSON, milliseconds left)."""
+    flat = await run(redis, "registry_read", [keys.registry(model)], [])
+    return {decoded(flat[i]): (flat[i + 1], int(flat[i + 2])) for i in range(0, len(flat), 3)}
+
+
 async def read_registry(redis: aioredis.Redis, keys: RedisKeys) -> list[ReplicaRecord]:
     """Every record in the registry; raises RedisError/OSError when Redis is unreachable."""
-    names = [k async for k in redis.scan_iter(match=keys.replica_pattern(), count=500)]
-    if not names:
-        return []
-    return parse_records(await redis.mget(names))
+    raw: list[bytes] = []
+    for model in await stamp(redis, keys.models, "", 0):
+        raw += [record for record, _ in (await read_model(redis, keys, model)).values()]
+    return parse_records(raw)
 
 
 async def redis_run_id(redis: aioredis.Redis) -> str | None:

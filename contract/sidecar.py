@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
-import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from contract.drain import wait_until_idle
 from contract.redis_keys import RedisKeys
+from contract.redis_url import connect
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, new_instance_id
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
 from contract.vllm_probe import listed, probe_client
@@ -165,7 +165,7 @@ def options_from(args: argparse.Namespace) -> Options:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    redis = connect(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     options = options_from(args)
     metrics = SupervisorMetrics()
     server = await serve_metrics(metrics, args.metrics_host, args.metrics_port) if args.metrics_port else None

@@ -22,7 +22,8 @@ ANY: frozenset[str] = frozenset({"chat", "embedding"})
 class Route:
     """One forwarded path. ``path`` is the public path template (``{response_id}`` is the only parameter);
     the replica gets the same path. ``kinds`` are the model kinds that serve it; ``stored`` marks the
-    Responses API paths that create a stored response or look one up (response affinity)."""
+    Responses API paths that create a stored response or look one up (response affinity). A path without
+    a body that looks nothing up (``GET /tokenizer_info``) names its model in the query: ``?model=``."""
 
     path: str
     method: str = "POST"
@@ -55,6 +56,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/classify", kinds=POOLING),
     Route("/tokenize", kinds=ANY),
     Route("/detokenize", kinds=ANY),
+    Route("/tokenizer_info", method="GET", kinds=ANY, body="none"),
     Route("/v1/audio/transcriptions", body="multipart"),
     Route("/v1/audio/translations", body="multipart"),
 )

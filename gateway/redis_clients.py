@@ -18,6 +18,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from contract.redis_url import connect, parse
 from gateway.settings import GatewaySettings
 
 REDIS_DOWN: tuple[type[Exception], ...] = (RedisError, OSError)
@@ -28,24 +29,36 @@ STATE_TIMEOUT_S = 2.0
 
 
 def fast_client(url: str, timeout_s: float, max_connections: int | None = None) -> aioredis.Redis:
-    """A client that fails fast: short timeouts, one immediate retry (the scripts are idempotent)."""
-    return aioredis.Redis.from_url(
+    """A client that fails fast: short timeouts, one immediate retry (the scripts are idempotent), TCP
+    keepalive; for any URL form of contract/redis_url.py (one server, Sentinel, Cluster)."""
+    return connect(
         url,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
+        socket_keepalive=True,
         retry=Retry(NoBackoff(), 1),
         max_connections=max_connections,
     )
 
 
 def blocking_client(url: str, connect_timeout_s: float, max_connections: int) -> aioredis.Redis:
-    """Its own pool for BLPOP, so blocked waiters never starve the other calls (bounded by wait_for)."""
+    """Its own pool for BLPOP, so blocked waiters never starve the other calls (bounded by wait_for).
+    Sentinel and Cluster: their own pools, of the same size."""
+    if parse(url).kind != "single":
+        return connect(
+            url,
+            max_connections=max_connections,
+            socket_timeout=None,
+            socket_connect_timeout=connect_timeout_s,
+            socket_keepalive=True,
+        )
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
         timeout=None,
         socket_timeout=None,
         socket_connect_timeout=connect_timeout_s,
+        socket_keepalive=True,
         retry=Retry(NoBackoff(), 0),
     )
     return aioredis.Redis.from_pool(pool)
@@ -72,7 +85,7 @@ class RedisClients:
 
 def timed_client(url: str, timeout_s: float) -> aioredis.Redis:
     """A plain client whose every call and connect is bounded by ``timeout_s``."""
-    return aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    return connect(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
 
 
 def build_redis_clients(settings: GatewaySettings) -> RedisClients:

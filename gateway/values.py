@@ -119,6 +119,10 @@ class RequestContext:
     holders: frozenset[tuple[str, str]] | None = None
     """(replica id, instance) of the replicas that loaded the requested runtime LoRA adapter: the only
     ones that may serve it (None: not an adapter request)."""
+    calls_tools: bool = False
+    """The request offers tools the model may call (pipeline/parse.py ``calls_tools``)."""
+    query: bytes = b""
+    """The request's query string (only a path without a body reads it: its ``model``)."""
     traceparent: str = ""
     """W3C trace context for the replica: the client's, or a new one (gateway/tracing.py)."""
     tracestate: str = ""

@@ -14,6 +14,9 @@ A raw asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) so that it cos
   ``/v1/load_lora_adapter`` / ``/v1/unload_lora_adapter`` (refused with ``--no-lora``).
 - ``GET /health``, ``/v1/models``, ``/metrics`` (vLLM's gauge names; with ``--kv-blocks`` also
   ``vllm:cache_config_info`` with that many 16-token blocks), ``/stats`` (peak in-flight).
+- ``--prefix-cache-blocks N``: a model of vLLM's prefix cache per engine (testing/fake_prefix_cache.py),
+  reported in ``/metrics`` as vLLM's ``prefix_cache_queries|hits_total``; each prefilled (missed) block
+  waits ``--prefill-ms-per-block`` before the first token.
 - ``--ports N`` serves N independent engines (own stats each) on ``--port`` .. ``--port + N - 1`` from one
   process, for simulations with many replicas.
 Faults, per request (header ``x-fake-fault``) or for every request (``--fault``):
@@ -40,6 +43,7 @@ from typing import Any
 import uvloop
 
 from testing.fake_apis import FakeApis, bad_request, error
+from testing.fake_prefix_cache import PrefixCache, prompt_text
 from testing.fake_sleep import FakeSleep, SleepConfig
 
 
@@ -74,6 +78,8 @@ class Config:
     lora: bool = True
     api_key: str = ""
     sleep: SleepConfig = field(default_factory=SleepConfig)
+    prefix_cache_blocks: int = 0
+    prefill_ms_per_block: float = 0.0
     max_model_len: int = 2048
 
 
@@ -126,8 +132,15 @@ def stream_event(cfg: Config, chat: bool, i: int, rid: str) -> bytes:
 
 
 class FakeEngine(asyncio.Protocol):
-    def __init__(self, cfg: Config, stats: Stats, apis: FakeApis, sleep: FakeSleep | None = None) -> None:
-        self.cfg, self.stats, self.apis = cfg, stats, apis
+    def __init__(
+        self,
+        cfg: Config,
+        stats: Stats,
+        apis: FakeApis,
+        sleep: FakeSleep | None = None,
+        cache: PrefixCache | None = None,
+    ) -> None:
+        self.cfg, self.stats, self.apis, self.cache = cfg, stats, apis, cache
         self.sleep = sleep or FakeSleep(SleepConfig())
         self.buf = b""
         self.transport: asyncio.Transport | None = None
@@ -274,6 +287,9 @@ class FakeEngine(asyncio.Protocol):
         if path.startswith("/v1/responses/"):
             status, obj = self.apis.stored(path.split("/")[3], cancel=False)
             return self.send(status, json.dumps(obj).encode())
+        if path == "/tokenizer_info":
+            info = {"tokenizer_class": "FakeTokenizer", "eos_token": "</s>", "model": self.cfg.model}
+            return self.send(200, json.dumps(info).encode())
         if path == "/metrics":
             if self.cfg.fault == "metrics-500":
                 return self.send(500, b"")
@@ -281,6 +297,9 @@ class FakeEngine(asyncio.Protocol):
                 f'vllm:num_requests_running{{model_name="{self.cfg.model}"}} {s.inflight}\n'
                 f'vllm:num_requests_waiting{{model_name="{self.cfg.model}"}} 0\n'
             )
+            if self.cache is not None:
+                text += self.cache.metrics(self.cfg.model)
+                text += f'vllm:request_success_total{{model_name="{self.cfg.model}"}} {s.served}\n'
             if self.cfg.kv_blocks:
                 text += (
                     f'vllm:cache_config_info{{block_size="16",num_gpu_blocks="{self.cfg.kv_blocks}"}} 1.0\n'
@@ -337,6 +356,9 @@ class FakeEngine(asyncio.Protocol):
             await asyncio.sleep(float(fault.removeprefix("slow-first-")) / 1000)
         if self.cfg.latency_ms:
             await asyncio.sleep(self.cfg.latency_ms / 1000)
+        if self.cache is not None:
+            blocks, hits = self.cache.admit(prompt_text(req))
+            await asyncio.sleep((blocks - hits) * self.cfg.prefill_ms_per_block / 1000)
         rid = headers.get("x-request-id", "fake")
         if path == "/v1/embeddings":
             data = {
@@ -396,9 +418,10 @@ async def serve(cfg: Config, host: str, port: int, count: int = 1) -> None:
         stats = Stats()
         apis = FakeApis(cfg.model, tag=str(p), lora=cfg.lora)
         sleep = FakeSleep(cfg.sleep)
+        cache = PrefixCache(cfg.prefix_cache_blocks) if cfg.prefix_cache_blocks else None
         servers.append(
             await loop.create_server(
-                lambda s=stats, a=apis, z=sleep: FakeEngine(cfg, s, a, z),  # type: ignore[misc]
+                lambda s=stats, a=apis, z=sleep, c=cache: FakeEngine(cfg, s, a, z, c),  # type: ignore[misc]
                 host, p, backlog=4096,
             )
         )  # fmt: skip
@@ -417,6 +440,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--latency-ms", type=float, default=0.0, help="wait before answering any generation")
     p.add_argument("--fault", default="")
     p.add_argument("--kv-blocks", type=int, default=0, help="report a KV cache of N 16-token blocks")
+    p.add_argument("--prefix-cache-blocks", type=int, default=0, help="model a prefix cache of N blocks")
+    p.add_argument("--prefill-ms-per-block", type=float, default=0.0, help="wait per missed block")
     p.add_argument("--ports", type=int, default=1, help="serve N engines on consecutive ports")
     p.add_argument("--no-lora", action="store_true", help="refuse /v1/load_lora_adapter")
     p.add_argument("--api-key", default="", help="guard /v1/* with this Bearer key, as vLLM's --api-key")
@@ -432,17 +457,9 @@ def main(argv: list[str] | None = None) -> None:
         a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
     )
     cfg = Config(
-        a.model,
-        a.tokens,
-        a.delay_ms,
-        a.fault,
-        a.latency_ms,
-        a.kv_blocks,
-        not a.no_lora,
-        a.api_key,
-        sleep,
-        a.max_model_len,
-    )
+        a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
+        a.prefix_cache_blocks, a.prefill_ms_per_block, a.max_model_len,
+    )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))
 

@@ -1,6 +1,7 @@
 """Prints vLLM's own route table as JSON lines ``[methods, path]``: every router its API server can
-register (dev mode, runtime LoRA, profiling, fault tolerance, every task, the pooling routers), built
-by vLLM's own ``register_api_routers``. Run in its own process: it sets vLLM's environment switches."""
+register (dev mode, runtime LoRA, profiling, fault tolerance, /tokenizer_info, every task, the pooling
+routers), built by vLLM's own ``register_api_routers``. Run in its own process: it sets vLLM's environment
+switches."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def main() -> None:
 
     app = FastAPI()
     profiler = ProfilerConfig(profiler="torch", torch_profiler_dir="/tmp/unused-profiles")
-    app.state.args = argparse.Namespace(profiler_config=profiler)
+    app.state.args = argparse.Namespace(profiler_config=profiler, enable_tokenizer_info_endpoint=True)
     args = argparse.Namespace(enable_fault_tolerance=True)
     register_api_routers(args, app, typing.get_args(SupportedTask), None)
     for router in (pooling, classify, embed, scoring):  # registered only with a pooling model's config

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from testing.procs import Proc, start_redis
+from tools.stack.redis_topology import Topology, start
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +26,26 @@ def redis_url(redis_server: Proc) -> str:
 @pytest.fixture
 def tmp_run(tmp_path: Path) -> Path:
     return tmp_path
+
+
+class Topologies:
+    """Redis topologies (single, Sentinel, Cluster) started on first use, once per test run."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.started = tmp, {}  # type: dict[str, Topology]
+
+    def get(self, kind: str) -> Topology:
+        if kind not in self.started:
+            self.started[kind] = start(kind, self.tmp / kind)
+        return self.started[kind]
+
+    def stop(self) -> None:
+        for topo in self.started.values():
+            topo.stop()
+
+
+@pytest.fixture(scope="session")
+def topologies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topologies]:
+    started = Topologies(tmp_path_factory.mktemp("topologies"))
+    yield started
+    started.stop()

@@ -11,11 +11,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import redis.asyncio as aioredis
-
 from contract.fleet import Fleet, FleetError
 from contract.fleet_file import FleetWatch, read_fleet
 from contract.redis_keys import RedisKeys
+from contract.redis_url import connect
 from contract.registry import RegistryTiming, RegistryWriter
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
 from contract.supervision import EXIT_TASK_DIED
@@ -138,7 +137,7 @@ async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], La
     """Adopt what a previous supervisor left running, converge to the fleet file, drain on SIGTERM or
     SIGINT, re-read the file on SIGHUP. ``launch_for`` builds each replica's command (vLLM's, from the
     fleet, unless given). Returns the exit status: non-zero when a long-lived task died."""
-    redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    redis = connect(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     timing = RegistryTiming(drain_grace_s=args.drain_grace)
     backoff = RestartBackoff(max_s=args.restart_max_delay, give_up_after=args.restart_give_up_after)
     options = SupervisorOptions(ready_deadline_s=args.ready_deadline, timing=timing, backoff=backoff)

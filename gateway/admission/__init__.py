@@ -27,7 +27,14 @@ def build_admission(
         return OpenAdmission()
     timeout = settings.admission_redis_timeout_s
     shared = RedisAdmission(
-        redis, blocking, keys, settings.gateway_id, settings.lease_ttl_s, metrics, io_timeout_s=timeout
+        redis,
+        blocking,
+        keys,
+        settings.gateway_id,
+        settings.lease_ttl_s,
+        metrics,
+        io_timeout_s=timeout,
+        beat_s=settings.presence_interval_s,
     )
     presence_ttl = PRESENCE_TTL_INTERVALS * settings.presence_interval_s
     presence = Presence(redis, keys, settings.gateway_id, presence_ttl)

@@ -1,9 +1,11 @@
 """Degraded mode: the shared Redis queue while Redis answers, local limits while it does not.
 
-The presence heartbeat doubles as the probe: it runs every interval from the lifespan's Background, marks
-the gateway degraded when Redis fails and returns it to the shared queue by itself once Redis answers
-again. Every Redis call has a timeout, so a request never waits past its own deadline; a lease granted
-locally is released locally.
+The presence heartbeat, with a PING on the pipelined connection, doubles as the probe: it runs every
+interval from the lifespan's Background, marks the gateway degraded when Redis fails (or the pipelined
+connection went silent: it is closed, and the next probe opens a fresh one) and returns it to the shared
+queue by itself once Redis answers again; ``/ready`` says ``redis: unreachable`` while degraded. Every
+Redis call has a timeout, so a request never waits past its own deadline; a lease granted locally is
+released locally.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class FallbackAdmission:
     async def probe(self) -> None:
         try:
             replicas = await self.presence.beat()
+            await self.shared.ping()
         except REDIS_DOWN as exc:
             self._enter_degraded(f"{type(exc).__name__}: {exc}")
             return

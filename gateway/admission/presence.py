@@ -1,4 +1,5 @@
-"""Gateway replica presence: each gateway keeps a key with a TTL, so every gateway knows how many there are.
+"""Gateway replica presence: each gateway stamps itself in one small set with an expiry (no keyspace scan),
+so every gateway knows how many there are.
 
 While Redis is unreachable, a gateway admits ``1 / replicas`` of each model's capacity locally, using the
 count it saw last, so that the replicas together stay near the model's capacity.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
+from contract.stamps import stamp
 
 
 class Presence:
@@ -21,11 +23,10 @@ class Presence:
         return 1.0 / max(1, self.replicas)
 
     async def beat(self) -> int:
-        """Refresh this gateway's key and count the gateways alive (this one included)."""
-        await self.redis.set(self.keys.gateway(self.gateway_id), b"1", px=int(self.ttl_s * 1000))
-        names = {k async for k in self.redis.scan_iter(match=self.keys.gateway_pattern(), count=1000)}
-        self.replicas = max(1, len(names))
+        """Refresh this gateway's stamp and count the gateways alive (this one included): O(gateways)."""
+        alive = await stamp(self.redis, self.keys.gateways, self.gateway_id, int(self.ttl_s * 1000))
+        self.replicas = max(1, len(alive))
         return self.replicas
 
     async def leave(self) -> None:
-        await self.redis.delete(self.keys.gateway(self.gateway_id))
+        await self.redis.zrem(self.keys.gateways, self.gateway_id)

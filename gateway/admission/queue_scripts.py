@@ -1,4 +1,9 @@
-"""The admission's Lua scripts (``lua/*.lua``) bound to one Redis client, and what they answer."""
+"""The admission queue's Lua scripts (``lua/*.lua``), bound to one pipelined connection and key prefix.
+
+Each method names the keys of one model, all under the model's hash tag: every call touches one Redis
+Cluster slot. A ticket id is ``<gateway id>:<random>``; the scripts read the gateway from it, to grant
+only to waiters whose gateway's presence stamp (``RedisKeys.alive``) holds.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from gateway.admission.redis_wire import LeanScript, PipelinedRedis, Reply
 
 Arg = str | int | float
 WAITER_GRACE_MS = 2000  # a queued waiter stays grantable this long past its own deadline
+RENEWS_PER_TTL = 3  # a gateway renews its leases three times per TTL; a grant waits one renewal for pick-up
+DEFAULT_PRESENCE_MS = 2000
 
 
 class Acquired(IntEnum):
@@ -34,57 +41,84 @@ def script_source(name: str) -> str:
     return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
 
 
-class QueueScripts:
-    """The scripts bound to one client; each method names the keys of one model."""
+def ticket_id(gateway_id: str, token: str) -> str:
+    """A ticket's id: the scripts read its gateway back from the part before the last ``:``."""
+    return f"{gateway_id}:{token}"
 
-    def __init__(self, redis: PipelinedRedis, keys: RedisKeys, ttl_ms: int) -> None:
-        self.keys, self.ttl_ms = keys, ttl_ms
+
+class QueueScripts:
+    """The scripts bound to one client. ``ttl_ms`` is a lease's life between renewals; a grant must be
+    claimed within one renewal (``ttl_ms / RENEWS_PER_TTL``); ``presence_ms`` is how long a gateway's
+    presence stamp holds after its last beat or acquire."""
+
+    def __init__(
+        self, redis: PipelinedRedis, keys: RedisKeys, ttl_ms: int, presence_ms: int = DEFAULT_PRESENCE_MS
+    ) -> None:
+        self.keys, self.ttl_ms, self.presence_ms = keys, ttl_ms, presence_ms
+        self.pickup_ms = max(1, ttl_ms // RENEWS_PER_TTL)
         self._acquire = LeanScript(redis, script_source("acquire"))
         self._leave = LeanScript(redis, script_source("leave"))
         self._release = LeanScript(redis, script_source("release"))
         self._tick = LeanScript(redis, script_source("tick"))
         self._refund = LeanScript(redis, script_source("refund"))
+        self._claim = LeanScript(redis, script_source("claim"))
+        self._beat = LeanScript(redis, script_source("beat"))
 
     def _model_keys(self, model: str) -> list[str]:
         k = self.keys
-        return [k.leases(model), k.queue(model), k.waiter_meta(model), k.tenant_usage(model)]
+        return [k.leases(model), k.queue(model), k.waiter_meta(model), k.tenant_usage(model), k.alive(model)]
 
     def _wake_prefix(self, model: str) -> str:
         return self.keys.wake(model, "")
 
-    async def acquire(self, t: Ticket, ticket_id: str, capacity: int) -> tuple[Acquired, int]:
-        keys = [*self._model_keys(t.model), self.keys.seq(t.model), self.keys.gone(t.model, ticket_id)]
+    async def acquire(self, t: Ticket, ticket: str, capacity: int) -> tuple[Acquired, int]:
+        keys = [*self._model_keys(t.model), self.keys.seq(t.model), self.keys.gone(t.model, ticket)]
         args: list[Arg] = [
-            ticket_id, capacity, self.ttl_ms, t.tenant, clamp_priority(t.priority), max(1, t.cost),
+            ticket, capacity, self.ttl_ms, t.tenant, clamp_priority(t.priority), max(1, t.cost),
             t.max_queue, int(t.max_wait_s * 1000) + WAITER_GRACE_MS, self._wake_prefix(t.model),
+            self.pickup_ms, self.presence_ms,
         ]  # fmt: skip
         status, depth = await self._acquire(keys, args)
         return Acquired(int(status)), int(depth)
 
-    async def leave(self, model: str, ticket_id: str, keep: bool, capacity: int) -> Left:
+    async def claim(self, model: str, ticket: str) -> bool:
+        """Take a grant (its pick-up expiry becomes the lease TTL); False: it was reclaimed meanwhile."""
+        return bool(await self._claim([self.keys.leases(model)], [ticket, self.ttl_ms]))
+
+    async def leave(self, model: str, ticket: str, keep: bool, capacity: int) -> Left:
         k = self.keys
-        keys = [*self._model_keys(model), k.gone(model, ticket_id), k.wake(model, ticket_id)]
-        args: list[Arg] = [ticket_id, int(keep), capacity, self.ttl_ms, self._wake_prefix(model)]
+        keys = [*self._model_keys(model), k.gone(model, ticket), k.wake(model, ticket)]
+        args: list[Arg] = [ticket, int(keep), capacity, self.ttl_ms, self._wake_prefix(model), self.pickup_ms]
         return Left(int(await self._leave(keys, args)))
 
-    async def release(self, model: str, ticket_id: str, capacity: int) -> tuple[int, int]:
-        args: list[Arg] = [ticket_id, capacity, self.ttl_ms, self._wake_prefix(model)]
+    def _release_args(self, model: str, ticket: str, capacity: int) -> list[Arg]:
+        return [ticket, capacity, self.pickup_ms, self._wake_prefix(model)]
+
+    async def release(self, model: str, ticket: str, capacity: int) -> tuple[int, int]:
+        args = self._release_args(model, ticket, capacity)
         removed, granted = await self._release(self._model_keys(model), args)
         return int(removed), int(granted)
+
+    def release_nowait(
+        self, model: str, ticket: str, capacity: int, timeout_s: float
+    ) -> asyncio.Future[Reply] | None:
+        """The release sent without waiting: its reply's future, or None (no connection open yet)."""
+        args = self._release_args(model, ticket, capacity)
+        return self._release.nowait(self._model_keys(model), args, timeout_s)
 
     async def refund(self, model: str, tenant: str, tokens: int) -> int:
         """Lower ``tenant``'s fair-share finish tag by ``tokens``; returns the tag after."""
         return int(await self._refund([self.keys.tenant_usage(model)], [tenant, tokens]))
 
-    def release_nowait(
-        self, model: str, ticket_id: str, capacity: int, timeout_s: float
-    ) -> asyncio.Future[Reply] | None:
-        """The release sent without waiting: its reply's future, or None (no connection open yet)."""
-        args: list[Arg] = [ticket_id, capacity, self.ttl_ms, self._wake_prefix(model)]
-        return self._release.nowait(self._model_keys(model), args, timeout_s)
-
     async def tick(self, model: str, capacity: int, held: list[str]) -> tuple[int, int, list[str]]:
         """Renew ``held``; returns (queue depth, active leases, the held ids Redis no longer had)."""
-        args: list[Arg] = [capacity, self.ttl_ms, self._wake_prefix(model), *held]
+        args: list[Arg] = [capacity, self.ttl_ms, self._wake_prefix(model), self.pickup_ms, *held]
         out = await self._tick(self._model_keys(model), args)
         return int(out[0]), int(out[1]), [m.decode() if isinstance(m, bytes) else str(m) for m in out[2:]]
+
+    async def beat(self, model: str, gateway_id: str, capacity: int) -> tuple[int, int, int]:
+        """Stamp ``gateway_id`` present for the model; drop absent gateways' leases and waiters; grant.
+        Returns (queue depth, active leases, leases and waiters dropped)."""
+        args: list[Arg] = [gateway_id, self.presence_ms, capacity, self.pickup_ms, self._wake_prefix(model)]
+        depth, active, dropped = await self._beat(self._model_keys(model), args)
+        return int(depth), int(active), int(dropped)

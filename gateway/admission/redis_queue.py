@@ -25,7 +25,8 @@ from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
 from gateway.admission.base import AdmissionUnavailable, Ticket
-from gateway.admission.queue_scripts import Acquired, Left, QueueScripts
+from gateway.admission.queue_scripts import RENEWS_PER_TTL, Acquired, Left, QueueScripts, ticket_id
+from gateway.admission.redis_cluster_wire import lean_client
 from gateway.admission.redis_wire import PipelinedRedis, RedisReplyError, Reply
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.metrics import GatewayMetrics
@@ -34,6 +35,7 @@ from gateway.periodic import Background
 log = logging.getLogger("llmgw.admission")
 T = TypeVar("T")
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
+PRESENCE_BEATS = 2  # a gateway's presence stamp for a model holds two beats
 
 
 async def guarded(aw: Awaitable[T]) -> T:
@@ -90,12 +92,14 @@ class RedisAdmission:
         lease_ttl_s: float,
         metrics: GatewayMetrics | None = None,
         io_timeout_s: float = 1.0,
+        beat_s: float = 1.0,
     ) -> None:
         self.redis, self.blocking, self.keys = redis, blocking, keys
         self.gateway_id, self.lease_ttl_s, self.metrics = gateway_id, lease_ttl_s, metrics
-        self.io_timeout_s = io_timeout_s
-        self.lean = PipelinedRedis.like(redis, io_timeout_s)
-        self.scripts = QueueScripts(self.lean, keys, int(lease_ttl_s * 1000))
+        self.io_timeout_s, self.beat_s = io_timeout_s, beat_s
+        self.lean: PipelinedRedis = lean_client(redis, io_timeout_s)
+        presence_ms = int(PRESENCE_BEATS * beat_s * 1000)
+        self.scripts = QueueScripts(self.lean, keys, int(lease_ttl_s * 1000), presence_ms)
         self._held: dict[str, set[str]] = {}
         self._capacity: dict[str, int] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
@@ -108,7 +112,7 @@ class RedisAdmission:
 
     @property
     def renew_interval_s(self) -> float:
-        return self.lease_ttl_s / 3
+        return self.lease_ttl_s / RENEWS_PER_TTL
 
     def held(self, model: str) -> frozenset[str]:
         return frozenset(self._held.get(model, ()))
@@ -120,6 +124,12 @@ class RedisAdmission:
             await self.lean.connect()
         self._bg = Background()
         self._bg.start(self.renew_interval_s, self.tick)
+        self._bg.start(self.beat_s, self.beat)
+
+    async def ping(self) -> None:
+        """One PING on the pipelined connection: a silent one is closed here (and replaced on the next
+        call); raises RedisError/OSError when Redis does not answer."""
+        await self.lean.call("PING")
 
     async def stop(self) -> None:
         if self._bg is not None:
@@ -132,7 +142,7 @@ class RedisAdmission:
 
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[RedisLease, float]:
         started = time.monotonic()
-        lease_id = f"{self.gateway_id}:{os.urandom(16).hex()}"
+        lease_id = ticket_id(self.gateway_id, os.urandom(16).hex())
         self._capacity[ticket.model] = capacity
         try:
             queued = await self._admit(ticket, lease_id, capacity, started)
@@ -165,7 +175,14 @@ class RedisAdmission:
             raise RuntimeError(f"ticket {lease_id} was tombstoned before it was queued")
         log.debug("request_id=%s model=%s queued at depth %d", t.request_id, t.model, depth)
         await self._wait(t, lease_id, capacity, started)
-        return True
+        if await guarded(self.scripts.claim(t.model, lease_id)):
+            return True
+        log.warning(
+            "request_id=%s model=%s its grant was reclaimed before it was picked up; queueing again",
+            t.request_id,
+            t.model,
+        )
+        return await self._admit(t, lease_id, capacity, started)
 
     async def _wait(self, t: Ticket, lease_id: str, capacity: int, started: float) -> None:
         wake = self.keys.wake(t.model, lease_id)
@@ -236,7 +253,7 @@ class RedisAdmission:
     def _released(self, model: str, lease_id: str, reply: asyncio.Future[Reply]) -> None:
         self._releases.discard(reply)
         exc = None if reply.cancelled() else reply.exception()
-        if isinstance(exc, RedisReplyError) and str(exc).startswith("NOSCRIPT"):
+        if isinstance(exc, RedisReplyError) and str(exc).split(" ", 1)[0] in ("NOSCRIPT", "MOVED", "ASK"):
             self._spawn(self._release_quietly(model, lease_id))
         elif exc is not None:
             log.warning(
@@ -301,6 +318,20 @@ class RedisAdmission:
                 await self._tick_model(model, capacity)
             except REDIS_ERRORS as exc:
                 log.debug("model=%s lease renewal failed: %s", model, exc)
+
+    async def beat(self) -> None:
+        """Stamp this gateway present for every model seen; the script drops what absent gateways left
+        behind (their waiters and leases) and grants the slots that freed."""
+        for model, capacity in list(self._capacity.items()):
+            try:
+                beat = self.scripts.beat(model, self.gateway_id, capacity)
+                depth, _active, dropped = await asyncio.wait_for(beat, self._io_budget)
+            except REDIS_ERRORS as exc:
+                log.debug("model=%s presence beat failed: %s", model, exc)
+                continue
+            self._set_depth(model, depth)
+            if dropped:
+                log.warning("model=%s dropped %d leases and waiters of absent gateways", model, dropped)
 
     async def _tick_model(self, model: str, capacity: int) -> None:
         held = sorted(self._held.get(model, ()))

@@ -1,112 +1,58 @@
 """A lean, pipelined Redis connection for the admission scripts on the hot path.
 
 Every admitted request runs two scripts (acquire, release). Through redis-py each call cost more
-CPU than the rest of the request path together (see README "Performance"); here one connection
+CPU than the rest of the request path together (docs/decisions/0010-own-upstream-client.md); here one
 carries every call of the gateway, pipelined: the commands of one event-loop tick leave in one write
 and replies are matched to callers in order. A call's deadline is one timer (not a timeout context),
 and a caller that need not wait (a release) gets the reply's future without a task. Only what
 EVALSHA needs is spoken: RESP2 integers, bulk strings, arrays, simple strings and errors.
+
+A connection that goes silent (no FIN, no RST: a failed-over address, a dropped NAT entry) is noticed by
+the first call that times out: the connection is closed, every call pending on it fails at once, and the
+next call opens a fresh one. Calls pending on one connection are bounded; TCP keepalive is on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import hashlib
+import socket
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import SSLConnection
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import RedisError
 
-Reply = int | bytes | str | list[Any] | None
+from gateway.admission.resp import Parser, RedisReplyError, Reply, encode
+
+__all__ = ["Endpoint", "LeanScript", "PipelinedRedis", "RedisReplyError", "Reply", "TooManyPending"]
+
+MAX_PENDING = 10_000
+KEEPALIVE = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3}  # a dead peer noticed in ~25 s
 
 
-class RedisReplyError(RedisError):
-    """Redis answered the command with an error."""
+class TooManyPending(RedisError):
+    """The connection already has its bound of calls waiting for replies."""
 
 
-def encode(parts: list[bytes | str | int | float]) -> bytes:
-    out = [b"*%d\r\n" % len(parts)]
-    for p in parts:
-        b = p if isinstance(p, bytes) else str(p).encode()
-        out += [b"$%d\r\n" % len(b), b, b"\r\n"]
-    return b"".join(out)
-
-
-class _Parser:
-    """Incremental RESP2 parser: feed bytes, take complete replies."""
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        self.buf += data
-
-    def replies(self) -> list[Reply | RedisReplyError]:
-        out = []
-        while self.buf:
-            parsed = self._parse(0)
-            if parsed is None:
-                break
-            value, end = parsed
-            del self.buf[:end]
-            out.append(value)
-        return out
-
-    def _line(self, at: int) -> tuple[bytes, int] | None:
-        end = self.buf.find(b"\r\n", at)
-        return None if end < 0 else (bytes(self.buf[at + 1 : end]), end + 2)
-
-    def _parse(self, at: int) -> tuple[Any, int] | None:
-        line = self._line(at)
-        if line is None:
-            return None
-        head, nxt = line
-        kind = self.buf[at : at + 1]
-        if kind == b":":
-            return int(head), nxt
-        if kind == b"+":
-            return head.decode(), nxt
-        if kind == b"-":
-            return RedisReplyError(head.decode()), nxt
-        if kind == b"$":
-            return self._bulk(int(head), nxt)
-        if kind == b"*":
-            return self._array(int(head), nxt)
-        raise RedisReplyError(f"unexpected reply type {kind!r}")
-
-    def _bulk(self, size: int, at: int) -> tuple[bytes | None, int] | None:
-        if size < 0:
-            return None, at
-        if len(self.buf) < at + size + 2:
-            return None
-        return bytes(self.buf[at : at + size]), at + size + 2
-
-    def _array(self, count: int, at: int) -> tuple[list[Any] | None, int] | None:
-        if count < 0:
-            return None, at
-        items = []
-        for _ in range(count):
-            parsed = self._parse(at)
-            if parsed is None:
-                return None
-            item, at = parsed
-            items.append(item)
-        return items, at
-
-
-def expire(fut: asyncio.Future[Reply], timeout_s: float) -> None:
-    """A call's deadline passed: its caller gets TimeoutError (a late reply is skipped)."""
-    if not fut.done():
-        fut.set_exception(TimeoutError(f"no reply from Redis within {timeout_s:g} s"))
+def keepalive(sock: socket.socket) -> None:
+    """TCP keepalive on, with short probes where the platform allows them."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in KEEPALIVE.items():
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 class _Protocol(asyncio.Protocol):
-    def __init__(self) -> None:
-        self.parser = _Parser()
+    def __init__(self, max_pending: int = MAX_PENDING) -> None:
+        self.parser = Parser()
+        self.max_pending = max_pending
         self.pending: collections.deque[tuple[asyncio.Future[Reply], asyncio.TimerHandle | None]] = (
             collections.deque()
         )
@@ -117,17 +63,38 @@ class _Protocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
+    @property
+    def full(self) -> bool:
+        return len(self.pending) >= self.max_pending
+
     def send(
         self, loop: asyncio.AbstractEventLoop, command: bytes, timeout_s: float
     ) -> asyncio.Future[Reply]:
-        """Queue ``command`` for this tick's write; its reply's future fails with TimeoutError
-        past ``timeout_s``."""
+        """Queue ``command`` for this tick's write; its reply's future fails with TimeoutError past
+        ``timeout_s``, and the connection is then closed (see :meth:`expire`)."""
+        if self.full:
+            raise TooManyPending(f"{len(self.pending)} Redis calls pending on one connection")
         fut: asyncio.Future[Reply] = loop.create_future()
-        self.pending.append((fut, loop.call_later(timeout_s, expire, fut, timeout_s)))
+        self.pending.append((fut, loop.call_later(timeout_s, self.expire, fut, timeout_s)))
         if not self.out:
             loop.call_soon(self.flush)
         self.out.append(command)
         return fut
+
+    def expire(self, fut: asyncio.Future[Reply], timeout_s: float) -> None:
+        """A call's deadline passed: its caller gets TimeoutError, and the connection, silent for that
+        long, is closed with every other call on it failed (the next call opens a fresh one)."""
+        if fut.done():
+            return
+        fut.set_exception(TimeoutError(f"no reply from Redis within {timeout_s:g} s"))
+        self.abort(ConnectionResetError(f"the Redis connection was silent for {timeout_s:g} s; closed"))
+
+    def abort(self, exc: Exception) -> None:
+        if self.lost is None:
+            self.lost = exc
+        self._fail_pending()
+        if self.transport is not None:
+            self.transport.abort()
 
     def flush(self) -> None:
         out, self.out = self.out, []
@@ -136,7 +103,8 @@ class _Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.parser.feed(data)
-        for reply in self.parser.replies():
+        replies = self.parser.replies()
+        for reply in replies:
             fut, timer = self.pending.popleft()
             if timer is not None:
                 timer.cancel()
@@ -146,9 +114,17 @@ class _Protocol(asyncio.Protocol):
                 fut.set_exception(reply)
             else:
                 fut.set_result(reply)
+        if any(isinstance(r, RedisReplyError) and str(r).startswith("READONLY") for r in replies):
+            # a master demoted to replica (a Sentinel failover): reconnect, to the master named now
+            self.abort(ConnectionResetError("the Redis server is a read-only replica now"))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = ConnectionResetError("the Redis connection was lost")
+        if self.lost is None:
+            self.lost = ConnectionResetError("the Redis connection was lost")
+        self._fail_pending()
+
+    def _fail_pending(self) -> None:
+        assert self.lost is not None
         while self.pending:
             fut, timer = self.pending.popleft()
             if timer is not None:
@@ -193,17 +169,35 @@ class Endpoint:
 
 
 class PipelinedRedis:
-    """One lazily (re)opened connection; calls are pipelined and bounded by a timeout."""
+    """One lazily (re)opened connection; calls are pipelined and bounded by a timeout, and at most
+    ``max_pending`` wait for replies at once."""
 
-    def __init__(self, endpoint: Endpoint, timeout_s: float) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        timeout_s: float,
+        max_pending: int = MAX_PENDING,
+        locate: Callable[[], Awaitable[Endpoint]] | None = None,
+    ) -> None:
         self.endpoint = endpoint
-        self.timeout_s = timeout_s
+        self.timeout_s, self.max_pending = timeout_s, max_pending
+        self.locate = locate  # asked before each (re)connect: where the server is now (Sentinel)
         self._proto: _Protocol | None = None
         self._connecting: asyncio.Lock | None = None
 
     @classmethod
     def like(cls, client: aioredis.Redis, timeout_s: float) -> PipelinedRedis:
-        """A lean connection to the same server, database, credentials and TLS as a redis-py client."""
+        """A lean connection to the same server, database, credentials and TLS as a redis-py client;
+        for a Sentinel-managed client, to the master the Sentinels name at each (re)connect."""
+        pool = client.connection_pool
+        if isinstance(pool, SentinelConnectionPool):
+            base = Endpoint.of(client)
+
+            async def master() -> Endpoint:
+                host, port = await pool.get_master_address()  # type: ignore[no-untyped-call]
+                return dataclasses.replace(base, host=host, port=int(port))
+
+            return cls(base, timeout_s, locate=master)
         return cls(Endpoint.of(client), timeout_s)
 
     async def _connection(self) -> _Protocol:
@@ -217,12 +211,17 @@ class PipelinedRedis:
             return self._proto
 
     async def _open(self) -> _Protocol:
+        if self.locate is not None:
+            self.endpoint = await self.locate()
         e, loop = self.endpoint, asyncio.get_running_loop()
         server_hostname = e.host if e.tls is not None else None
         _, proto = await loop.create_connection(
-            _Protocol, e.host, e.port, ssl=e.tls, server_hostname=server_hostname
+            lambda: _Protocol(self.max_pending), e.host, e.port, ssl=e.tls, server_hostname=server_hostname
         )
         try:
+            sock = proto.transport.get_extra_info("socket") if proto.transport is not None else None
+            if sock is not None:
+                keepalive(sock)
             auth = e.auth()
             if auth is not None:
                 await self._send(proto, auth)
@@ -258,11 +257,23 @@ class PipelinedRedis:
     ) -> asyncio.Future[Reply] | None:
         """The reply's future of a call sent without waiting (no task), failing with TimeoutError past
         ``timeout_s`` (the connection's own by default); None while no connection is open (then use
-        :meth:`call`)."""
+        :meth:`call`, which fails when too many calls are pending)."""
         proto = self._proto
-        if proto is None or proto.lost is not None:
+        if proto is None or proto.lost is not None or proto.full:
             return None
         return proto.send(asyncio.get_running_loop(), encode(parts), timeout_s or self.timeout_s)
+
+    @property
+    def healthy(self) -> bool:
+        """True while a connection is open and has not gone silent or been lost."""
+        return self._proto is not None and self._proto.lost is None
+
+    def socket(self) -> socket.socket | None:
+        """The open connection's socket (None when none is open)."""
+        if self._proto is None or self._proto.transport is None:
+            return None
+        sock: socket.socket | None = self._proto.transport.get_extra_info("socket")
+        return sock
 
     def close(self) -> None:
         if self._proto is not None and self._proto.transport is not None:

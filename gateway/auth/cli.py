@@ -15,9 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-import redis.asyncio as aioredis
-
 from contract.redis_keys import RedisKeys
+from contract.redis_url import connect
 from gateway.auth.keys import ApiKey, KeyStore, StoredKey, new_secret
 from gateway.redis_clients import REDIS_DOWN
 
@@ -100,7 +99,7 @@ HEADER = (
 
 
 async def run(args: argparse.Namespace) -> int:
-    redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    redis = connect(args.redis_url, socket_timeout=5, socket_connect_timeout=5)
     store = KeyStore(redis, RedisKeys(args.prefix))
     try:
         return await dispatch(args, store)

@@ -1,7 +1,8 @@
 """Requests and tokens per minute per API key, exact across every gateway replica.
 
-Fixed windows aligned to Redis' own clock (``floor(unix seconds / 60)``): one counter per key, kind and
-window in Redis, checked and incremented by one Lua script, so concurrent gateways can never together
+Fixed windows aligned to Redis' own clock (``floor(unix seconds / 60)``): one counter per kind and window,
+in one hash per key (its one Redis Cluster slot, named in the script's KEYS), checked and incremented by
+one Lua script, so concurrent gateways can never together
 let more than the limit through in a window (no clock skew between gateways either: only Redis' clock
 counts). A request is charged 1 against RPM and its token reservation (gateway/pipeline/tokens.py)
 against TPM, both or neither; what it did not use is refunded into the same window when it ends. The
@@ -22,40 +23,47 @@ from contract.redis_keys import RedisKeys
 WINDOW_S = 60
 
 CHARGE_LUA = """
--- ARGV: counter prefix, window seconds, rpm limit, tpm limit, tokens (0 limit = unlimited)
+-- KEYS: the key's counters hash (fields 'rpm:<window>', 'tpm:<window>'; one Redis Cluster slot per key)
+-- ARGV: window seconds, rpm limit, tpm limit, tokens (0 limit = unlimited)
 -- Returns {verdict, ms until the window ends, window}: 0 ok, 1 rpm over, 2 tpm over, 3 tokens exceed tpm
-local prefix, window_s = ARGV[1], tonumber(ARGV[2])
-local rpm, tpm, tokens = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local counters, window_s = KEYS[1], tonumber(ARGV[1])
+local rpm, tpm, tokens = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = math.floor(now_ms / (window_s * 1000))
 local left_ms = (window + 1) * window_s * 1000 - now_ms
-local rkey = prefix .. ':rpm:' .. window
-local tkey = prefix .. ':tpm:' .. window
+local rfield, tfield = 'rpm:' .. window, 'tpm:' .. window
 if tpm > 0 and tokens > tpm then
   return {3, left_ms, window}
 end
-if rpm > 0 and tonumber(redis.call('GET', rkey) or '0') + 1 > rpm then
+if rpm > 0 and tonumber(redis.call('HGET', counters, rfield) or '0') + 1 > rpm then
   return {1, left_ms, window}
 end
-if tpm > 0 and tonumber(redis.call('GET', tkey) or '0') + tokens > tpm then
+if tpm > 0 and tonumber(redis.call('HGET', counters, tfield) or '0') + tokens > tpm then
   return {2, left_ms, window}
 end
-redis.call('INCR', rkey)
-redis.call('EXPIRE', rkey, 2 * window_s)
-redis.call('INCRBY', tkey, tokens)
-redis.call('EXPIRE', tkey, 2 * window_s)
+if redis.call('HINCRBY', counters, rfield, 1) == 1 then
+  -- a new window: the counters of windows before the previous one go (a refund reaches one back)
+  local fields = redis.call('HKEYS', counters)
+  for _, f in ipairs(fields) do
+    if tonumber(string.match(f, ':(%d+)$')) < window - 1 then
+      redis.call('HDEL', counters, f)
+    end
+  end
+end
+redis.call('HINCRBY', counters, tfield, tokens)
+redis.call('EXPIRE', counters, 2 * window_s)
 return {0, left_ms, window}
 """
 
 REFUND_LUA = """
--- ARGV: counter prefix, window, tokens. Gives back up to `tokens` of that window's token count (never
--- below zero; nothing once the window's counter expired). Returns the tokens given back.
-local key = ARGV[1] .. ':tpm:' .. ARGV[2]
-local count = tonumber(redis.call('GET', key) or '0')
-local back = math.min(count, tonumber(ARGV[3]))
+-- KEYS: the key's counters hash. ARGV: window, tokens. Gives back up to `tokens` of that window's token
+-- count (never below zero; nothing once the window's counter is gone). Returns the tokens given back.
+local field = 'tpm:' .. ARGV[1]
+local count = tonumber(redis.call('HGET', KEYS[1], field) or '0')
+local back = math.min(count, tonumber(ARGV[2]))
 if back > 0 then
-  redis.call('DECRBY', key, back)
+  redis.call('HINCRBY', KEYS[1], field, -back)
 end
 return back
 """
@@ -96,12 +104,12 @@ class RateLimiter:
     async def charge(self, key_id: str, rpm: int, tpm: int, tokens: int) -> Decision:
         if rpm <= 0 and tpm <= 0:
             return Decision(Verdict.OK, 0.0)
-        args: list[str | int] = [self.keys.rate_prefix(key_id), self.window_s, rpm, tpm, max(0, tokens)]
-        verdict, left_ms, window = await self._charge([], args)
+        args: list[str | int] = [self.window_s, rpm, tpm, max(0, tokens)]
+        verdict, left_ms, window = await self._charge([self.keys.rate(key_id)], args)
         return Decision(Verdict(int(verdict)), int(left_ms) / 1000, int(window))
 
     async def refund(self, key_id: str, window: int, tokens: int) -> int:
         """Give back tokens charged in ``window`` that the request did not use; returns those given back."""
         if tokens <= 0:
             return 0
-        return int(await self._refund([], [self.keys.rate_prefix(key_id), window, tokens]))
+        return int(await self._refund([self.keys.rate(key_id)], [window, tokens]))

@@ -72,7 +72,7 @@ def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
         for p in gw.table.pools()
     }
     ready = serving(discovery.redis_ok, gw.settings.degraded_ready)
-    redis = "ok" if discovery.redis_ok else "unreachable"
+    redis = "ok" if discovery.redis_ok and not gw.admission.degraded else "unreachable"
     degraded = gw.admission.degraded or not discovery.redis_ok
     index = gw.index.mode if gw.index is not None else "off"
     keys = gw.index.keys_mode if gw.index is not None else "off"

@@ -4,6 +4,7 @@ on untouched)."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 
@@ -60,6 +61,16 @@ def route_request(
     return RouteRequest(prefix_key=key, session_key=session, chain=chain)
 
 
+def calls_tools(payload: dict[str, Any]) -> bool:
+    """True when the request offers tools the model may call: ``tools`` given and ``tool_choice`` not
+    none (OpenAI's ``"none"``, Anthropic's ``{"type": "none"}``). vLLM needs a tool-call parser for
+    every other choice (auto, required, a named function)."""
+    if not payload.get("tools"):
+        return False
+    choice = payload.get("tool_choice")
+    return choice != "none" and not (isinstance(choice, dict) and choice.get("type") == "none")
+
+
 def previous_response_field(payload: dict[str, Any]) -> str:
     previous = payload.get("previous_response_id")
     if previous is None:
@@ -106,10 +117,19 @@ def parse_form(ctx: RequestContext) -> None:
     ctx.cost = TokenCost(prompt_estimate(ctx.body))
 
 
+def query_model(query: bytes) -> str:
+    """The ``model`` of a query string (``GET /tokenizer_info?model=smollm2``)."""
+    values = parse_qs(query.decode("latin-1")).get("model", [])
+    return model_field({"model": values[0] if values else None})
+
+
 def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_chunks: int = 64) -> None:
-    """The body's size was capped as it was read (see proxy.read_body). A path without a body (a stored
-    response's GET or cancel) has nothing to parse: its model comes from the response's record."""
+    """The body's size was capped as it was read (see proxy.read_body). A path without a body has nothing
+    to parse: a stored response's GET or cancel gets its model from the response's record, any other
+    (``GET /tokenizer_info``) from the query's ``model``."""
     if ctx.api.body == "none":
+        if not ctx.api.stored:
+            ctx.model_name = query_model(ctx.query)
         return
     if ctx.api.body == "multipart":
         parse_form(ctx)
@@ -119,6 +139,7 @@ def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_ch
     ctx.stream = stream_field(payload)
     ctx.route = route_request(ctx, payload, prefix_chars, chunk_bytes, max_chunks)
     ctx.asked = asked(payload, ctx.endpoint)
+    ctx.calls_tools = calls_tools(payload)
     ctx.cost = TokenCost(prompt_estimate(ctx.body))  # what it may generate is added once resolved
     if ctx.stream and ctx.endpoint in USAGE_OPTION_APIS:
         ctx.body, ctx.strip_usage = ask_usage(payload, ctx.body)

@@ -47,7 +47,7 @@ class Proxy:
         """The whole request path for one request; always returns a response, never raises."""
         headers = wanted_headers(scope)
         ctx = RequestContext(request_id(headers), api.name, b"", headers, time.perf_counter())
-        ctx.api, ctx.response_id = api, response_id
+        ctx.api, ctx.response_id, ctx.query = api, response_id, scope.get("query_string", b"")
         ctx.upstream_id = upstream_id(ctx.request_id, headers)
         self.gw.tracing.begin(ctx, headers.get("traceparent", ""), headers.get("tracestate", ""))
         try:

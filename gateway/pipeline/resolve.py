@@ -28,5 +28,20 @@ def resolve(
             f"the model '{ctx.model_name}' serves {model.kind} requests, not {ctx.api.path}",
             param="model",
         )
+    if ctx.calls_tools and not serves_tools(model):
+        raise InvalidRequest(
+            f"the model '{ctx.model_name}' is not served with a tool-call parser, so it cannot take a "
+            "request with tools (unless tool_choice is none): set engine.tool_call_parser for model "
+            f"'{model.name}' in the fleet file (e.g. hermes; see docs/gateway/agents.md)",
+            param="tools",
+        )
     ctx.model = model
     return model
+
+
+def serves_tools(model: Model) -> bool:
+    """True unless the gateway knows the model's replicas run without a tool-call parser: supervised
+    replicas get one only from ``engine.tool_call_parser`` (or ``--tool-call-parser`` in extra_args);
+    servers run elsewhere (``endpoints``) are taken at their word."""
+    engine = model.engine
+    return not model.managed or bool(engine.tool_call_parser) or "--tool-call-parser" in engine.extra_args

@@ -1,7 +1,9 @@
 """In-flight counts shared between gateway replicas through Redis: what the others have on each replica.
 
-Every ``LLMGW_LOAD_SHARE_INTERVAL_S`` (0.1 s) each gateway runs one Lua script that writes its own counts
-(``{replica id: requests in flight}``) into one hash, field = its gateway id, stamped with Redis's clock,
+Every ``LLMGW_LOAD_SHARE_INTERVAL_S`` (0.1 s) each gateway runs, per model (one hash per model, under the
+model's hash tag: one Redis Cluster slot each, the calls concurrent), one Lua script that writes its own
+counts (``{replica id: requests in flight}``) into the model's hash, field = its gateway id, stamped with
+Redis's clock,
 and returns the other gateways' fields no older than ``max_age_ms`` (older ones, a crashed gateway's, are
 deleted on the way). Each endpoint's ``shared_others`` becomes the sum of the others' counts for it, so a
 routing decision sees the whole fleet's in-flight requests at most one interval old, where vLLM's scraped
@@ -11,6 +13,7 @@ cannot be reached, ``shared_others`` is cleared and the load falls back to the s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections import Counter
@@ -43,9 +46,10 @@ return others
 """
 
 
-def own_counts(table: ReplicaTable) -> dict[str, int]:
-    """This gateway's requests in flight per replica id (replicas with none are left out)."""
-    return {ep.id: ep.inflight for ep in table.endpoints() if ep.inflight > 0}
+def own_counts(table: ReplicaTable, model: str | None = None) -> dict[str, int]:
+    """This gateway's requests in flight per replica id, of ``model`` or of all (none: left out)."""
+    endpoints = table.endpoints() if model is None else table.pool(model).endpoints
+    return {ep.id: ep.inflight for ep in endpoints if ep.inflight > 0}
 
 
 def add_counts(blobs: list[bytes]) -> Counter[str]:
@@ -64,16 +68,16 @@ class InflightShare:
     def __init__(
         self, redis: aioredis.Redis, keys: RedisKeys, gateway_id: str, table: ReplicaTable, max_age_s: float
     ) -> None:
-        self.redis, self.key, self.gateway_id, self.table = redis, keys.inflight, gateway_id, table
+        self.redis, self.keys, self.gateway_id, self.table = redis, keys, gateway_id, table
         self.max_age_ms = max(1, int(max_age_s * 1000))
         self.script = redis.register_script(SHARE_SCRIPT)
         self.connected = True
 
     async def tick(self) -> None:
         """Publish our counts, read the others'; on a Redis failure fall back to the scraped gauges."""
-        own = json.dumps(own_counts(self.table), separators=(",", ":"))
+        models = [p.model for p in self.table.pools()]
         try:
-            blobs = await self.script(keys=[self.key], args=[self.gateway_id, own, self.max_age_ms])
+            replies = await asyncio.gather(*(self._share(m) for m in models))
         except REDIS_DOWN as exc:
             self.apply(None)
             if self.connected:
@@ -83,7 +87,12 @@ class InflightShare:
         if not self.connected:
             log.info("in-flight share back")
         self.connected = True
-        self.apply(add_counts(list(blobs)))
+        self.apply(add_counts([blob for blobs in replies for blob in blobs]))
+
+    async def _share(self, model: str) -> list[bytes]:
+        own = json.dumps(own_counts(self.table, model), separators=(",", ":"))
+        key = self.keys.inflight(model)
+        return list(await self.script(keys=[key], args=[self.gateway_id, own, self.max_age_ms]))
 
     def apply(self, others: Counter[str] | None) -> None:
         for ep in self.table.endpoints():
@@ -92,6 +101,7 @@ class InflightShare:
     async def leave(self) -> None:
         """Remove this gateway's field on shutdown, so that the others stop counting it at once."""
         try:
-            await self.redis.hdel(self.key, self.gateway_id)
+            for pool in self.table.pools():
+                await self.redis.hdel(self.keys.inflight(pool.model), self.gateway_id)
         except REDIS_DOWN:
             return

@@ -13,6 +13,7 @@ from contract.registry import (
     ReplicaRecord,
     ReplicaState,
     new_instance_id,
+    read_model,
     read_registry,
 )
 
@@ -27,11 +28,11 @@ async def test_publish_read_remove_round_trip(redis_url: str) -> None:
     writer = RegistryWriter(redis, keys, RegistryTiming(ttl_s=5))
     a, b = record("a"), record("b", ReplicaState.DRAINING)
     assert await writer.publish(a) and await writer.publish(b)
-    assert 0 < await redis.pttl(keys.replica("m", "a")) <= 5000
+    assert 0 < (await read_model(redis, keys, "m"))["a"][1] <= 5000
     assert sorted(await read_registry(redis, keys), key=lambda r: r.id) == [a, b]
     await writer.remove(a)
     assert await read_registry(redis, keys) == [b]
-    await redis.set(keys.replica("m", "junk"), b"not json")
+    await redis.hset(keys.registry("m"), "junk", "99999999999999 not json")
     assert await read_registry(redis, keys) == [b]
     await redis.aclose()
 

@@ -44,9 +44,20 @@ def start_register(tmp: Path, redis_url: str, prefix: str, engine: Proc, grace_s
     return spawn(argv, port, tmp / "register.log")
 
 
-def stored(client: redis.Redis, key: str) -> dict[str, object] | None:
-    raw = client.get(key)
-    return None if raw is None else dict(json.loads(raw))
+def entry(client: redis.Redis, prefix: str) -> tuple[dict[str, object], int] | None:
+    """The pod's live registry record and its milliseconds left (None: no record, or expired)."""
+    raw = client.hget(RedisKeys(prefix).registry(MODEL), f"{MODEL}-pod-1")
+    if raw is None:
+        return None
+    expiry, record = raw.decode().split(" ", 1)
+    secs, micros = client.time()
+    left = int(expiry) - (secs * 1000 + micros // 1000)
+    return (dict(json.loads(record)), left) if left >= 0 else None
+
+
+def stored(client: redis.Redis, prefix: str) -> dict[str, object] | None:
+    found = entry(client, prefix)
+    return None if found is None else found[0]
 
 
 def wait_in_flight(engine: Proc) -> None:
@@ -72,16 +83,16 @@ async def test_publishes_ready_with_ttl_then_drains_on_sigterm(
     tmp_path: Path, redis_url: str, engine: Proc
 ) -> None:
     prefix = f"reg{uuid.uuid4().hex[:8]}"
-    key = RedisKeys(prefix).replica(MODEL, f"{MODEL}-pod-1")
     client = redis.Redis.from_url(redis_url)
     proc = start_register(tmp_path, redis_url, prefix, engine)
     try:
         await asyncio.to_thread(
-            wait_until, lambda: (stored(client, key) or {}).get("state") == "ready", 10, "ready record"
+            wait_until, lambda: (stored(client, prefix) or {}).get("state") == "ready", 10, "ready record"
         )
-        record = stored(client, key)
+        record = stored(client, prefix)
         assert record is not None and record["url"] == engine.url and record["concurrency"] == 4
-        assert 0 < client.pttl(key) <= 2000  # a heartbeat TTL: a dead pod's record goes away by itself
+        left = (entry(client, prefix) or ({}, 0))[1]
+        assert 0 < left <= 2000  # a heartbeat TTL: a dead pod's record goes away by itself
         metrics = (await asyncio.to_thread(httpx.get, f"{proc.url}/metrics", timeout=5)).text
         ready = f'llmgw_supervisor_replica_state{{model="{MODEL}",replica="{MODEL}-pod-1",state="ready"}} 1.0'
         assert ready in metrics
@@ -90,14 +101,14 @@ async def test_publishes_ready_with_ttl_then_drains_on_sigterm(
         await asyncio.to_thread(wait_in_flight, engine)
         proc.popen.send_signal(signal.SIGTERM)
         await asyncio.to_thread(
-            wait_until, lambda: (stored(client, key) or {}).get("state") == "draining", 5, "draining record"
+            wait_until, lambda: (stored(client, prefix) or {}).get("state") == "draining", 5, "draining"
         )
         assert not stream.done() and proc.popen.poll() is None  # draining while the stream still runs
         events, _ = await stream
         assert events[-1] == "data: [DONE]"
         code = await asyncio.to_thread(proc.popen.wait, 10)
         assert code == 0
-        assert client.get(key) is None  # withdrawn once vLLM was idle, well before the grace ran out
+        assert stored(client, prefix) is None  # withdrawn once vLLM was idle, well before the grace ran out
     finally:
         proc.stop()
         client.close()
@@ -106,13 +117,12 @@ async def test_publishes_ready_with_ttl_then_drains_on_sigterm(
 def test_withdraws_a_replica_that_stops_answering(tmp_path: Path, redis_url: str) -> None:
     engine = start_fake_engine(tmp_path, "--model", MODEL)
     prefix = f"reg{uuid.uuid4().hex[:8]}"
-    key = RedisKeys(prefix).replica(MODEL, f"{MODEL}-pod-1")
     client = redis.Redis.from_url(redis_url)
     proc = start_register(tmp_path, redis_url, prefix, engine)
     try:
-        wait_until(lambda: client.get(key) is not None, 10, "ready record")
+        wait_until(lambda: stored(client, prefix) is not None, 10, "ready record")
         engine.kill()
-        wait_until(lambda: client.get(key) is None, 5, "record withdrawn")
+        wait_until(lambda: stored(client, prefix) is None, 5, "record withdrawn")
         wait_until(lambda: http_ok(f"{proc.url}/metrics"), 5, "metrics")
         assert 'state="starting"} 1.0' in httpx.get(f"{proc.url}/metrics", timeout=5).text
     finally:
@@ -170,10 +180,9 @@ def test_announces_a_ready_replica_once_on_the_model_state_channel(
 
         wait_until(announced, 10, "the ready notice")
         assert notices == [MODEL.encode()]
-        key = RedisKeys(prefix).replica(MODEL, f"{MODEL}-pod-1")
-        assert (stored(client, key) or {}).get("state") == "ready"
+        assert (stored(client, prefix) or {}).get("state") == "ready"
         # the heartbeats after it (one each 0.4 s, TTL 1.2 s) refresh the record without announcing it again
-        assert pubsub.get_message(timeout=1.5) is None and client.pttl(key) > 0
+        assert pubsub.get_message(timeout=1.5) is None and (entry(client, prefix) or ({}, 0))[1] > 0
     finally:
         proc.stop()
         pubsub.close()

@@ -5,6 +5,7 @@ the access log, no second try of a POST that was sent, and a gateway killed whil
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import json
@@ -21,10 +22,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord
+from testing.gateway import register as publish_record
 from testing.procs import Proc, free_port, http_ok, spawn, start_fake_engine, wait_until
 from tools.deploy.common import NGINX_TEMPLATE, REPO
 from tools.deploy.nginx import tls_lines
@@ -86,10 +85,10 @@ def nginx(
 
 
 def register(redis_url: str, prefix: str, url: str) -> None:
-    record = ReplicaRecord(id=f"{MODEL}-0", model=MODEL, url=url, concurrency=64)
-    client = redis.Redis.from_url(redis_url)
-    client.set(RedisKeys(prefix).replica(MODEL, record.id), record.model_dump_json(), px=600_000)
-    client.close()
+    """Publish the replica as the supervisor does (on a thread of its own: callers may run a loop)."""
+    record = publish_record(redis_url, prefix, MODEL, url, f"{MODEL}-0", concurrency=64, ttl_s=600)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, record).result()
 
 
 def start_gateways(tmp: Path, redis_url: str, prefix: str, n: int) -> list[Proc]:

@@ -1,6 +1,6 @@
 """`llmgw-stack` for real (Redis, supervisor, two gateways, nginx, Prometheus) with a fleet whose one
 model is served elsewhere (the FAKE ENGINE), so no vLLM is needed: it reaches READY, serves through
-nginx, and SIGTERM stops everything it started."""
+nginx, and SIGTERM stops everything it started; with each state-Redis topology (``--redis``)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from testing.procs import free_port, port_open, spawn, start_fake_engine, wait_for_line, wait_until
+from tools.stack.redis_topology import KINDS
 
 
-def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path) -> None:
+@pytest.mark.parametrize("redis", KINDS)
+def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path, redis: str) -> None:
     engine = start_fake_engine(tmp_path, "--model", "ext-model")
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
@@ -41,6 +44,8 @@ def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path) -> Non
         run_dir,
         "--gateways",
         "1",
+        "--redis",
+        redis,
         *flags,
     ]
     log = tmp_path / "stack.log"

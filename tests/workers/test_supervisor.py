@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from contract.fleet import parse_fleet
 from contract.redis_keys import RedisKeys
-from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState
+from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, read_model
 from testing.poll import until
 from testing.procs import free_port
 from workers.life.owner import Replica, RestartBackoff, Supervisor, SupervisorOptions
@@ -55,8 +55,8 @@ async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 
 
 async def record(redis: aioredis.Redis, keys: RedisKeys, rep: Replica) -> ReplicaRecord | None:
-    raw = await redis.get(keys.replica(rep.spec.model.name, rep.spec.id))
-    return ReplicaRecord.model_validate_json(raw) if raw else None
+    entry = (await read_model(redis, keys, rep.spec.model.name)).get(rep.spec.id)
+    return ReplicaRecord.model_validate_json(entry[0]) if entry else None
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ async def test_registers_ready_replica_with_ttl(
         await until(lambda: rep.state is ReplicaState.READY)
         rec = await record(redis, keys, rep)
         assert rec is not None and rec.state is ReplicaState.READY and rec.url == rep.spec.url
-        assert 0 < await redis.pttl(keys.replica("fake", rep.spec.id)) <= 3000
+        assert 0 < (await read_model(redis, keys, "fake"))[rep.spec.id][1] <= 3000
         await sup.drain()
         await task
     assert await record(redis, keys, rep) is None

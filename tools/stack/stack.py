@@ -15,10 +15,12 @@ from typing import Any
 
 import httpx
 
-from contract.fleet import Fleet, load_fleet
+from contract.fleet import Fleet
+from contract.fleet_file import read_fleet
 from contract.vllm_probe import API_KEY_ENV
 from tools.stack.keeper import KeepPolicy, keep
 from tools.stack.redis import redis_server_argv
+from tools.stack.redis_topology import Topology, start
 from tools.stack.render import nginx_conf, prometheus_conf
 from tools.stack.services import Service, http_probe, tcp_probe
 
@@ -32,6 +34,8 @@ class StackConfig:
     run_dir: Path = REPO / ".run"
     models_dir: Path | None = None
     redis_port: int = 6390
+    redis_topology: str = "single"
+    """``single`` (a redis-server service on redis_port), ``sentinel`` or ``cluster`` (redis_topology.py)."""
     keys_redis_port: int = 6391
     gateway_ports: tuple[int, ...] = (9001, 9002)
     nginx_port: int = 8080
@@ -74,8 +78,10 @@ def script(name: str) -> str:
 class Stack:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
-        self.fleet: Fleet = load_fleet(config.fleet_file)
+        self.fleet: Fleet = read_fleet(config.fleet_file)
         self.services: list[Service] = []
+        self.topology: Topology | None = None
+        self.redis_url = config.redis_url
 
     @property
     def logs(self) -> Path:
@@ -105,7 +111,7 @@ class Stack:
             "--fleet",
             str(c.fleet_file),
             "--redis-url",
-            c.redis_url,
+            self.redis_url,
             "--log-dir",
             str(self.logs),
             "--drain-grace",
@@ -123,14 +129,15 @@ class Stack:
         probe = tcp_probe(c.host, c.supervisor_metrics_port)
         env = {API_KEY_ENV: c.vllm_api_key}  # vLLM reads it as its --api-key; the supervisor's probes send it
         return Service(
-            "workers", argv, self.logs / "workers.log", probe, env, stop_grace_s=c.drain_grace_s + 20
-        )
+            "workers", argv, self.logs / "workers.log", probe, env, stop_grace_s=c.drain_grace_s + 20,
+            death_signal=signal.SIGKILL,  # its replicas outlive it, adopted by the next supervisor
+        )  # fmt: skip
 
     def gateway(self, index: int, port: int) -> Service:
         c = self.config
         env = {
             "LLMGW_FLEET_FILE": str(c.fleet_file),
-            "LLMGW_REDIS_URL": c.redis_url,
+            "LLMGW_REDIS_URL": self.redis_url,
             "LLMGW_KEYS_REDIS_URL": c.keys_redis_url,
             "LLMGW_GATEWAY_ID": f"gateway-{index}",
             "LLMGW_SHUTDOWN_GRACE_S": f"{c.gateway_grace_s:g}",
@@ -197,7 +204,7 @@ class Stack:
     async def up(self) -> None:
         c = self.config
         self.logs.mkdir(parents=True, exist_ok=True)
-        await self.launch(self.redis())
+        await self.start_redis()
         await self.launch(self.keys_redis())
         await self.launch(self.workers())
         for i, port in enumerate(c.gateway_ports, start=1):
@@ -206,6 +213,18 @@ class Stack:
         if c.prometheus_port:
             await self.launch(self.prometheus())
         await self.wait_for_fleet()
+
+    async def start_redis(self) -> None:
+        """The state Redis: a supervised service (single), or a Sentinel or Cluster topology whose nodes
+        fail over by themselves (started here, stopped by :meth:`down`)."""
+        kind = self.config.redis_topology
+        if kind == "single":
+            await self.launch(self.redis())
+            return
+        log.info("starting redis (%s)", kind)
+        self.topology = await asyncio.to_thread(start, kind, self.config.run_dir / f"redis-{kind}")
+        self.redis_url = self.topology.url
+        log.info("redis (%s) ready: %s", kind, self.redis_url)
 
     def service(self, name: str) -> Service:
         """A running service by name (``redis``, ``redis-keys``, ``gateway-1``, ``nginx``, ...)."""
@@ -264,11 +283,23 @@ class Stack:
         cancelled (``down`` cancels it first)."""
         await asyncio.gather(*(keep(s, policy or KeepPolicy()) for s in self.services))
 
+    def reload(self) -> None:
+        """SIGHUP: the supervisor re-reads the fleet file (the gateways follow the file by themselves);
+        no service is restarted."""
+        for s in self.services:
+            if s.name == "workers" and s.alive:
+                s.signal_group(signal.SIGHUP)
+        log.info("SIGHUP: the supervisor re-reads %s; every service keeps running", self.config.fleet_file)
+
     async def down(self) -> None:
         for service in reversed(self.services):
             log.info("stopping %s", service.name)
             await service.stop()
         self.services.clear()
+        if self.topology is not None:
+            log.info("stopping redis (%s)", self.topology.kind)
+            await asyncio.to_thread(self.topology.stop)
+            self.topology = None
 
 
 async def ready_detail(client: httpx.AsyncClient, url: str) -> dict[str, dict[str, dict[str, Any]]]:

@@ -38,7 +38,7 @@ async def requested(redis: aioredis.Redis, keys: RedisKeys, model: str, replicas
     pipe.zcard(keys.leases(model))
     pipe.zcard(keys.queue(model))
     pipe.get(keys.wake_request(model))
-    pipe.hvals(keys.inflight)
+    pipe.hvals(keys.inflight(model))
     pipe.time()
     leases, queued, asked, shares, (seconds, micros) = await pipe.execute()
     inflight = fresh_counts(shares, int(seconds) * 1000 + int(micros) // 1000)

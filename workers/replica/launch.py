@@ -55,8 +55,11 @@ class Launch:
 
 
 def engine_args(model: Model) -> list[str]:
+    """vLLM's flags from the fleet file's engine section; ``/tokenizer_info`` is always on (read-only: the
+    gateway forwards it, lm-eval's remote tokenizer reads it)."""
     e = model.engine
     args = ["--dtype", e.dtype, "--tensor-parallel-size", str(e.tensor_parallel_size)]
+    args.append("--enable-tokenizer-info-endpoint")
     if e.max_model_len:
         args += ["--max-model-len", str(e.max_model_len)]
     if e.enforce_eager:

@@ -1,12 +1,16 @@
--- KEYS: leases, queue, waiters, clock, seq, gone
--- ARGV: ticket, capacity, ttl_ms, tenant, priority, cost, max_queue, max_wait_ms, wake_prefix
+-- KEYS: leases, queue, waiters, clock, alive, seq, gone
+-- ARGV: ticket, capacity, ttl_ms, tenant, priority, cost, max_queue, max_wait_ms, wake_prefix, pickup_ms,
+--       presence_ms
 -- Returns {status, depth}: 1 granted, 0 queued, -1 queue full, -2 ticket already cancelled.
--- Idempotent for one ticket, so a retried call after a lost reply does no harm.
-local leases, queue, waiters, clock, seq, gone = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- Idempotent for one ticket, so a retried call after a lost reply does no harm. The ticket's gateway is
+-- stamped present for presence_ms (its beat keeps it so).
+local leases, queue, waiters, clock, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local seq, gone = KEYS[6], KEYS[7]
 local ticket = ARGV[1]
 local capacity, ttl_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
-local tenant, priority, cost = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local tenant, priority, cost = ARGV[4], tonumber(ARGV[5]), math.max(1, tonumber(ARGV[6]))
 local max_queue, max_wait_ms, wake_prefix = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
+local pickup_ms, presence_ms = tonumber(ARGV[10]), tonumber(ARGV[11])
 
 if redis.call('EXISTS', gone) == 1 then
   return {-2, 0}
@@ -19,7 +23,11 @@ if redis.call('HEXISTS', waiters, ticket) == 1 then
 end
 
 local now = now_ms()
-pump(leases, queue, waiters, clock, wake_prefix, capacity, ttl_ms, now)
+local owner = owner_of(ticket)
+if owner then
+  redis.call('HSET', alive, owner, now + presence_ms)
+end
+pump(leases, queue, waiters, clock, alive, wake_prefix, capacity, pickup_ms, now)
 local depth = redis.call('ZCARD', queue)
 if depth == 0 and redis.call('ZCARD', leases) < capacity then
   redis.call('ZADD', leases, now + ttl_ms, ticket)
@@ -33,9 +41,9 @@ end
 local virtual = tonumber(redis.call('HGET', clock, '_v') or '0')
 local finish = tonumber(redis.call('HGET', clock, 't:' .. tenant) or '0')
 local start = math.max(virtual, finish)
-redis.call('HSET', clock, 't:' .. tenant, string.format('%d', start + math.max(1, cost)))
+redis.call('HSET', clock, 't:' .. tenant, string.format('%d', start + cost))
 local n = redis.call('INCR', seq)
 local member = string.format('%04d%015d%015d', 9999 - priority, start, n) .. ticket
 redis.call('ZADD', queue, 0, member)
-redis.call('HSET', waiters, ticket, string.format('%d', now + max_wait_ms) .. ' ' .. member)
+redis.call('HSET', waiters, ticket, waiter_entry(now + max_wait_ms, cost, member, tenant))
 return {0, depth + 1}

@@ -3,8 +3,4 @@
 -- KEYS: clock
 -- ARGV: tenant, tokens
 -- Returns the tenant's finish tag after the refund (never below zero).
-local field = 't:' .. ARGV[1]
-local finish = tonumber(redis.call('HGET', KEYS[1], field) or '0')
-local after = math.max(0, finish - tonumber(ARGV[2]))
-redis.call('HSET', KEYS[1], field, string.format('%d', after))
-return after
+return refund(KEYS[1], ARGV[1], tonumber(ARGV[2]))

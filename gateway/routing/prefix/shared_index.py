@@ -23,7 +23,8 @@ from importlib import resources
 import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
-from gateway.admission.redis_wire import LeanScript, PipelinedRedis
+from gateway.admission.redis_cluster_wire import lean_client, socket_timeout
+from gateway.admission.redis_wire import LeanScript
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN
 from gateway.routing.prefix.index import Decision, PickInput
@@ -35,7 +36,7 @@ APPROXIMATE = "approximate"
 """The key mode: the index's keys are chained hashes of the prompt text (:mod:`gateway.routing.prefix.chain`),
 placed when a request is routed and aged by an LRU bound. The exact mode (vLLM's own block hashes from its
 KV-cache events) was measured and not built: computing those keys costs the gateway the model's chat
-template and tokenizer on every request (README, "Exact mode from vLLM's KV-cache events")."""
+template and tokenizer on every request (docs/decisions/0005-no-exact-prefix-keys.md)."""
 
 
 def script(name: str) -> str:
@@ -82,8 +83,8 @@ class SharedIndex:
         self.redis, self.keys, self.clock, self.metrics = redis, keys, clock, metrics
         self.session_ttl_ms = max(1, int(session_ttl_s * 1000))
         self.retry_s = retry_s
-        timeout_s = float(redis.connection_pool.connection_kwargs.get("socket_timeout") or 0.5)
-        self.lean = PipelinedRedis.like(redis, timeout_s)  # the pick is on the request path: the lean client
+        timeout_s = socket_timeout(redis, 0.5)
+        self.lean = lean_client(redis, timeout_s)  # the pick is on the request path: the lean client
         self._pick = LeanScript(self.lean, script("pick"))
         self._forget = redis.register_script(script("forget"))
         self.retry_at = 0.0

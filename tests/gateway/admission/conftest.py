@@ -39,7 +39,9 @@ async def make_admission(redis_url: str, keys: RedisKeys) -> AsyncIterator[MakeA
     """Builds RedisAdmission instances (one per 'gateway'); started ones renew their leases."""
     made: list[RedisAdmission] = []
 
-    async def make(gateway_id: str = "gw", ttl_s: float = 30.0, start: bool = True) -> RedisAdmission:
+    async def make(
+        gateway_id: str = "gw", ttl_s: float = 30.0, start: bool = True, beat_s: float = 1.0
+    ) -> RedisAdmission:
         adm = RedisAdmission(
             fast_client(redis_url, 2.0),
             blocking_client(redis_url, 2.0, 256),
@@ -47,6 +49,7 @@ async def make_admission(redis_url: str, keys: RedisKeys) -> AsyncIterator[MakeA
             gateway_id,
             ttl_s,
             io_timeout_s=2.0,
+            beat_s=beat_s,
         )
         if start:
             await adm.start()

@@ -236,16 +236,11 @@ async def test_waiter_past_its_deadline_is_skipped(
     await scripts.acquire(ticket(), "holder", 1)
     await scripts.acquire(ticket(wait=0.001), "dead", 1)  # its gateway died: nobody will ever leave
     await scripts.acquire(ticket(), "alive", 1)
-    await redis.hset(keys.waiter_meta(MODEL), "dead", "1 " + str(await _member(redis, keys, "dead")))
+    entry = (await redis.hget(keys.waiter_meta(MODEL), "dead") or b"").decode()
+    await redis.hset(keys.waiter_meta(MODEL), "dead", "1 " + entry.split(" ", 1)[1])  # its deadline passed
     await scripts.release(MODEL, "holder", 1)
     assert await redis.zscore(keys.leases(MODEL), "alive") is not None
     assert await redis.zscore(keys.leases(MODEL), "dead") is None
-
-
-async def _member(redis: aioredis.Redis, keys: RedisKeys, tid: str) -> str:
-    raw = await redis.hget(keys.waiter_meta(MODEL), tid)
-    assert raw is not None
-    return raw.decode().split(" ", 1)[1]
 
 
 async def test_unrenewed_leases_expire_and_go_to_waiters(make_admission: MakeAdmission) -> None:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from contract.redis_keys import RedisKeys
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.poll import until
@@ -167,9 +168,10 @@ async def test_tpm_exact_across_two_gateways(
 
 async def tpm_count(redis: aioredis.Redis, prefix: str, secret: str) -> int:
     """The key's token count in the current window (0 before any charge)."""
-    found = [k async for k in redis.scan_iter(f"{prefix}:rate:{secret.split('-')[1]}:tpm:*")]
+    counters = await redis.hgetall(RedisKeys(prefix).rate(secret.split("-")[1]))
+    found = [v for f, v in counters.items() if f.startswith(b"tpm:")]
     assert len(found) <= 1
-    return int(await redis.get(found[0]) or 0) if found else 0
+    return int(found[0]) if found else 0
 
 
 async def test_request_without_max_tokens_reserves_the_context_then_refunds_from_usage(

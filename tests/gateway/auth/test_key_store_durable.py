@@ -81,7 +81,7 @@ async def test_state_redis_comes_back_empty(tmp_path: Path) -> None:
     client = aioredis.Redis.from_url(f"redis://127.0.0.1:{server.port}/0")
     keys = RedisKeys("stale")
     try:
-        await client.hset(keys.inflight, "gw-1|replica-0", 5)
+        await client.hset(keys.inflight("m"), "gw-1|replica-0", 5)
         await client.zadd(keys.queue("m"), {"ticket": 1})
         server = restart(server, tmp_path, "state", persistent=False)
         await client.connection_pool.disconnect()

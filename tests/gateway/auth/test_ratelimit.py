@@ -45,8 +45,8 @@ async def test_tpm_is_exact_and_charges_both_or_neither(redis: aioredis.Redis, k
     assert (await limiter.charge("k2", 100, 250, 10)).allowed  # a smaller request still fits
     secs, _ = await redis.time()
     window = window_of(secs)
-    assert int(await redis.get(keys.rate("k2", "tpm", window)) or 0) == 250
-    assert int(await redis.get(keys.rate("k2", "rpm", window)) or 0) == 5  # refused ones not counted
+    assert int(await redis.hget(keys.rate("k2"), f"tpm:{window}") or 0) == 250
+    assert int(await redis.hget(keys.rate("k2"), f"rpm:{window}") or 0) == 5  # refused ones not counted
 
 
 async def test_request_larger_than_the_tpm_limit(redis: aioredis.Redis, keys: RedisKeys) -> None:

@@ -99,3 +99,14 @@ async def test_every_other_vllm_path_is_404_and_never_forwarded(
             assert r.json()["error"]["code"] == "not_found", (method, path, r.text)
         assert (await http.get(f"{engine.url}/stats")).json()["served"] == before
     assert {p for _, p in refused} >= SERVER_CHANGING
+
+
+async def test_tokenizer_info_names_its_model_in_the_query(gw: str) -> None:
+    """GET /tokenizer_info has no body: its model comes from ``?model=``; without one, a 400 naming it."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        r = await http.get(f"{gw}/tokenizer_info", params={"model": "m"})
+        assert r.status_code == 200 and r.json()["tokenizer_class"] == "FakeTokenizer", r.text
+        missing = await http.get(f"{gw}/tokenizer_info")
+        assert missing.status_code == 400 and missing.json()["error"]["param"] == "model", missing.text
+        unknown = await http.get(f"{gw}/tokenizer_info", params={"model": "nope"})
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"

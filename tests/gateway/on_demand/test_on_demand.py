@@ -18,7 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, ReplicaState, new_instance_id
+from contract.registry import ReplicaRecord, ReplicaState, new_instance_id, publish, remove
 from testing.gateway import fleet_yaml, serve_gateway
 from testing.poll import until
 from testing.procs import Proc, start_fake_engine
@@ -51,7 +51,7 @@ class FakeSupervisor:
         rec = ReplicaRecord(
             id="sleepy-0", model="sleepy", url=self.url, state=state, concurrency=2, instance=fresh
         )
-        await self.redis.set(self.keys.replica("sleepy", "sleepy-0"), rec.model_dump_json(), px=60_000)
+        await publish(self.redis, self.keys, rec, 60)
 
     async def asked(self) -> bool:
         asker = await self.redis.get(self.keys.wake_request("sleepy"))
@@ -76,7 +76,7 @@ async def setup(redis_url: str, engine: Proc) -> AsyncIterator[FakeSupervisor]:
     sup = FakeSupervisor(redis, keys, engine.url)
     await sup.publish(ReplicaState.ASLEEP)
     rec = ReplicaRecord(id="awake-0", model="awake", url=engine.url)
-    await redis.set(keys.replica("awake", "awake-0"), rec.model_dump_json(), px=60_000)
+    await publish(redis, keys, rec, 60)
     try:
         yield sup
     finally:
@@ -193,7 +193,7 @@ async def test_an_always_model_without_replicas_is_still_a_503_before_admission(
         serve_gateway(tmp_path, fleet(), redis_url, prefix_of(sup)) as gw,
         httpx.AsyncClient(timeout=60) as c,
     ):
-        await sup.redis.delete(sup.keys.replica("awake", "awake-0"))
+        await remove(sup.redis, sup.keys, ReplicaRecord(id="awake-0", model="awake", url=""))
         await until(lambda: c_state(c, gw, "awake", "unavailable"))
         r = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "model": "awake"})
         assert r.status_code == 503 and r.json()["error"]["code"] == "no_ready_replica"

@@ -61,3 +61,26 @@ def test_bad_bodies_are_a_400_naming_the_field(body: object, param: str | None, 
     with pytest.raises(InvalidRequest, match=fragment) as err:
         parse(ctx(body), 1024)
     assert err.value.status == 400 and err.value.param == param
+
+
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize(
+    ("extra", "offered"),
+    [
+        ({}, False),
+        ({"tools": []}, False),
+        ({"tools": TOOLS}, True),
+        ({"tools": TOOLS, "tool_choice": "auto"}, True),
+        ({"tools": TOOLS, "tool_choice": "required"}, True),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "f"}}}, True),
+        ({"tools": TOOLS, "tool_choice": "none"}, False),
+        ({"tools": TOOLS, "tool_choice": {"type": "none"}}, False),  # Anthropic's form
+        ({"tools": TOOLS, "tool_choice": {"type": "any"}}, True),
+    ],
+)
+def test_calls_tools_unless_none_is_chosen(extra: dict[str, object], offered: bool) -> None:
+    c = ctx({**CHAT, **extra})
+    parse(c, 1024)
+    assert c.calls_tools is offered

@@ -12,6 +12,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from contract import registry
 from contract.fleet import parse_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord
@@ -27,7 +28,7 @@ FLEET = "models:\n - name: m\n   source: {path: /m}\n - name: n\n   source: {pat
 
 
 async def publish(redis: aioredis.Redis, keys: RedisKeys, rec: ReplicaRecord) -> None:
-    await redis.set(keys.replica(rec.model, rec.id), rec.model_dump_json(), px=60_000)
+    await registry.publish(redis, keys, rec, 60)
 
 
 def ids(table: ReplicaTable, model: str) -> list[str]:
@@ -55,7 +56,9 @@ async def test_a_redis_restart_keeps_the_last_known_replicas_until_republished(
         await publish(redis, keys, ReplicaRecord(id="n-0", model="n", url="http://127.0.0.1:2"))
         await d.refresh()
         assert ids(table, "m") == ["m-0"] and ids(table, "n") == ["n-0"]
-        await redis.delete(keys.replica("n", "n-0"))  # same server: a withdrawn replica goes at once
+        await registry.remove(
+            redis, keys, ReplicaRecord(id="n-0", model="n", url="")
+        )  # same server: a withdrawn replica goes at once
         await d.refresh()
         assert ids(table, "n") == []
         server.kill()
@@ -67,7 +70,7 @@ async def test_a_redis_restart_keeps_the_last_known_replicas_until_republished(
         await d.refresh()
         assert ids(table, "m") == ["m-1"]  # republished: the registry is followed again
         d.hold_until = 0.0  # the hold is over (its length is hold_s, one registry TTL)
-        await redis.delete(keys.replica("m", "m-1"))
+        await registry.remove(redis, keys, ReplicaRecord(id="m-1", model="m", url=""))
         await d.refresh()
         assert ids(table, "m") == []
     finally:

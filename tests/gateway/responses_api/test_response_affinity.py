@@ -125,7 +125,7 @@ async def test_holder_gone_or_restarted_is_said_never_rerouted(
     lost = next(r for r in made if tag(r.id, engines) == 0)
     kept = next(r for r in made if tag(r.id, engines) == 1)
     r = aioredis.Redis.from_url(redis_url)
-    await r.delete(RedisKeys(prefix).replica(MODEL, f"{MODEL}-0"))
+    await r.hdel(RedisKeys(prefix).registry(MODEL), f"{MODEL}-0")
     await r.aclose()
     for url in gateways:
         await wait_replicas(url, 1)

@@ -190,7 +190,7 @@ async def test_restarted_or_departed_replica_loses_its_entries(
             assert not any("r0" in now.get(k, []) for k in old)
             assert not old & set(await r.zrange(keys.prefix_lru(MODEL, "r0"), 0, -1))
 
-            await r.delete(keys.replica(MODEL, "r1"))  # r1 leaves the registry
+            await r.hdel(keys.registry(MODEL), "r1")  # r1 leaves the registry
 
             async def departure_seen() -> bool:
                 return not await r.hexists(keys.prefix_instances(MODEL), "r1")

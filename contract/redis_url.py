@@ -1,0 +1,91 @@
+"""One Redis URL for every component (gateways, supervisor, sidecar, key store), in three topologies:
+
+- ``redis://[user:pass@]host:port/db`` (``rediss://`` for TLS, ``unix://``): one server;
+- ``redis+sentinel://[user:pass@]host:port,host:port/service?db=0``: the master of ``service`` as the
+  Sentinels name it (the password is the master's; ``sentinel_password=`` for the Sentinels' own); a
+  connection that fails asks the Sentinels again, so a failover is followed without a restart;
+- ``redis+cluster://[user:pass@]host:port,host:port``: a Redis Cluster from any of its nodes; redis-py's
+  cluster client follows MOVED and ASK.
+
+:func:`connect` builds the redis-py client; :func:`parse` the parts (the lean pipelined client uses them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import Sentinel
+
+SENTINEL, CLUSTER = "redis+sentinel", "redis+cluster"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisUrl:
+    """A parsed Redis URL: its kind (``single``, ``sentinel``, ``cluster``) and what that kind needs."""
+
+    kind: str
+    url: str
+    nodes: tuple[tuple[str, int], ...] = ()
+    service: str = ""
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    sentinel_password: str | None = None
+
+
+def parse(url: str) -> RedisUrl:
+    scheme = url.split("://", 1)[0]
+    if scheme not in (SENTINEL, CLUSTER):
+        return RedisUrl("single", url)
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    creds, _, hosts = netloc.rpartition("@")
+    user, _, password = creds.partition(":") if creds else ("", "", "")
+    nodes = tuple(node(h) for h in hosts.split(",") if h)
+    if not nodes:
+        raise ValueError(f"{scheme} URL names no host: {url!r}")
+    query = parse_qs(parts.query)
+    db = int(query.get("db", ["0"])[0])
+    kind = "sentinel" if scheme == SENTINEL else "cluster"
+    service = parts.path.strip("/")
+    if kind == "sentinel" and not service:
+        raise ValueError(f"a Sentinel URL names its service as the path: {url!r}")
+    if kind == "cluster" and db:
+        raise ValueError(f"Redis Cluster has database 0 only: {url!r}")
+    return RedisUrl(
+        kind, url, nodes, service, db, unquote(user) or None, unquote(password) or None,
+        query.get("sentinel_password", [None])[0],
+    )  # fmt: skip
+
+
+def node(hostport: str) -> tuple[str, int]:
+    host, _, port = hostport.rpartition(":")
+    return (host or hostport, int(port)) if port.isdigit() else (hostport, 26379)
+
+
+def connect(url: str, **kwargs: Any) -> aioredis.Redis:
+    """A redis-py client for ``url`` with ``kwargs`` (timeouts, retry, pool size) on its connections.
+
+    A cluster client is returned typed as ``Redis``: it answers the same single-key commands and
+    scripts (every key the project uses carries a hash tag; see contract/redis_keys.py)."""
+    target = parse(url)
+    if target.kind == "single":
+        return aioredis.Redis.from_url(url, **kwargs)
+    auth: dict[str, Any] = {"username": target.username, "password": target.password}
+    if target.kind == "sentinel":
+        timeouts = {k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")}
+        sentinel = Sentinel(
+            list(target.nodes),
+            sentinel_kwargs={"password": target.sentinel_password, **timeouts},
+            db=target.db,
+            **auth,
+            **kwargs,
+        )
+        return cast(aioredis.Redis, sentinel.master_for(target.service))
+    kwargs.pop("max_connections", None)
+    startup = [ClusterNode(h, p) for h, p in target.nodes]
+    return cast(aioredis.Redis, RedisCluster(startup_nodes=startup, **auth, **kwargs))
