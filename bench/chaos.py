@@ -22,7 +22,10 @@ passes on to vLLM (with a suffix of its own), and every replica runs with ``--en
 ``Received request <id>`` lines in the replicas' logs say which replica ran what. A request id that
 reached an engine twice **ran twice**, unless the earlier run was on a replica killed -9 before it ended
 (its generation died with the process; the run elsewhere is its only one): those are counted apart as
-**rerun after a kill**. Ran twice must be 0 as well; the exit status is 1 otherwise.
+**rerun after a kill**. A continuation of a migrated generation (vLLM id with ``-moveN``: the gateway
+went on where a failed replica stopped, docs/gateway/migration.md) is counted apart too, as
+**continued**. Ran twice must be 0 as well. The replica faults (kill -9, SIGSTOP) must leave no stream
+broken: none cut, none ended by an error event (migration). The exit status is 1 otherwise.
 
     python -m bench.chaos                        # its own stack on free ports (several minutes to start)
     python -m bench.chaos --phase-s 20 --concurrency 4   # shorter
@@ -67,8 +70,11 @@ log = logging.getLogger("llmgw.chaos")
 ANSWERED, CLEAR, CUT, LOST = "answered", "clear error", "cut", "lost"
 LOG_REQUESTS = "--enable-log-requests"  # vLLM logs "Received request <id>" for each request it takes
 # vLLM's id for a request: an endpoint prefix (chatcmpl-, cmpl-, embd-), the id the gateway passed on
-# (the client's X-Request-Id, '-', 12 hex digits of its own), perhaps a prompt index.
-RECEIVED = re.compile(rb"Received request \S*?(chaos\.[0-9a-f]+\.\d+\.\d+)-[0-9a-f]{12}\b")
+# (the client's X-Request-Id, '-', 12 hex digits of its own), perhaps a prompt index; a continuation of a
+# migrated generation adds -moveN (the same generation, continued on another replica).
+RECEIVED = re.compile(rb"Received request \S*?(chaos\.[0-9a-f]+\.\d+\.\d+)-[0-9a-f]{12}(-move\d+)?\b")
+# The faults a migrating stream must outlive: no stream of theirs may be cut or end with an error event.
+STREAMS_SURVIVE = frozenset({"kill -9 vLLM replica", "freeze replica"})
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,8 @@ class EngineRuns:
     runs: Counter[str] = field(default_factory=Counter)
     killed: Counter[str] = field(default_factory=Counter)
     by_replica: Counter[str] = field(default_factory=Counter)
+    moved: Counter[str] = field(default_factory=Counter)
+    """Continuations of migrated generations (not second runs: each goes on where one stopped)."""
 
     @property
     def ids(self) -> set[str]:
@@ -150,7 +158,10 @@ def count_engine_runs(logs: list[Path], prefix: str, cuts: dict[Path, int]) -> E
             rid = m.group(1).decode()
             if not rid.startswith(prefix):
                 continue
-            (out.killed if m.start() < cut else out.runs)[rid] += 1
+            if m.group(2):
+                out.moved[rid] += 1
+            else:
+                (out.killed if m.start() < cut else out.runs)[rid] += 1
             out.by_replica[path.stem] += 1
     return out
 
@@ -546,8 +557,15 @@ class PhaseResult:
     problems: list[str] = field(default_factory=list)
 
     @property
+    def broken_streams(self) -> int:
+        """Streams cut or ended by an error event (a fault in STREAMS_SURVIVE must leave none)."""
+        errors = sum(n for detail, n in self.tally.errors.items() if detail.startswith("stream "))
+        return self.tally.total(CUT) + errors
+
+    @property
     def failed(self) -> bool:
-        return bool(self.tally.total(LOST) or self.engine.ran_twice or self.problems)
+        broken = self.name in STREAMS_SURVIVE and self.broken_streams > 0
+        return bool(self.tally.total(LOST) or self.engine.ran_twice or self.problems or broken)
 
     def summary(self) -> dict[str, Any]:
         t, e = self.tally, self.engine
@@ -557,6 +575,7 @@ class PhaseResult:
             "clear errors": dict(t.errors), "lost or cut": t.lost,
             "at the engines": len(e.ids), "by replica": dict(e.by_replica),
             "rerun after a kill": len(e.rerun_after_kill), "ran twice": len(e.ran_twice),
+            "continued (migrated)": sum(e.moved.values()), "broken streams": self.broken_streams,
             "ran twice ids": e.ran_twice[:10], "problems": self.problems,
         }  # fmt: skip
 

@@ -3,7 +3,8 @@
 The FAKE ENGINE (testing/fake_engine.py) stands in for vLLM.  The proxy under test is pinned to
 core 0; the engine and this load generator share core 1.  For each target (direct to the engine,
 nginx alone, the gateway with admission off and on, and, over two fake replicas with admission off,
-``rr-2`` round robin against ``prefix-2`` the default policy with its shared prefix index in Redis),
+``rr-2`` round robin against ``prefix-2`` the default policy with its shared prefix index in Redis; and
+``gateway-no-migration``, the gateway with mid-stream migration off: what recording token ids costs),
 and vLLM Router (the Rust router of the ``vllm-router`` package) as the peer: round robin over one engine,
 round robin over two, its default cache_aware over two, and each shape (non-streamed 16 tokens, streamed
 64 tokens) at concurrency 1, 32 and 256 it prints requests/s, p50/p99 latency and TTFT, the added p50 over
@@ -159,7 +160,12 @@ def start_router(tmp: Path, engines: list[Proc], policy: str) -> Proc:
 
 
 def start_gateway(
-    tmp: Path, engines: list[Proc], redis: Proc, admission: bool, policy: str = "round_robin"
+    tmp: Path,
+    engines: list[Proc],
+    redis: Proc,
+    admission: bool,
+    policy: str = "round_robin",
+    migration: bool = True,
 ) -> Proc:
     port = free_port()
     fleet = tmp / f"fleet-bench-{port}.yaml"
@@ -167,7 +173,7 @@ def start_gateway(
     fleet.write_text(
         "models:\n  - name: fake-model\n"
         f"    endpoints: [{urls}]\n    concurrency: 4096\n"
-        f"    max_queue: 4096\n    policy: {policy}\n"
+        f"    max_queue: 4096\n    policy: {policy}\n    migration: {str(migration).lower()}\n"
     )
     env = {
         "LLMGW_ADMISSION": str(admission).lower(),
@@ -307,7 +313,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--targets",
         nargs="+",
-        default=["direct", "nginx", *ROUTERS, "gateway", "gateway+admission", "rr-2", "prefix-2"],
+        default=[
+            "direct",
+            "nginx",
+            *ROUTERS,
+            "gateway",
+            "gateway-no-migration",
+            "gateway+admission",
+            "rr-2",
+            "prefix-2",
+        ],
     )
     p.add_argument("--streams", type=int, default=1000, help="concurrent streams check (0 to skip)")
     p.add_argument("--soak", type=float, default=0, help="seconds of soak at concurrency 256 (0 to skip)")
@@ -353,7 +368,8 @@ def bench_one(
             gateway = start_gateway(tmp, [engine, second], redis, admission=False, policy=TWO_REPLICAS[name])
             with started(gateway) as gw:
                 return bench_target(name, gw, gw.port, args)
-    with started(start_gateway(tmp, [engine], redis, admission=name.endswith("admission"))) as gw:
+    migration = name != "gateway-no-migration"  # today's relay: no token ids recorded (the cost of migration)
+    with started(start_gateway(tmp, [engine], redis, name.endswith("admission"), migration=migration)) as gw:
         rows = bench_target(name, gw, gw.port, args)
         if name == "gateway" and args.streams:
             notes.append(many_streams(tmp, gw, args.streams))

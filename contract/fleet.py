@@ -199,6 +199,11 @@ class Model(Strict):
     """To make room for a wake, idle models of lower or equal priority are put to sleep (LRU first)."""
     sleep: SleepMode = Field(default_factory=SleepMode)
     """vLLM sleep mode of an on-demand model on a GPU."""
+    migration: bool | None = None
+    """A generation whose replica fails mid-stream continues, token-exact, on another replica
+    (docs/gateway/migration.md); unset: on for generation models."""
+    migration_attempts: Annotated[int, Field(ge=1, le=10)] = 2
+    """How many times one request may move (within its deadline); then the SSE error event."""
 
     @model_validator(mode="after")
     def _sleep_level_can_wake(self) -> Model:
@@ -248,6 +253,11 @@ class Model(Strict):
     @property
     def kind(self) -> Literal["chat", "embedding"]:
         return "embedding" if self.engine.runner == "pooling" else "chat"
+
+    @property
+    def migrates(self) -> bool:
+        """True when a broken generation of this model continues on another replica."""
+        return self.migration if self.migration is not None else self.kind == "chat"
 
 
 class Defaults(Strict):

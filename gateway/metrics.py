@@ -174,6 +174,22 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.migrations = Counter(
+            "llmgw_migrations",
+            "Streams whose replica failed after the first byte, by model and outcome: continued (whole, on "
+            "another replica), ended (the last token had come: the gateway wrote the end), failed (no "
+            "replica could continue it: SSE error event), not_movable (the request cannot move: SSE error).",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.migration_stall = Histogram(
+            "llmgw_migration_stall_seconds",
+            "The gap a migration added to a stream: from the last event of the failed replica to the first "
+            "event of the continuation.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
 
         self.model_state = Gauge(
             "llmgw_model_state",

@@ -59,6 +59,11 @@ class GatewaySettings(BaseSettings):
     """Attempts on other replicas while no replica may be running the request."""
     retry_deadline_s: Seconds = 15.0
     """Failover deadline, checked before every attempt."""
+    migration_stall_s: Seconds = 5.0
+    """A migrating stream with no token this long moves to another replica (docs/gateway/migration.md;
+    with nowhere to move, ``chunk_timeout_s`` stands)."""
+    migration_watch_s: Seconds = 0.5
+    """How often a migrating stream that waits for its replica checks it is still registered."""
     max_connections: Annotated[int, Field(ge=1)] = 1024
     """Upstream connections the gateway keeps open (all replicas together)."""
     keepalive_timeout_s: Seconds = Field(

@@ -1,12 +1,12 @@
 """The values every step of the request path shares: who calls (:class:`Caller`), what the request may
 cost in tokens (:class:`Asked`, :class:`TokenCost`, :class:`Charge`), what a routing policy may know of
-it (:class:`RouteRequest`), and the small object a request carries through the steps
-(:class:`RequestContext`)."""
+it (:class:`RouteRequest`), whether a generation may move mid-way (:class:`MigrationPlan`), and the
+small object a request carries through the steps (:class:`RequestContext`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from contract.fleet import Model
 from gateway.endpoints import ROUTES, Route
@@ -80,6 +80,20 @@ class Caller:
 
 
 @dataclass(slots=True)
+class MigrationPlan:
+    """Whether a streamed request may move (``reason`` says why not) and what the seam needs."""
+
+    payload: dict[str, Any]
+    reason: str = ""
+    chat: bool = True
+    keep_ids: bool = False
+    usage: bool = False
+    attempts: int = 2
+    whole: bool = False
+    """The client asked a non-streamed answer: the gateway streams it upstream and answers it whole."""
+
+
+@dataclass(slots=True)
 class RequestContext:
     request_id: str
     endpoint: str
@@ -123,6 +137,8 @@ class RequestContext:
     """The request offers tools the model may call (pipeline/parse.py ``calls_tools``)."""
     query: bytes = b""
     """The request's query string (only a path without a body reads it: its ``model``)."""
+    migration: MigrationPlan | None = None
+    """A generation that may move to another replica mid-way (gateway/migration/)."""
     traceparent: str = ""
     """W3C trace context for the replica: the client's, or a new one (gateway/tracing.py)."""
     tracestate: str = ""

@@ -26,6 +26,10 @@ then close), ``stall-after-N`` (after N chunks, nothing more), ``slow-first-MS``
 ``slow-500-MS`` (wait, then answer 500), ``503`` and ``slow-503-MS`` (refuse, as a draining or
 overloaded vLLM does); ``--fault metrics-500``: ``/metrics`` answers 500. ``/stats`` counts generations
 started and served.
+A stream that asks ``return_token_ids`` (or a completion whose prompt is token ids) gets vLLM's frames
+with token ids, deterministic so that a continuation equals an undisturbed run (testing/fake_tokens.py;
+``--multibyte``: tokens that end inside UTF-8 characters); its faults count token frames and add
+``error-after-N`` (vLLM's in-stream error frame) and ``garbage-after-N`` (a frame that is not JSON).
 With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
 ``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
 """
@@ -45,6 +49,7 @@ import uvloop
 from testing.fake_apis import FakeApis, bad_request, error
 from testing.fake_prefix_cache import PrefixCache, prompt_text
 from testing.fake_sleep import FakeSleep, SleepConfig
+from testing.fake_tokens import TokenFrames, error_frame
 
 
 @dataclass
@@ -80,6 +85,7 @@ class Config:
     sleep: SleepConfig = field(default_factory=SleepConfig)
     prefix_cache_blocks: int = 0
     prefill_ms_per_block: float = 0.0
+    multibyte: bool = False
     max_model_len: int = 2048
 
 
@@ -94,7 +100,7 @@ def chunked(data: bytes) -> bytes:
 
 
 def completion_body(cfg: Config, chat: bool, n: int, rid: str) -> bytes:
-    text = "tok " * n
+    text = "".join(f"tok{i} " for i in range(n))  # what the same request streams
     choice = {"index": 0, "finish_reason": "length"}
     if chat:
         choice["message"] = {"role": "assistant", "content": text}
@@ -370,6 +376,10 @@ class FakeEngine(asyncio.Protocol):
             return self.send(200, json.dumps(data).encode())
         n = int(req.get("max_tokens") or self.cfg.tokens)
         chat = path == "/v1/chat/completions"
+        if req.get("stream") and req.get("return_token_ids"):
+            return await self.stream_tokens(
+                TokenFrames(req, chat, self.cfg.model, rid, self.cfg.multibyte, self.cfg.tokens), fault
+            )
         if not req.get("stream"):
             return self.send(200, completion_body(self.cfg, chat, n, rid))
         die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
@@ -409,6 +419,33 @@ class FakeEngine(asyncio.Protocol):
         self.write(chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         return True
 
+    async def stream_tokens(self, frames: TokenFrames, fault: str) -> bool:
+        """A stream with token ids; a fault ``KIND-after-N`` (or ``die-mid-N``) strikes after N tokens."""
+        kind, _, after = fault.replace("die-mid-", "die-mid-after-").rpartition("-after-")
+        at = int(after) if kind and after.isdigit() else -1
+        self.write(http_head(200, "text/event-stream", None))
+        for j in range(frames.n):
+            if j == at:
+                return await self.strike(kind, frames.token(j))
+            if self.cfg.delay_ms:
+                await asyncio.sleep(self.cfg.delay_ms / 1000)
+            self.write(chunked(frames.token(j)))
+        self.write(b"".join(chunked(e) for e in frames.tail()) + b"0\r\n\r\n")
+        return True
+
+    async def strike(self, kind: str, event: bytes) -> bool:
+        """die (close), die-mid (half a frame, close), stall (freeze), error (vLLM's error frame),
+        garbage (a frame that is not JSON)."""
+        if kind == "stall":
+            await asyncio.sleep(3600)
+        if kind == "die-mid":
+            self.write(chunked(event[: len(event) // 2]))
+        if kind in ("error", "garbage"):
+            bad = error_frame() if kind == "error" else b"data: <html>bad gateway</html>\n\n"
+            self.write(chunked(bad) + chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            return True
+        return False
+
 
 async def serve(cfg: Config, host: str, port: int, count: int = 1) -> None:
     """``count`` engines, each with its own stats, on ``port`` .. ``port + count - 1``."""
@@ -439,6 +476,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--delay-ms", type=float, default=0.0)
     p.add_argument("--latency-ms", type=float, default=0.0, help="wait before answering any generation")
     p.add_argument("--fault", default="")
+    p.add_argument("--multibyte", action="store_true", help="token ids: pieces of UTF-8 characters")
     p.add_argument("--kv-blocks", type=int, default=0, help="report a KV cache of N 16-token blocks")
     p.add_argument("--prefix-cache-blocks", type=int, default=0, help="model a prefix cache of N blocks")
     p.add_argument("--prefill-ms-per-block", type=float, default=0.0, help="wait per missed block")
@@ -458,7 +496,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     cfg = Config(
         a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
-        a.prefix_cache_blocks, a.prefill_ms_per_block, a.max_model_len,
+        prefix_cache_blocks=a.prefix_cache_blocks, prefill_ms_per_block=a.prefill_ms_per_block,
+        multibyte=a.multibyte, max_model_len=a.max_model_len,
     )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))

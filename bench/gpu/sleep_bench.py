@@ -22,6 +22,7 @@ import asyncio
 import json
 import random
 import re
+import statistics
 import subprocess
 import time
 from collections.abc import Sequence
@@ -237,7 +238,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
 def stats(xs: list[float]) -> str:
     if not xs:
         return "-"
-    return f"{min(xs):.3f}–{max(xs):.3f} s (median {sorted(xs)[len(xs) // 2]:.3f}, n={len(xs)})"
+    return f"{min(xs):.3f}–{max(xs):.3f} s (median {statistics.median(xs):.3f}, n={len(xs)})"
 
 
 def rate(bursts: list[dict[str, Any]]) -> float:

@@ -40,8 +40,11 @@ async def forward(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> Upstream
     raise ctx.upstream_error
 
 
-async def attempt_on(gw: Gateway, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> Upstream:
-    """One attempt: pick among the candidates not tried yet, send, wait for the answer's head."""
+async def attempt_on(
+    gw: Gateway, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint], path: bytes | None = None
+) -> Upstream:
+    """One attempt: pick among the candidates not tried yet, send (to ``path``, by default the client's),
+    wait for the answer's head."""
     choices = candidates(ctx, pool, tried)
     if not choices:
         if ctx.upstream_error is None and ctx.holders is not None:
@@ -68,7 +71,7 @@ async def attempt_on(gw: Gateway, ctx: RequestContext, pool: ModelPool, tried: l
             up = await open_stream(
                 gw.upstream,
                 ep.url,
-                ctx.upstream_path,
+                path or ctx.upstream_path,
                 ctx.body,
                 request_headers(ctx, forward_traceparent(ctx, span)) + gw.credentials.upstream(ep),
                 wait_s(gw, ctx),

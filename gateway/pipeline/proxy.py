@@ -19,6 +19,7 @@ from starlette.types import Receive, Scope
 
 from gateway.endpoints import Route
 from gateway.errors import GatewayError, InternalError, ModelNotFound, error_response
+from gateway.migration.stream import plan_migration
 from gateway.pipeline.admit import admit
 from gateway.pipeline.intake import read_body, request_id, upstream_id, wanted_headers
 from gateway.pipeline.media import check_media
@@ -70,6 +71,7 @@ class Proxy:
             await check_media(ctx.media, self.media_domains)
         await locate(ctx, gw.names, gw.affinity)  # 3
         model = resolve(ctx, gw.names, gw.lora.adapters)
+        ctx.migration = plan_migration(ctx, model)  # a generation that may move mid-way (gateway/migration)
         await charge(gw, ctx)
         pool = gw.table.find(model.name)
         if pool is None:  # a fleet reload removed the model since it was resolved

@@ -16,6 +16,7 @@ from gateway.admission.base import Lease
 from gateway.errors import GatewayError, ShuttingDown, sse_error_event
 from gateway.pipeline.admit import until_awake
 from gateway.pipeline.forward import EJECT, NONE, done, forward, wait_s
+from gateway.pipeline.migrate import read_moving, source_for
 from gateway.pipeline.settle import holding, stream_usage, usage_of
 from gateway.pipeline.usage import UsageStrip
 from gateway.replicas.table import ModelPool
@@ -38,9 +39,14 @@ async def answer(
             await until_awake(gw, ctx, pool)
         up = await forward(gw, ctx, pool)
         ctx.status, ctx.reply_type = up.status, up.content_type
+        source = source_for(gw, ctx, pool, up)  # an answer that may move to another replica mid-way
         if not streaming(ctx):
-            body = await read_whole(gw, ctx, up)
-            usage.prompt, usage.completion = usage_of(body)
+            if source is not None:  # asked whole, streamed upstream so that it can move
+                body = await read_moving(ctx, source)
+                usage.prompt, usage.completion = source.usage()
+            else:
+                body = await read_whole(gw, ctx, up)
+                usage.prompt, usage.completion = usage_of(body)
             usage.answered = True
             yield body
             return
@@ -55,11 +61,15 @@ async def answer(
         def end() -> None:  # the gateway is stopping: break the stream to give it its planned end
             nonlocal ended
             ended = True
-            up.response.close()
+            if source is None:
+                up.response.close()
+            else:
+                source.stop()  # its current replica's response, and no move after it
 
         token = gw.open_requests.open(end)
         try:
-            chunk, t = up.first, time.perf_counter()
+            chunk = up.first if source is None else await source.first()
+            t = time.perf_counter()
             while chunk:
                 events += chunk.count(b"data: ")
                 tail = tail[-4096:] + chunk
@@ -67,7 +77,10 @@ async def answer(
                 out = chunk if strip is None else strip.feed(chunk)
                 if out:  # the usage event alone: nothing to send
                     yield out
-                chunk = await next_chunk(up, gw.settings.chunk_timeout_s)
+                if source is None:
+                    chunk = await next_chunk(up, gw.settings.chunk_timeout_s)
+                else:
+                    chunk = await source.next()
                 now = time.perf_counter()
                 itl.observe(now - t)
                 t = now
@@ -79,13 +92,18 @@ async def answer(
             err = stream_error(exc, ctx.replica.url, ended)
             ctx.error = f"stream broke after it started: {err.message}"
             gw.metrics.stream_errors.labels(ctx.model.name).inc()
+            if ctx.model.migrates and (ctx.migration is None or ctx.migration.reason):
+                gw.metrics.migrations.labels(ctx.model.name, "not_movable").inc()
             rest = strip.rest() if strip is not None else b""
             yield rest + event_end(tail) + sse_error_event(err, ctx.api.dialect)
         finally:
             gw.open_requests.close(token)
-            up.response.close()
-            done(gw, ctx.replica, ctx, ok, EJECT if blame else NONE)
-            prompt, completion = stream_usage(tail)
+            if source is None:
+                up.response.close()
+                done(gw, ctx.replica, ctx, ok, EJECT if blame else NONE)
+            else:
+                source.close(ok, blame)
+            prompt, completion = stream_usage(tail) if source is None else source.usage()
             usage.prompt, usage.completion = prompt, completion or max(0, events - 1)
 
 

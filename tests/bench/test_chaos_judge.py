@@ -11,6 +11,8 @@ from bench.chaos import (
     CLEAR,
     LOG_REQUESTS,
     LOST,
+    PhaseResult,
+    Tally,
     count_engine_runs,
     judge_stream,
     judge_whole,
@@ -69,3 +71,24 @@ def test_engine_runs_tell_a_rerun_after_a_kill_from_a_generation_run_twice(tmp_p
 def test_request_logs_are_turned_on_for_every_model() -> None:
     fleet = with_request_logs({"models": [{"name": "a"}, {"name": "b", "engine": {"extra_args": ["--x"]}}]})
     assert [m["engine"]["extra_args"] for m in fleet["models"]] == [[LOG_REQUESTS], ["--x", LOG_REQUESTS]]
+
+
+def test_a_continuation_of_a_migrated_generation_is_not_a_second_run(tmp_path: Path) -> None:
+    p = "chaos.ab12.7."
+    frozen, other = tmp_path / "m-0.log", tmp_path / "m-1.log"
+    # m-0 was frozen with request 1 in flight (alive again later); the gateway continued it on m-1
+    frozen.write_text(received(p + "1"))
+    other.write_text(received(p + "1").replace("0123456789ab:", "0123456789ab-move1:") + received(p + "2"))
+    runs = count_engine_runs([frozen, other], p, {})
+    assert runs.ran_twice == [] and runs.moved == {p + "1": 1}
+    assert runs.ids == {p + "1", p + "2"}
+
+
+def test_replica_faults_must_leave_no_stream_broken() -> None:
+    tally = Tally()
+    tally.add("chat-stream", ANSWERED)
+    tally.add("chat", CLEAR, "504 upstream_timeout")  # a request that found the frozen replica: allowed
+    assert not PhaseResult("freeze replica", "", tally).failed
+    tally.add("chat-stream", CLEAR, "stream upstream_error")  # a stream ended by the error event
+    assert PhaseResult("freeze replica", "", tally).failed
+    assert not PhaseResult("kill -9 gateway", "", tally).failed  # other faults: a clear error is fine

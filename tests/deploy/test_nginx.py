@@ -315,7 +315,7 @@ def test_tls_server_block_serves_the_api(
         with httpx.Client(verify=ssl.create_default_context(cafile=str(crt)), timeout=20) as c:
             r = c.post(f"{base}/v1/chat/completions", json=CHAT)
             assert r.status_code == 200, r.text
-            assert r.json()["choices"][0]["message"]["content"] == "tok tok "
+            assert r.json()["choices"][0]["message"]["content"] == "tok0 tok1 "
             with c.stream("POST", f"{base}/v1/chat/completions", json={**CHAT, "stream": True}) as s:
                 events = [ln for ln in s.iter_lines() if ln.startswith("data: ")]
             assert events[-1] == "data: [DONE]"

@@ -66,9 +66,11 @@ async def stack(tmp_path_factory: pytest.TempPathFactory, otlp: TraceReceiver) -
         drain_grace_s=10,
         # Short enough that the chaos test's frozen replica (25 s) outlasts them; far above what the
         # small requests of these tests take.
+        # A stream whose replica gives no token for 2 s moves to the other replica (test_migration_live).
         gateway_env={
             "LLMGW_FIRST_BYTE_TIMEOUT_S": "20",
             "LLMGW_CHUNK_TIMEOUT_S": "10",
+            "LLMGW_MIGRATION_STALL_S": "2",
             "LLMGW_TRACING": "true",
             "LLMGW_OTLP_TRACES_ENDPOINT": otlp.endpoint,
         },

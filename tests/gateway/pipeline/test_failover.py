@@ -81,7 +81,7 @@ async def test_fails_over_before_first_byte(
             for _ in range(4):
                 r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
                 assert r.status_code == 200, r.text
-                assert r.json()["choices"][0]["message"]["content"] == "tok " * 6
+                assert r.json()["choices"][0]["message"]["content"] == "".join(f"tok{i} " for i in range(6))
             metrics = (await c.get(f"{gw}/metrics")).text
     if bad == "refused":  # a connection refused ejects at once; a 503 counts toward a run of them
         assert 'llmgw_ejections_total{model="m",replica="m-0"} 1.0' in metrics
@@ -109,6 +109,7 @@ async def test_stream_broken_mid_way_ends_with_error_event_then_done(
     async with gateway(tmp_path, redis_url, [engines["die"].url]) as gw:
         async with httpx.AsyncClient(timeout=20) as c:
             r = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "stream": True})
+    # its only replica dies: nowhere to move
     events = [e.removeprefix("data: ") for e in r.text.strip().split("\n\n")]
     assert r.status_code == 200
     assert len(events) == 5 and events[-1] == "[DONE]"
@@ -126,17 +127,24 @@ async def test_stream_broken_mid_event_gets_its_error_event_apart(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
     # The replica dies after two events and half of the third: the half event is ended first, so the
-    # error event and [DONE] are events of their own (an SSE client can still read them).
+    # error event and [DONE] are events of their own (an SSE client can still read them). A request that
+    # cannot move (logprobs) is relayed as it comes; one that may move is relayed event by event, so the
+    # half event never reaches the client.
     async with gateway(tmp_path, redis_url, [engines["die_mid"].url]) as gw:
         async with httpx.AsyncClient(timeout=20) as c:
-            r = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "stream": True})
-    assert r.status_code == 200
-    events = r.text.split("\n\n")
-    assert events[-1] == "" and events[-2] == "data: [DONE]"
-    error = json.loads(events[-3].removeprefix("data: "))
-    assert_error_shape(error)
-    assert error["error"]["type"] == "upstream_error"
-    assert events[2].startswith('data: {"id"') and "error" not in events[2]
+            relayed = await c.post(
+                f"{gw}/v1/chat/completions", json={**CHAT, "stream": True, "logprobs": True}
+            )
+            movable = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "stream": True})
+    for r, half in ((relayed, True), (movable, False)):
+        assert r.status_code == 200
+        events = r.text.split("\n\n")
+        assert events[-1] == "" and events[-2] == "data: [DONE]"
+        error = json.loads(events[-3].removeprefix("data: "))
+        assert_error_shape(error)
+        assert error["error"]["type"] == "upstream_error"
+        assert len(events) == 5 + half
+        assert not half or (events[2].startswith('data: {"id"') and "error" not in events[2])
 
 
 async def test_stream_stalled_mid_way_ends_with_error_event_and_no_ejection(

@@ -83,6 +83,7 @@ async def test_each_endpoint_gets_its_own_key_and_never_the_workers(
             {
                 "name": "ext",
                 "policy": "round_robin",
+                "migration": False,  # the recorder answers plain completions, without token ids
                 "endpoints": [
                     {"url": by_env.url, "api_key_env": "EXT_ENDPOINT_KEY"},
                     {"url": by_file.url, "api_key_file": str(key_file)},

@@ -1,0 +1,139 @@
+"""Which requests may move, and the continuation request built from the original.
+
+The continuation goes to ``/v1/completions`` with ``prompt`` = the prompt's token ids + the ids generated
+up to the clean seam: vLLM takes a prompt of token ids as is (no template, no special tokens added), so
+the model sees exactly the sequence it was extending. Every sampling parameter is kept; ``max_tokens``
+(and ``min_tokens``) shrink by what was generated; a client's ``seed`` becomes :func:`derived_seed`
+(the same seed would replay the random draws of the start). What cannot continue exactly is refused by
+:func:`why_not` with the reason; such a request keeps today's end (the SSE error event).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+MOVABLE_PATHS = frozenset({"chat/completions", "completions"})
+# Parameters copied to the continuation as they are: their meaning does not depend on where it starts.
+KEPT = frozenset(
+    {
+        "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "stop_token_ids", "ignore_eos",
+        "skip_special_tokens", "spaces_between_special_tokens", "include_stop_str_in_output",
+        "logit_bias", "allowed_token_ids", "bad_words", "user", "priority", "cache_salt", "vllm_xargs",
+        "return_token_ids",
+    }
+)  # fmt: skip
+# Parameters of the original request that the continuation does not need: the prompt's shape (it is
+# now token ids), the stream's options (the gateway sets them) and what is rebuilt below.
+DROPPED = frozenset(
+    {
+        "model", "messages", "prompt", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+        "min_tokens", "seed", "chat_template", "chat_template_kwargs", "add_generation_prompt",
+        "continue_final_message", "add_special_tokens", "documents", "request_id", "echo", "n",
+        "tool_choice", "parallel_tool_calls", "stop", "frequency_penalty", "presence_penalty",
+        "logprobs", "top_logprobs", "response_format", "tools", "best_of", "use_beam_search",
+        "include_reasoning", "return_prompt_text", "reasoning_effort", "metadata", "store",
+    }
+)  # fmt: skip
+
+
+SEED_MULTIPLIER = 1_000_003
+SEED_MODULUS = 2**31 - 1
+
+
+def derived_seed(seed: int, offset: int) -> int:
+    """The continuation's seed: ``(seed * 1000003 + offset) mod (2**31 - 1)``, where ``offset`` is the
+    number of generated tokens the continuation starts after (so two seams never share a seed)."""
+    return (seed * SEED_MULTIPLIER + offset) % SEED_MODULUS
+
+
+def _multimodal(messages: object) -> bool:
+    if not isinstance(messages, list):
+        return False
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(
+            not isinstance(p, dict) or p.get("type") != "text" for p in content
+        ):
+            return True
+    return False
+
+
+def _numbers(payload: dict[str, Any], *names: str) -> list[str]:
+    return [n for n in names if payload.get(n) not in (None, 0, 0.0)]
+
+
+def why_not(payload: dict[str, Any], path: str, adapter: bool = False) -> str:
+    """The reason the request cannot move, or ``""`` when it can continue token-exact."""
+    checks: list[tuple[bool, str]] = [
+        (path not in MOVABLE_PATHS, f"the {path} API streams its own events"),
+        (adapter, "a LoRA adapter is not migrated"),
+        ((payload.get("n") or 1) != 1 or (payload.get("best_of") or 1) != 1, "n > 1"),
+        (bool(payload.get("use_beam_search")), "beam search"),
+        (_logprobs(payload), "logprobs"),
+        (payload.get("prompt_logprobs") is not None, "prompt logprobs"),
+        (bool(payload.get("echo")), "echo"),
+        (bool(payload.get("tools")) and payload.get("tool_choice") != "none", "tool calls"),
+        (bool(payload.get("include_reasoning")), "reasoning"),
+        (_response_format(payload), "structured output"),
+        (bool(payload.get("stop")), "stop strings (their held-back text spans the seam)"),
+        (bool(_numbers(payload, "frequency_penalty", "presence_penalty")), "frequency/presence penalty"),
+        (_multimodal(payload.get("messages")), "multimodal input"),
+        (_many_prompts(payload.get("prompt")), "several prompts"),
+        (_continuous_usage(payload), "continuous usage stats"),
+    ]
+    for failed, reason in checks:
+        if failed:
+            return reason
+    unknown = sorted(k for k in payload if k not in KEPT and k not in DROPPED)
+    return f"parameters not known to migrate: {', '.join(unknown)}" if unknown else ""
+
+
+def _response_format(payload: dict[str, Any]) -> bool:
+    fmt = payload.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
+        return True
+    return any(payload.get(k) is not None for k in ("structured_outputs", "guided_json", "guided_regex"))
+
+
+def _many_prompts(prompt: object) -> bool:
+    return isinstance(prompt, list) and bool(prompt) and not isinstance(prompt[0], int)
+
+
+def _continuous_usage(payload: dict[str, Any]) -> bool:
+    options = payload.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("continuous_usage_stats"))
+
+
+def wants_usage(payload: dict[str, Any]) -> bool:
+    options = payload.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
+def first_request(payload: dict[str, Any]) -> bytes:
+    """The original request as sent to the replica: the client's, asking for token ids too."""
+    return orjson.dumps({**payload, "return_token_ids": True})
+
+
+def continuation(
+    payload: dict[str, Any], model: str, prompt_ids: list[int], ids: list[int], usage: bool
+) -> bytes:
+    """The ``/v1/completions`` body that continues ``payload`` after ``ids`` (the clean seam)."""
+    body: dict[str, Any] = {k: v for k, v in payload.items() if k in KEPT}
+    body.update(model=model, prompt=prompt_ids + ids, stream=True, return_token_ids=True)
+    limit = payload.get("max_completion_tokens") or payload.get("max_tokens")
+    if limit is not None:
+        body["max_tokens"] = max(1, int(limit) - len(ids))
+    if payload.get("min_tokens"):
+        body["min_tokens"] = max(0, int(payload["min_tokens"]) - len(ids))
+    if payload.get("seed") is not None:
+        body["seed"] = derived_seed(int(payload["seed"]), len(ids))
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    return orjson.dumps(body)
+
+
+def _logprobs(payload: dict[str, Any]) -> bool:
+    asked = payload.get("logprobs")
+    return (asked is not None and asked is not False) or bool(payload.get("top_logprobs"))

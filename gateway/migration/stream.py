@@ -1,0 +1,301 @@
+"""The relay's source for a stream that may move: reads the replica event by event (token ids recorded
+and stripped), and when the replica fails after the first byte (connection reset or EOF, an error or
+malformed frame, no token within ``migration_stall_s``, the replica leaving the registry) continues the
+generation on another replica of the model, at most ``migration_attempts`` times within the request's
+deadline. Past that, the failure goes to the relay, which ends the stream as it does today (the SSE error
+event)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import orjson
+
+from contract.fleet import Model
+from gateway.errors import GatewayError
+from gateway.metrics import GatewayMetrics
+from gateway.migration.frames import EventSplitter
+from gateway.migration.plan import MOVABLE_PATHS, continuation, why_not
+from gateway.migration.record import MalformedFrame, Recorder
+from gateway.migration.seam import Diverged, Seam, ending
+from gateway.migration.whole import assemble
+from gateway.replicas.table import Endpoint, ModelPool
+from gateway.settings import GatewaySettings
+from gateway.upstream.client import FAILURES, Retryable, Upstream
+from gateway.upstream.http1 import UpstreamClosed
+from gateway.values import MigrationPlan, RequestContext
+
+log = logging.getLogger("llmgw.migration")
+CONTINUE_PATH = b"/v1/completions"
+TOKEN_IDS_FLAG = b'{"return_token_ids":true,'
+
+
+class ReplicaLeft(UpstreamClosed):
+    """The replica serving the stream left the registry while the stream waited for it."""
+
+
+class MigrationFailed(UpstreamClosed):
+    """No replica could continue the stream (or the continuation differs from what the client saw)."""
+
+
+def plan_migration(ctx: RequestContext, model: Model) -> MigrationPlan | None:
+    """The plan of a generation of a model that migrates; None for any other request. A request that
+    may move is sent asking for token ids (``ctx.body`` rewritten); a non-streamed one is sent streamed
+    (the gateway answers it whole)."""
+    if not model.migrates or ctx.api.name not in MOVABLE_PATHS:
+        return None
+    payload = orjson.loads(ctx.body)
+    adapter = ctx.model_name not in (model.name, *model.aliases)
+    plan = MigrationPlan(payload, why_not(payload, ctx.api.name, adapter), ctx.api.name == "chat/completions")
+    if plan.reason:
+        return plan
+    if not ctx.stream:
+        plan.whole, plan.attempts = True, model.migration_attempts
+        plan.keep_ids = bool(payload.get("return_token_ids"))
+        ctx.body = orjson.dumps({**payload, "stream": True, "return_token_ids": True})
+        return plan
+    options = payload.get("stream_options")
+    plan.usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    plan.keep_ids, plan.attempts = bool(payload.get("return_token_ids")), model.migration_attempts
+    if "return_token_ids" not in payload:
+        body = ctx.body.lstrip()
+        ctx.body = (
+            TOKEN_IDS_FLAG + body[1:] if body[1:].lstrip()[:1] != b"}" else b'{"return_token_ids":true}'
+        )
+    elif not plan.keep_ids:
+        ctx.body = orjson.dumps({**payload, "return_token_ids": True})
+    return plan
+
+
+Reopen = Callable[[bytes, list[Endpoint]], Awaitable[Upstream]]
+Release = Callable[[Endpoint, bool, bool], None]
+
+
+class MigratingStream:
+    """Gives the relay the client's bytes (:meth:`first`, then :meth:`next` until b''); :meth:`close`
+    ends the attempt on the replica that serves it last. ``reopen`` opens a continuation on a replica not
+    in the list (adding it); ``release(replica, ok, blame)`` ends the attempt on one."""
+
+    def __init__(
+        self,
+        plan: MigrationPlan,
+        ctx: RequestContext,
+        pool: ModelPool,
+        up: Upstream,
+        metrics: GatewayMetrics,
+        settings: GatewaySettings,
+        reopen: Reopen,
+        release: Release,
+    ) -> None:
+        self.plan, self.ctx, self.pool, self.up = plan, ctx, pool, up
+        self.metrics, self.settings, self.reopen, self.release = metrics, settings, reopen, release
+        assert ctx.replica is not None
+        self.current: Endpoint = ctx.replica
+        self.tried: list[Endpoint] = [ctx.replica]
+        self.recorder = Recorder(keep_ids=plan.keep_ids)
+        self.splitter = EventSplitter()
+        self.seam: Seam | None = None
+        self.pending: bytes | None = up.first
+        self.moves, self.over, self.closed = 0, False, False
+        self.stall_from: float | None = None
+        self.wait_started: float | None = None
+        self.outcome = ""
+        self.failure: Exception | None = None
+        self.base_id = ctx.upstream_id
+        self.stopping = self.slow = False
+        self.watch_s = settings.migration_watch_s
+
+    async def first(self) -> bytes:
+        return await self._next()
+
+    async def next(self) -> bytes:
+        """The next bytes for the client; b'' at the end. Raises a failure it could not move past.
+        The common case (one whole event of the original stream, in time) is read here; anything else
+        goes the general way (:meth:`_next`)."""
+        if self.pending is None and self.failure is None and self.seam is None and not self.slow:
+            try:
+                async with asyncio.timeout(self.watch_s):
+                    data = await self.up.response.next_chunk()
+            except TimeoutError:
+                self.slow = True
+            except FAILURES as exc:
+                self.failure = exc
+            else:
+                if data and not self.splitter.rest and data.find(b"\n\n") == len(data) - 2:
+                    try:
+                        return self.recorder.original(data)
+                    except MalformedFrame as exc:
+                        self.failure = exc
+                else:
+                    self.pending = data
+        return await self._next()
+
+    async def _next(self) -> bytes:
+        while not self.over:
+            try:
+                if self.failure is not None:
+                    failure, self.failure = self.failure, None
+                    raise failure
+                data = await self._read()
+                if not data:
+                    if not self.recorder.done:
+                        raise UpstreamClosed("the replica ended the stream before [DONE]")
+                    self.over = True
+                    return b""
+                out = self._take(data)
+            except MigrationFailed:
+                raise
+            except (*FAILURES, MalformedFrame) as exc:
+                out = await self._move(exc)
+            if out:
+                return out
+        return b""
+
+    def usage(self) -> tuple[int, int]:
+        return self.recorder.usage()
+
+    def stop(self) -> None:
+        """The gateway is stopping: break the stream where it is (the relay gives it its planned end)."""
+        self.stopping = True
+        self.up.response.close()
+
+    async def whole(self) -> bytes:
+        """Every event to the end, assembled as a non-streamed answer (gateway/migration/whole.py)."""
+        events: list[bytes] = []
+        chunk = await self.first()
+        while chunk:
+            events += EventSplitter().feed(chunk)
+            chunk = await self.next()
+        return assemble(events, self.recorder, self.plan.chat)
+
+    def close(self, ok: bool, blame: bool) -> None:
+        """The stream ended (``ok``) or broke: end the attempt on the replica that served it last."""
+        if self.closed:
+            return
+        self.closed = True
+        self.up.response.close()
+        self.release(self.current, ok, blame)
+        if self.moves or self.outcome:
+            outcome = self.outcome or ("continued" if ok else "failed")
+            self.metrics.migrations.labels(self.pool.model, outcome).inc()
+
+    def _take(self, data: bytes) -> bytes:
+        events = self.splitter.feed(data)
+        if len(events) == 1 and self.seam is None and self.stall_from is None:
+            try:  # the hot path: one event of the original stream
+                return self.recorder.original(events[0])
+            except MalformedFrame as exc:
+                self.failure = exc
+                return self._raise_failure()
+        parts: list[bytes] = []
+        try:
+            for event in events:
+                parts += [self.recorder.original(event)] if self.seam is None else self.seam.feed(event)
+        except Diverged as exc:
+            self.outcome = "failed"
+            self.failure = MigrationFailed(str(exc))
+        except MalformedFrame as exc:  # what came before it goes out first
+            self.failure = exc
+        out = b"".join(parts)
+        if self.failure is not None and not out:
+            return self._raise_failure()
+        if out and self.stall_from is not None:
+            self.metrics.migration_stall.labels(self.pool.model).observe(
+                time.perf_counter() - self.stall_from
+            )
+            self.stall_from = None
+        return out
+
+    def _raise_failure(self) -> bytes:
+        failure, self.failure = self.failure, None
+        assert failure is not None
+        raise failure
+
+    async def _read(self) -> bytes:
+        """The next chunk from the replica, watching for a stall and for the replica leaving."""
+        if self.pending is not None:
+            data, self.pending = self.pending, None
+            return data
+        watch = self.watch_s
+        if self.slow:  # next() waited one watch already
+            self.slow = False
+            return await self._wait(watch)
+        try:
+            async with asyncio.timeout(watch):  # one timer a chunk, as the plain relay
+                return await self.up.response.next_chunk()
+        except TimeoutError:
+            return await self._wait(watch)
+
+    async def _wait(self, waited: float) -> bytes:
+        """A slow chunk: every ``migration_watch_s`` the replica must still be registered; past
+        ``migration_stall_s`` (``chunk_timeout_s`` when there is nowhere to move) a TimeoutError."""
+        s = self.settings
+        started = self.wait_started = time.perf_counter() - waited
+        while True:
+            if self.current not in self.pool.endpoints:
+                raise ReplicaLeft(f"the replica {self.current.id} left the registry")
+            stall = min(s.migration_stall_s, s.chunk_timeout_s) if self._elsewhere() else s.chunk_timeout_s
+            left = started + stall - time.perf_counter()
+            if left <= 0:
+                raise TimeoutError(f"no token from {self.current.id} within {stall:g} s")
+            try:
+                async with asyncio.timeout(min(s.migration_watch_s, left)):
+                    chunk = await self.up.response.next_chunk()
+            except TimeoutError:
+                continue
+            self.wait_started = None
+            return chunk
+
+    def _elsewhere(self) -> bool:
+        return bool(self.pool.candidates(exclude=self.tried)) and self.moves < self.plan.attempts
+
+    async def _move(self, exc: BaseException) -> bytes:
+        """Continue after ``exc`` on another replica; returns what the client gets at once (the end
+        when the last token had come). Raises when it cannot."""
+        if self.stopping:
+            raise exc if isinstance(exc, FAILURES) else MigrationFailed(str(exc))
+        rec, old = self.recorder, self.current
+        rec.analyse()
+        blame = not isinstance(exc, TimeoutError)  # a stall may be a busy replica: moved from, not ejected
+        if rec.finished:
+            self.outcome, self.over = "ended", True
+            self._log("ended", old, None, exc)
+            return b"".join(ending(rec, self.plan.usage))
+        if rec.prompt_ids is None:
+            self.outcome = "failed"
+            raise exc if isinstance(exc, FAILURES) else MigrationFailed(str(exc))
+        # the stall counts from the last event: the start of the wait that failed, or now (a reset, EOF)
+        self.stall_from = self.stall_from or self.wait_started or time.perf_counter()
+        while self.moves < self.plan.attempts and time.perf_counter() < self.ctx.deadline:
+            self.moves += 1
+            body = continuation(self.plan.payload, str(self.plan.payload.get("model")), rec.prompt_ids,
+                                rec.ids[: rec.clean], self.plan.usage)  # fmt: skip
+            # vLLM's request id for the continuation: the original's with -moveN (one generation, in parts)
+            self.ctx.upstream_id = f"{self.base_id}-move{self.moves}"
+            try:
+                up = await self.reopen(body, self.tried)
+            except Retryable:
+                continue
+            except GatewayError:
+                break
+            self.up.response.close()
+            self.release(old, False, blame)
+            assert self.ctx.replica is not None
+            self.current, self.up, self.pending = self.ctx.replica, up, up.first
+            self.seam, self.splitter = Seam(rec, self.plan.chat), EventSplitter()
+            self._log("moved", old, self.current, exc)
+            return b""
+        self.ctx.replica = old  # the error names the replica that failed; close() releases it
+        self.outcome = "failed"
+        self._log("failed", old, None, exc)
+        raise exc if isinstance(exc, FAILURES) else MigrationFailed(str(exc))
+
+    def _log(self, what: str, old: Endpoint, new: Endpoint | None, exc: BaseException) -> None:
+        log.warning(
+            "request_id=%s model=%s migration %s: from=%s to=%s offset=%d attempt=%d reason=%s",
+            self.ctx.request_id, self.pool.model, what, old.id, new.id if new else "-",
+            self.recorder.clean, self.moves, str(exc) or type(exc).__name__,
+        )  # fmt: skip

@@ -1,0 +1,108 @@
+"""FAKE ENGINE token ids: streams with ``return_token_ids`` in vLLM's frame shapes, and prompts of token
+ids, deterministic so that a continuation equals an undisturbed run (for migration tests).
+
+A text prompt (a chat's messages) counts 8 ids, from its hash. Generated token ``i`` has id
+``GENERATED + i`` and the bytes :func:`token_bytes` gives: ``tok{i} ``, or with ``multibyte`` pieces that
+end inside a UTF-8 character (whose text is held back until the character completes, as vLLM does). A
+prompt that ends with generated ids continues the count after them: the continuation of a generation
+writes exactly what the undisturbed generation would have written next.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import time
+from typing import Any
+
+GENERATED = 100_000
+
+
+def prompt_ids(req: dict[str, Any], chat: bool) -> list[int]:
+    """A prompt of token ids as it is; else 8 ids from its text (8 prompt tokens, as the fake's usage)."""
+    prompt = req.get("messages") if chat else req.get("prompt", "")
+    if isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
+        return prompt
+    return list(hashlib.sha256(json.dumps(prompt).encode()).digest()[:8])
+
+
+def start_of(prompt: list[int]) -> int:
+    """The index of the first token to generate: after the generated ids the prompt ends with."""
+    return prompt[-1] - GENERATED + 1 if prompt and prompt[-1] >= GENERATED else 0
+
+
+def token_bytes(i: int, multibyte: bool) -> bytes:
+    if not multibyte:
+        return f"tok{i} ".encode()
+    return (b"\xe6\x97", b"\xa5", f" w{i}".encode())[i % 3]  # 日 in two pieces, then a word
+
+
+class TokenFrames:
+    """The frames of one streamed generation, built one at a time."""
+
+    def __init__(
+        self, req: dict[str, Any], chat: bool, model: str, rid: str, multibyte: bool, tokens: int = 16
+    ) -> None:
+        self.req, self.chat, self.model, self.multibyte = req, chat, model, multibyte
+        self.prompt = prompt_ids(req, chat)
+        self.start = start_of(self.prompt)
+        self.n = int(req.get("max_tokens") or req.get("max_completion_tokens") or tokens)
+        self.rid, self.created = rid, int(time.time())
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+
+    def _frame(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        frame = {"id": self.rid, "object": obj, "created": self.created, "model": self.model}
+        return (
+            b"data: "
+            + json.dumps({**frame, "choices": choices, **extra}, separators=(",", ":")).encode()
+            + b"\n\n"
+        )
+
+    def head(self) -> list[bytes]:
+        """A chat stream's role frame (with the prompt's ids); nothing for a completion."""
+        if not self.chat:
+            return []
+        choice = {
+            "index": 0,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        return [self._frame([choice], prompt_token_ids=self.prompt)]
+
+    def token(self, j: int) -> bytes:
+        """The frame of the ``j``-th token this request generates."""
+        i = self.start + j
+        text = self.decoder.decode(token_bytes(i, self.multibyte))
+        last = j == self.n - 1
+        choice: dict[str, Any] = {"index": 0}
+        choice.update({"delta": {"content": text}} if self.chat else {"text": text})
+        choice.update(logprobs=None, finish_reason="length" if last else None)
+        if last or not self.chat:
+            choice["stop_reason"] = None
+        if not self.chat:
+            choice["prompt_token_ids"] = self.prompt if j == 0 else None
+        choice["token_ids"] = [GENERATED + i]
+        if self.chat and j == 0:  # vLLM sends them in a role frame first; this fake has none
+            return self._frame([choice], prompt_token_ids=self.prompt)
+        return self._frame([choice])
+
+    def tail(self) -> list[bytes]:
+        options = self.req.get("stream_options") or {}
+        out = []
+        if options.get("include_usage"):
+            p, c = len(self.prompt), self.n
+            out.append(
+                self._frame([], usage={"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c})
+            )
+        return [*out, b"data: [DONE]\n\n"]
+
+
+def error_frame() -> bytes:
+    """vLLM's in-stream error (a generation that failed after the stream started)."""
+    err = {
+        "error": {"message": "fake engine failure", "type": "InternalServerError", "param": None, "code": 500}
+    }
+    return b"data: " + json.dumps(err, separators=(",", ":")).encode() + b"\n\n"

@@ -1,0 +1,123 @@
+"""Mid-stream migration on real vLLM CPU replicas (two SmolLM2, the shared e2e stack): a stream whose
+replica freezes (SIGSTOP) mid-way continues on the other replica, and at temperature 0 its text is
+byte-identical to an undisturbed run of the same request, for chat and for completions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from typing import Any
+
+import httpx
+import pytest
+
+from bench.migration_check import group_of
+from contract.vllm_probe import requests_in_engine
+from tools.stack.stack import Stack
+
+pytestmark = pytest.mark.e2e
+MODEL = "smollm2-135m-instruct"
+TOKENS = 48
+CHAT: dict[str, Any] = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}],
+}
+COMPLETION: dict[str, Any] = {"model": MODEL, "prompt": "The history of the lighthouse begins"}
+SAMPLING = {"max_tokens": TOKENS, "temperature": 0, "ignore_eos": True, "stream": True}
+
+
+def text_of(raw: str) -> tuple[str, list[dict[str, Any]]]:
+    events = [e.removeprefix("data: ") for e in raw.strip().split("\n\n")]
+    assert events[-1] == "[DONE]", raw[-300:]
+    frames = [json.loads(e) for e in events[:-1]]
+    assert not [f for f in frames if "error" in f], raw[-300:]
+    text = "".join(
+        c.get("delta", {}).get("content") or c.get("text") or "" for f in frames for c in f["choices"]
+    )
+    return text, frames
+
+
+async def busy_port(client: httpx.AsyncClient, ports: list[int]) -> int:
+    """The replica running a generation now (nothing else runs during this test)."""
+    for _ in range(50):
+        for port in ports:
+            if (await requests_in_engine(client, f"http://127.0.0.1:{port}") or 0) > 0:
+                return port
+        await asyncio.sleep(0.05)
+    raise LookupError("no replica is running the stream")
+
+
+async def frozen_mid_way(client: httpx.AsyncClient, stack: Stack, url: str, body: dict[str, Any]) -> str:
+    """The stream, with the replica serving it frozen after a few tokens (thawed once it ended)."""
+    base = stack.fleet.defaults.base_port
+    group, raw = 0, b""
+    try:
+        async with client.stream("POST", url, json=body) as r:
+            async for part in r.aiter_bytes():
+                raw += part
+                if not group and raw.count(b"\n\n") >= 8:
+                    group = group_of(await busy_port(client, [base, base + 1]))
+                    os.killpg(group, signal.SIGSTOP)
+    finally:
+        if group:
+            os.killpg(group, signal.SIGCONT)
+    return raw.decode()
+
+
+@pytest.mark.parametrize(("path", "body"), [("chat/completions", CHAT), ("completions", COMPLETION)])
+async def test_frozen_replica_stream_continues_byte_identical(
+    stack: Stack, path: str, body: dict[str, Any]
+) -> None:
+    url = f"{stack.config.nginx_url}/v1/{path}"
+    request = {**body, **SAMPLING, "stream_options": {"include_usage": True}}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0)) as client:
+        reference, _ = text_of((await client.post(url, json=request)).text)
+        migrated, frames = text_of(await frozen_mid_way(client, stack, url, request))
+        gateways = [f"http://127.0.0.1:{p}/metrics" for p in stack.config.gateway_ports]
+        metrics = "".join([(await client.get(g)).text for g in gateways])
+    assert migrated == reference
+    assert len({f["id"] for f in frames}) == 1 and len({f["created"] for f in frames}) == 1
+    usage = [f["usage"] for f in frames if f.get("usage")]
+    assert len(usage) == 1 and usage[0]["completion_tokens"] == TOKENS
+    assert f'llmgw_migrations_total{{model="{MODEL}",outcome="continued"}}' in metrics
+
+
+async def frozen_while_generating(
+    client: httpx.AsyncClient, stack: Stack, url: str, body: dict[str, Any]
+) -> str:
+    """A non-streamed answer, with the replica generating it frozen once it has run a while."""
+    base = stack.fleet.defaults.base_port
+    task = asyncio.create_task(client.post(url, json=body))
+    group = group_of(await busy_port(client, [base, base + 1]))
+    await asyncio.sleep(0.5)  # tokens generated there: the continuation starts after them
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        r = await task
+    finally:
+        os.killpg(group, signal.SIGCONT)
+    assert r.status_code == 200, r.text
+    return r.text
+
+
+@pytest.mark.parametrize(("path", "body"), [("chat/completions", CHAT), ("completions", COMPLETION)])
+async def test_frozen_replica_non_streamed_answer_is_byte_identical(
+    stack: Stack, path: str, body: dict[str, Any]
+) -> None:
+    request = {**body, **SAMPLING, "stream": False}
+    replica = f"http://127.0.0.1:{stack.fleet.defaults.base_port + 1}/v1/{path}"
+    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0)) as client:
+        reference = (await client.post(replica, json=request)).json()  # vLLM's own non-streamed answer
+        answer = json.loads(
+            await frozen_while_generating(client, stack, f"{stack.config.nginx_url}/v1/{path}", request)
+        )
+    pick = (
+        (lambda a: a["choices"][0]["message"]["content"])
+        if path == "chat/completions"
+        else (lambda a: a["choices"][0]["text"])
+    )
+    assert pick(answer) == pick(reference)
+    assert answer["usage"] == {
+        k: reference["usage"][k] for k in ("prompt_tokens", "total_tokens", "completion_tokens")
+    }

@@ -1,0 +1,61 @@
+"""The recorder on recorded frames: ids, the clean seam, the seen tail, finish, usage, identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.migration.record import MalformedFrame, Recorder
+from tests.gateway.migration.frames_recorded import CHAT, CHAT_PLAIN_FIRST, COMPLETION, UTF8
+
+
+def test_records_a_chat_stream_and_strips_ids() -> None:
+    rec = Recorder()
+    out = [rec.original(e) for e in CHAT]
+    rec.analyse()  # what the hot path only recorded
+    assert out[0] == CHAT_PLAIN_FIRST and all(b'token_ids":[' not in o for o in out)
+    assert rec.prompt_ids == [1, 9690, 198, 2683, 359, 253, 5356, 1]
+    assert rec.ids == [504, 6153, 314, 3789] and rec.clean == 4 and rec.seen_tail == ""
+    assert rec.finish_reason == "length" and rec.usage_sent and rec.done
+    assert rec.usage() == (8, 4)
+    ident = rec.identity
+    assert (ident.id, ident.created, ident.model) == ("chatcmpl-9d1c", 1764870000, "smollm2")
+    assert ident.object == "chat.completion.chunk" and ident.template is not None
+
+
+def test_client_that_asked_for_ids_keeps_them() -> None:
+    rec = Recorder(keep_ids=True)
+    assert [rec.original(e) for e in CHAT] == CHAT
+
+
+def test_clean_seam_stops_before_held_back_bytes() -> None:
+    rec = Recorder()
+    for event in UTF8:
+        rec.original(event)
+    rec.analyse()
+    # five ids in one frame (text seen: "Hello 日本"), then one id whose text is held back
+    assert rec.ids == [19556, 17097, 241, 115, 40993, 179]
+    assert rec.clean == 0 and rec.seen_tail == "Hello 日本"
+    assert not rec.finished and rec.usage() == (3, 6)
+
+
+def test_a_single_token_frame_with_text_moves_the_seam() -> None:
+    rec = Recorder()
+    rec.add([5, 6], "ab")
+    rec.add([7], None)
+    assert (rec.clean, rec.seen_tail) == (0, "ab")
+    rec.add([8], "c")
+    assert (rec.clean, rec.seen_tail) == (4, "")
+
+
+def test_malformed_frame_is_a_trigger() -> None:
+    with pytest.raises(MalformedFrame):
+        Recorder().original(b"data: <html>502</html>\n\n")
+
+
+def test_completion_frames_lose_both_arrays_and_keep_the_prompt() -> None:
+    rec = Recorder()
+    out = [rec.original(e) for e in COMPLETION]
+    assert all(b'"prompt_token_ids":null,"token_ids":null' in o for o in out)
+    assert rec.prompt_ids == [504, 3575, 282, 4649, 314] and rec.usage() == (5, 2)
+    rec.analyse()
+    assert rec.ids == [7042, 30] and rec.clean == 2 and rec.pending == []
