@@ -169,7 +169,7 @@ def start_gateway(
 ) -> Proc:
     port = free_port()
     fleet = tmp / f"fleet-bench-{port}.yaml"
-    urls = ", ".join(f"'{e.url}'" for e in engines)
+    urls = ", ".join(f"{{url: '{e.url}', auth: none}}" for e in engines)
     fleet.write_text(
         "models:\n  - name: fake-model\n"
         f"    endpoints: [{urls}]\n    concurrency: 4096\n"

@@ -590,7 +590,7 @@ def policy_fleet(base: dict[str, Any], policy: str, replica0_url: str) -> dict[s
     if policy == IDEAL:
         for key in ("source", "replicas", "placement"):
             model.pop(key, None)
-        model["endpoints"] = [replica0_url]
+        model["endpoints"] = [{"url": replica0_url, "auth": "none"}]
         model["policy"] = "round_robin"
     else:
         model["policy"] = policy

@@ -122,6 +122,44 @@ class SleepMode(Strict):
     """1 (weights to host RAM), 2 (weights dropped) or `auto`."""
 
 
+class ExternalEndpoint(Strict):
+    """A server run elsewhere (a model's ``endpoints:``): routed to and health-checked, never supervised.
+    It gets its own credential, sent as ``Authorization: Bearer``, never the workers' key: named by an
+    environment variable (``api_key_env``) or a file (``api_key_file``), never written here; or
+    ``auth: none`` for a server that takes no key."""
+
+    url: Annotated[str, Field(pattern=r"^https?://")]
+    """The server's base URL (http or https)."""
+    api_key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
+    """The environment variable (of the gateway) that holds this server's key."""
+    api_key_file: Path | None = None
+    """The file that holds this server's key (a mounted secret)."""
+    auth: Literal["bearer", "none"] = "bearer"
+    """``bearer``: the key above as ``Authorization: Bearer``; ``none``: a server that takes no key."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_a_bare_url(cls, value: object) -> object:
+        if isinstance(value, str):
+            raise ValueError(
+                f"endpoint {value} has no credential setting: give {{url: {value}, api_key_env: NAME}} "
+                f"or {{url: {value}, api_key_file: PATH}}, or {{url: {value}, auth: none}}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> ExternalEndpoint:
+        given = [k for k in ("api_key_env", "api_key_file") if getattr(self, k) is not None]
+        if self.auth == "none" and given:
+            raise ValueError(f"auth: none takes no key (got {', '.join(given)})")
+        if self.auth == "bearer" and len(given) != 1:
+            raise ValueError(
+                f"endpoint {self.url} needs its own credential: api_key_env or api_key_file, or auth: none"
+                + (f" (got both {', '.join(given)})" if given else "")
+            )
+        return self
+
+
 class Model(Strict):
     name: ModelName
     """The public name clients send as `model` (also vLLM's `--served-model-name`)."""
@@ -129,9 +167,9 @@ class Model(Strict):
     """More public names for the same replicas."""
     source: Source | None = None
     """Where the weights come from (supervised replicas); give either this or `endpoints`."""
-    endpoints: list[Annotated[str, Field(pattern=r"^https?://")]] = Field(default_factory=list)
+    endpoints: list[ExternalEndpoint] = Field(default_factory=list)
     """Servers run elsewhere (an existing vLLM, a Kubernetes Service): routed to and health-checked, never
-    supervised."""
+    supervised; each names its own credential (``api_key_env``, ``api_key_file``) or ``auth: none``."""
     replicas: Annotated[int, Field(ge=0, le=64)] = 1
     """How many replicas the supervisor runs (Kubernetes: the Deployment's minimum)."""
     engine: Engine = Field(default_factory=Engine)

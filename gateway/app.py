@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -39,6 +40,7 @@ from gateway.replicas.discovery import Discovery
 from gateway.replicas.ejection import Ejection
 from gateway.replicas.fleet_reload import FleetReload
 from gateway.replicas.inflight import InflightShare
+from gateway.replicas.model_cards import CardFetcher
 from gateway.replicas.monitor import Monitor
 from gateway.replicas.table import ReplicaTable
 from gateway.responses_api.affinity import ResponseAffinity
@@ -48,6 +50,8 @@ from gateway.routing.prefix.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests
 from gateway.state import Gateway
+from gateway.tracing import Tracing
+from gateway.upstream.credentials import credentials_for
 from gateway.upstream.http1 import ConnectionPool
 
 log = logging.getLogger("llmgw.app")
@@ -65,12 +69,6 @@ def shared_index(
     )
 
 
-def vllm_auth(settings: GatewaySettings) -> dict[str, str]:
-    """The Authorization header vLLM's --api-key asks for, or none."""
-    key = settings.vllm_api_key.get_secret_value() if settings.vllm_api_key else ""
-    return {"authorization": f"Bearer {key}"} if key else {}
-
-
 def build_gateway(settings: GatewaySettings) -> Gateway:
     fleet = load_routable_fleet(settings.fleet_file)
     metrics = GatewayMetrics()
@@ -82,7 +80,6 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     index = shared_index(settings, keys, metrics, clients)
     policy_for = PolicyFactory(settings, index)
     store = KeyStore(clients.keys, keys)
-    upstream_auth = vllm_auth(settings)
     return Gateway(
         settings=settings,
         fleet=fleet,
@@ -92,7 +89,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         policy_for=policy_for,
         admission=build_admission(settings, keys, metrics, clients),
         auth=build_auth(settings, keys, metrics, store, clients),
-        client=httpx.AsyncClient(timeout=settings.connect_timeout_s, headers=upstream_auth),
+        client=httpx.AsyncClient(timeout=settings.connect_timeout_s),
         upstream=ConnectionPool(settings.max_connections, settings.connect_timeout_s),
         redis=clients,
         keys=keys,
@@ -102,16 +99,17 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         wakes=Wakes(redis, keys, settings.gateway_id, metrics),
         open_requests=OpenRequests(settings.shutdown_grace_s),
         key_store=store,
-        upstream_headers=[(k.encode(), v.encode()) for k, v in upstream_auth.items()],
+        credentials=credentials_for(settings, fleet),
         index=index,
         affinity=ResponseAffinity(redis, keys, settings.responses_ttl_s),
         lora=AdapterStore(redis, keys, fleet.models, table),
+        tracing=Tracing(settings.tracing, settings.otlp_traces_endpoint, settings.gateway_id),
     )
 
 
 def start_background(gw: Gateway, discovery: Discovery, notices: ReadyNotices) -> Background:
     s = gw.settings
-    monitor = Monitor(gw.client, gw.table, gw.ejection, gw.metrics)
+    monitor = Monitor(gw.client, gw.table, gw.ejection, gw.metrics, headers=gw.credentials_http)
     reload = FleetReload(gw, discovery)
     bg = Background(failed=lambda task, _: gw.metrics.task_failures.labels(task).inc())
     bg.start(s.registry_poll_s, reload.tick, "fleet_reload")
@@ -120,6 +118,8 @@ def start_background(gw: Gateway, discovery: Discovery, notices: ReadyNotices) -
     bg.start(s.load_scrape_interval_s, monitor.load_tick, "load_scrape")
     bg.start(s.load_share_interval_s, gw.inflight.tick, "inflight_share")
     bg.start(s.lora_sync_s, gw.lora.tick, "lora_sync")
+    cards = CardFetcher(gw.cards, gw.client, gw.table, gw.credentials_http)
+    bg.start(s.registry_poll_s, cards.tick, "model_cards")
     bg.start(0.0, notices.step, "ready_notices")
     return bg
 
@@ -151,6 +151,7 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
         gw.upstream.close()
         await gw.client.aclose()
         await gw.redis.aclose()
+        await asyncio.to_thread(gw.tracing.shutdown)  # its flush blocks: not on the event loop
 
 
 def add_error_handlers(app: FastAPI) -> None:

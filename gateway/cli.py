@@ -24,6 +24,8 @@ from gateway.app import create_app
 from gateway.edge.one_write import door_protocol
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests, graceful_s
+from gateway.tracing import TraceIdFilter
+from gateway.upstream.credentials import CredentialError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -132,11 +134,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"llmgw-gateway: {refusal}", file=sys.stderr)
             return 2
         app = create_app(settings)
-    except (ValidationError, FleetError) as exc:
+    except (ValidationError, FleetError, CredentialError) as exc:
         print(f"llmgw-gateway: bad settings: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stdout)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(TraceIdFilter())  # a request's lines carry its trace id beside its request id
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     config = server_config(app, settings, args.host, args.port)
     server = GatewayServer(config, app.state.gateway.open_requests)

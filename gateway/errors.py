@@ -4,6 +4,12 @@ Every failure the gateway reports is a :class:`GatewayError`; :func:`error_respo
 :func:`sse_error_event` are the only places that turn one into bytes on the wire: OpenAI's
 ``{"error": {"message", "type", "param", "code"}}``, or on Anthropic's ``/v1/messages`` its
 ``{"type": "error", "error": {"type", "message"}}``.
+
+Every error answer carries the retry hint the official SDKs act on (``x-should-retry``, which
+overrides their own guess by status): ``true`` with ``retry-after-ms`` and ``retry-after`` for an error
+made before any replica saw the request (429 admission and rate limits, 503 waking or no replica
+ready), ``false`` for everything else, above all an error after the request reached a replica (a 502
+or 504): the generation may have run, and a retry would run it again.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ class GatewayError(Exception):
     status: ClassVar[int] = 500
     type: ClassVar[str] = "server_error"
     code: ClassVar[str | None] = None
+    retry: ClassVar[bool] = False
+    """True for errors made before any replica saw the request: a retry cannot run a generation twice."""
 
     def __init__(self, message: str, *, param: str | None = None, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -29,9 +37,15 @@ class GatewayError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def headers(self) -> dict[str, str]:
-        if self.retry_after is None:
-            return {}
-        return {"retry-after": str(max(1, round(self.retry_after)))}
+        """The retry hint: ``x-should-retry`` always; when true, also when (1 s unless the error says)."""
+        if not self.retry:
+            return {"x-should-retry": "false"}
+        after = 1.0 if self.retry_after is None else max(0.001, self.retry_after)
+        return {
+            "x-should-retry": "true",
+            "retry-after-ms": str(round(after * 1000)),
+            "retry-after": str(max(1, round(after))),
+        }
 
 
 class InvalidRequest(GatewayError):
@@ -99,6 +113,7 @@ class RateLimited(GatewayError):
     status = 429
     type = "rate_limit_error"
     code = "rate_limit_exceeded"
+    retry = True
 
 
 class QueueFull(RateLimited):
@@ -121,6 +136,7 @@ class NoReadyReplica(GatewayError):
     status = 503
     type = "service_unavailable"
     code = "no_ready_replica"
+    retry = True
 
 
 class ModelUnavailable(NoReadyReplica):
@@ -141,6 +157,7 @@ class ShuttingDown(GatewayError):
     status = 503
     type = "service_unavailable"
     code = "gateway_shutting_down"
+    retry = True
 
 
 class UpstreamError(GatewayError):

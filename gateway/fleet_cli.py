@@ -22,7 +22,9 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 1
     for m in fleet.models:
-        where = f"{m.replicas} replica(s)" if m.managed else f"endpoints {', '.join(m.endpoints)}"
+        where = (
+            f"{m.replicas} replica(s)" if m.managed else f"endpoints {', '.join(e.url for e in m.endpoints)}"
+        )
         names = ", ".join(m.aliases) or "-"
         print(f"{m.name}: aliases {names}; {where}; policy {m.policy}; concurrency {m.concurrency}")
     print(f"{args.fleet}: valid ({len(fleet.models)} models)")

@@ -105,6 +105,12 @@ class GatewayMetrics:
             registry=r,
         )
         self.retries = Counter("llmgw_retries", "Attempts retried on another replica.", ["model"], registry=r)
+        self.client_retries = Counter(
+            "llmgw_client_retries",
+            "Requests a client sent again (the SDKs' x-stainless-retry-count above 0).",
+            ["model"],
+            registry=r,
+        )
         self.ejections = Counter(
             "llmgw_ejections", "Replicas ejected after failures.", ["model", "replica"], registry=r
         )

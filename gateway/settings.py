@@ -125,6 +125,8 @@ class GatewaySettings(BaseSettings):
 
     admission: bool = True
     """The shared Redis admission queue (false: no admission control)."""
+    degraded_ready: bool = True
+    """/ready stays 200 while Redis is unreachable (local admission serves); false: 503 then."""
     lease_ttl_s: Seconds = 15.0
     """TTL of an admission lease, renewed while the request runs; a crashed gateway's slots come back within
     it."""
@@ -156,6 +158,11 @@ class GatewaySettings(BaseSettings):
     """How often runtime LoRA adapters are read from Redis."""
     log_level: str = "INFO"
     """Python logging level."""
+    tracing: bool = False
+    """Emit OpenTelemetry spans (authenticate, queue_wait, wake, pick, forward, retry) over OTLP/gRPC; off,
+    the trace context is still passed to the replicas."""
+    otlp_traces_endpoint: str = "http://127.0.0.1:4317"
+    """Where the spans go with tracing on (OTLP/gRPC)."""
 
     @property
     def key_store_url(self) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -17,13 +17,16 @@ from gateway.on_demand.wake import Wakes
 from gateway.redis_clients import RedisClients
 from gateway.replicas.ejection import Ejection
 from gateway.replicas.inflight import InflightShare
-from gateway.replicas.table import ReplicaTable
+from gateway.replicas.model_cards import ModelCards
+from gateway.replicas.table import Endpoint, ReplicaTable
 from gateway.responses_api.affinity import ResponseAffinity
 from gateway.routing.base import Policy
 from gateway.routing.factory import PolicyFactory
 from gateway.routing.prefix.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests
+from gateway.tracing import Tracing
+from gateway.upstream.credentials import Credentials
 from gateway.upstream.http1 import ConnectionPool
 
 
@@ -51,6 +54,13 @@ class Gateway:
     affinity: ResponseAffinity
     lora: AdapterStore
     key_store: KeyStore
-    # Headers every request to a replica carries besides its own (vLLM's API key when one is set).
-    upstream_headers: list[tuple[bytes, bytes]]
+    # The Authorization each replica gets: the workers' key to supervised ones, an endpoint's own to it.
+    credentials: Credentials
     index: SharedIndex | None = None
+    cards: ModelCards = field(default_factory=ModelCards)
+    tracing: Tracing = field(default_factory=lambda: Tracing(False, "", ""))
+
+    def credentials_http(self, ep: Endpoint) -> dict[str, str]:
+        """``ep``'s Authorization for httpx (health, metrics, model list, LoRA admin), read at each call:
+        a fleet reload may replace the credentials."""
+        return self.credentials.http(ep)

@@ -6,7 +6,7 @@ small object a request carries through the steps (:class:`RequestContext`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.fleet import Model
 from gateway.endpoints import ROUTES, Route
@@ -61,6 +61,10 @@ class RouteRequest:
     """The prompt's prefix chain (:mod:`gateway.routing.prefix.chain`), for the shared prefix index."""
 
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+
 @dataclass(frozen=True, slots=True)
 class Caller:
     """Who is calling: the tenant behind the API key (or the anonymous tenant)."""
@@ -100,6 +104,8 @@ class RequestContext:
     upstream_id: str = ""
     model_name: str = ""
     stream: bool = False
+    strip_usage: bool = False
+    """The usage event of this stream is the gateway's own ask: it is taken out of the client's stream."""
     asked: Asked = field(default_factory=Asked)
     cost: TokenCost = field(default_factory=TokenCost)
     charge: Charge | None = None
@@ -133,6 +139,11 @@ class RequestContext:
     """The request's query string (only a path without a body reads it: its ``model``)."""
     migration: MigrationPlan | None = None
     """A generation that may move to another replica mid-way (gateway/migration/)."""
+    traceparent: str = ""
+    """W3C trace context for the replica: the client's, or a new one (gateway/tracing.py)."""
+    tracestate: str = ""
+    span: Span | None = None
+    """The request's root span while tracing is on."""
 
     @property
     def upstream_path(self) -> bytes:

@@ -187,8 +187,12 @@ class FakeApis:
             return not_found(f"The lora adapter '{req.get('lora_name')}' cannot be found.")
         return 200, b"Success: LoRA adapter unloaded."
 
-    def models(self) -> list[str]:
-        return [self.model, *self.adapters]
+    def models(self, max_model_len: int) -> list[dict[str, Any]]:
+        """vLLM's /v1/models entries: the model, then each adapter with its path and its base model."""
+        base = {"object": "model", "owned_by": "vllm", "max_model_len": max_model_len}
+        return [{**base, "id": self.model, "root": self.model, "parent": None}] + [
+            {**base, "id": name, "root": path, "parent": self.model} for name, path in self.adapters.items()
+        ]
 
 
 def sse(kind: str, data: dict[str, Any]) -> bytes:

@@ -4,7 +4,8 @@ gateway itself.  It is not a model: it answers fixed tokens.
 A raw asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) so that it costs little CPU:
 - ``POST /v1/chat/completions`` and ``/v1/completions``: ``max_tokens`` tokens
   (default --tokens);
-  with ``"stream": true`` an OpenAI SSE stream, each event its own write, ``--delay-ms`` apart.
+  with ``"stream": true`` an OpenAI SSE stream, each event its own write, ``--delay-ms`` apart (with
+  ``stream_options.include_usage`` a usage event last, prompt 8 tokens).
 - ``POST /v1/embeddings``: a small vector.
 - The rest of vLLM's data plane (testing/fake_apis.py): ``/v1/responses`` (stored in memory; GET and
   cancel by id; ``previous_response_id`` unknown here: 404, as a vLLM replica that lacks it),
@@ -85,6 +86,7 @@ class Config:
     prefix_cache_blocks: int = 0
     prefill_ms_per_block: float = 0.0
     multibyte: bool = False
+    max_model_len: int = 2048
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -114,6 +116,14 @@ def completion_body(cfg: Config, chat: bool, n: int, rid: str) -> bytes:
             "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n},
         }
     ).encode()
+
+
+def usage_event(cfg: Config, chat: bool, n: int, rid: str) -> bytes:
+    """The last event for ``stream_options.include_usage``: no choices, the usage (vLLM's compact JSON)."""
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    usage = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
+    payload = {"id": rid, "object": obj, "created": 0, "model": cfg.model, "choices": [], "usage": usage}
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
 def stream_event(cfg: Config, chat: bool, i: int, rid: str) -> bytes:
@@ -278,7 +288,7 @@ class FakeEngine(asyncio.Protocol):
         if path == "/health":
             return self.send(200, b"")
         if path == "/v1/models":
-            data = [{"id": m, "object": "model"} for m in self.apis.models()]
+            data = self.apis.models(self.cfg.max_model_len)
             return self.send(200, json.dumps({"object": "list", "data": data}).encode())
         if path.startswith("/v1/responses/"):
             status, obj = self.apis.stored(path.split("/")[3], cancel=False)
@@ -375,10 +385,21 @@ class FakeEngine(asyncio.Protocol):
         die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
         die_mid = int(fault.removeprefix("die-mid-")) if fault.startswith("die-mid-") else -1
         stall = int(fault.removeprefix("stall-after-")) if fault.startswith("stall-after-") else -1
-        return await self.stream(chat, n, rid, max(die_after, die_mid), half=die_mid >= 0, stall=stall)
+        options = req.get("stream_options")
+        usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        return await self.stream(
+            chat, n, rid, max(die_after, die_mid), half=die_mid >= 0, stall=stall, usage=usage
+        )
 
     async def stream(
-        self, chat: bool, n: int, rid: str, die_after: int, half: bool = False, stall: int = -1
+        self,
+        chat: bool,
+        n: int,
+        rid: str,
+        die_after: int,
+        half: bool = False,
+        stall: int = -1,
+        usage: bool = False,
     ) -> bool:
         self.write(http_head(200, "text/event-stream", None))
         delay = self.cfg.delay_ms / 1000
@@ -393,6 +414,8 @@ class FakeEngine(asyncio.Protocol):
             if delay:
                 await asyncio.sleep(delay)
             self.write(chunked(stream_event(self.cfg, chat, i, rid)))
+        if usage:
+            self.write(chunked(usage_event(self.cfg, chat, n, rid)))
         self.write(chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         return True
 
@@ -466,6 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--awake-mib", type=int, default=10240)
     p.add_argument("--asleep-mib", type=int, default=1024)
     p.add_argument("--sleep-calls-file", default="", help="append every sleep-mode call here")
+    p.add_argument("--max-model-len", type=int, default=2048, help="what /v1/models says of the context")
     a = p.parse_args(argv)
     sleep = SleepConfig(
         a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
@@ -473,7 +497,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = Config(
         a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
         prefix_cache_blocks=a.prefix_cache_blocks, prefill_ms_per_block=a.prefill_ms_per_block,
-        multibyte=a.multibyte,
+        multibyte=a.multibyte, max_model_len=a.max_model_len,
     )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))

@@ -54,7 +54,7 @@ async def add_adapter(gw: Gateway, store: AdapterStore, req: AdapterRequest) -> 
     if req.name in gw.names or req.name in store.adapters:
         raise Conflict(f"the name '{req.name}' is already in use", param="name")
     replicas = [e for e in gw.table.pool(model.name).endpoints if e.record.routable]
-    result = await load(gw.client, replicas, req.name, req.path)
+    result = await load(gw.client, replicas, req.name, req.path, gw.credentials.http)
     if not result.done:
         raise UpstreamError(
             f"no replica of '{model.name}' loaded the adapter: {result.failed or 'none ready'}"
@@ -73,7 +73,7 @@ async def remove_adapter(gw: Gateway, store: AdapterStore, name: str) -> dict[st
         raise NotFound(f"no runtime adapter '{name}'", param="name")
     pool = gw.table.find(adapter.model)
     replicas = [e for e in pool.endpoints if adapter.holds(e)] if pool is not None else []
-    result = await unload(gw.client, replicas, name)
+    result = await unload(gw.client, replicas, name, gw.credentials.http)
     await store.drop(adapter)
     log.info(
         "lora adapter=%s model=%s unloaded from %s failed=%s", name, adapter.model, result.done, result.failed

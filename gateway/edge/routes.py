@@ -23,12 +23,14 @@ JSON = "application/json"
 
 
 def model_entry(name: str, model: Model, created: int, gw: Gateway) -> dict[str, Any]:
+    """One model's entry: OpenAI's fields, what the replicas say of it (``max_model_len``; an adapter's
+    ``parent`` and ``root``: gateway/replicas/model_cards.py), its state and activation."""
     return {
         "id": name,
         "object": "model",
         "created": created,
         "owned_by": "llm-gateway",
-        "root": model.name,
+        **gw.cards.card(name, model.name),
         "state": model_state(gw.table.pool(model.name)),
         "activation": model.activation,
     }
@@ -55,13 +57,21 @@ def one_model(gw: Gateway, name: str, created: int) -> Response:
     return Response(orjson.dumps(model_entry(name, model, created, gw)), media_type=JSON)
 
 
+def serving(redis_ok: bool, degraded_ready: bool) -> bool:
+    """Whether this gateway can serve (Kubernetes' readiness): it answers, its settings loaded, and
+    Redis is reachable or serving degraded without it (local admission) is allowed."""
+    return redis_ok or degraded_ready
+
+
 def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
-    """Ready when some model is awake, or an on-demand one can be woken (asleep or waking)."""
+    """Ready when this gateway can serve, whatever its models' states: a model without a ready replica
+    gets the clear 503 (or waits for its wake) from here, not a proxy error from a Service with no pod
+    left. The models' states are in the body (and in ``llmgw_model_state``)."""
     models = {
         p.model: {"ready_replicas": p.ready_count, "replicas": len(p.endpoints), "state": model_state(p)}
         for p in gw.table.pools()
     }
-    ready = any(m["state"] in ("awake", "asleep", "waking") for m in models.values())
+    ready = serving(discovery.redis_ok, gw.settings.degraded_ready)
     redis = "ok" if discovery.redis_ok and not gw.admission.degraded else "unreachable"
     degraded = gw.admission.degraded or not discovery.redis_ok
     index = gw.index.mode if gw.index is not None else "off"

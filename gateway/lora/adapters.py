@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import httpx
@@ -131,14 +131,22 @@ class AdapterStore:
         self.adapters.update(fresh)
 
 
+ReplicaHeaders = Callable[[Endpoint], dict[str, str]]
+"""Each replica's own Authorization (gateway/upstream/credentials.py)."""
+
+
 async def call_replicas(
-    client: httpx.AsyncClient, replicas: Iterable[Endpoint], path: str, body: dict[str, str]
+    client: httpx.AsyncClient,
+    replicas: Iterable[Endpoint],
+    path: str,
+    body: dict[str, str],
+    headers: ReplicaHeaders,
 ) -> LoadResult:
     """POST ``body`` to ``path`` on each replica; a 200 counts as done, anything else as failed."""
     result = LoadResult()
     for ep in replicas:
         try:
-            r = await client.post(f"{ep.url}{path}", json=body, timeout=120.0)
+            r = await client.post(f"{ep.url}{path}", json=body, headers=headers(ep), timeout=120.0)
         except httpx.HTTPError as exc:
             result.failed[ep.id] = f"{type(exc).__name__}: {exc}"
             continue
@@ -149,11 +157,14 @@ async def call_replicas(
     return result
 
 
-async def load(client: httpx.AsyncClient, replicas: Iterable[Endpoint], name: str, path: str) -> LoadResult:
-    return await call_replicas(
-        client, replicas, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}
-    )
+async def load(
+    client: httpx.AsyncClient, replicas: Iterable[Endpoint], name: str, path: str, headers: ReplicaHeaders
+) -> LoadResult:
+    body = {"lora_name": name, "lora_path": path}
+    return await call_replicas(client, replicas, "/v1/load_lora_adapter", body, headers)
 
 
-async def unload(client: httpx.AsyncClient, replicas: Iterable[Endpoint], name: str) -> LoadResult:
-    return await call_replicas(client, replicas, "/v1/unload_lora_adapter", {"lora_name": name})
+async def unload(
+    client: httpx.AsyncClient, replicas: Iterable[Endpoint], name: str, headers: ReplicaHeaders
+) -> LoadResult:
+    return await call_replicas(client, replicas, "/v1/unload_lora_adapter", {"lora_name": name}, headers)

@@ -38,15 +38,17 @@ async def admit(gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asynci
             why = "; ".join(f"{r.id}: {r.detail or 'failed'}" for r in failed)
             raise ModelUnavailable(f"model '{ctx.model.name}' is unavailable: every replica failed ({why})")
         if ctx.model.on_demand:
-            return await admit_waking(gw, ctx, pool, watch)
+            with gw.tracing.span(ctx, "wake"):
+                return await admit_waking(gw, ctx, pool, watch)
         raise NoReadyReplica(f"no ready replica of model '{ctx.model.name}'; retry later", retry_after=2.0)
     ticket = ticket_of(ctx)
     acquire = gw.admission.acquire(ticket, max(1, pool.capacity))
-    if gw.admission.waits:
-        left = "the client disconnected while the request waited for admission"
-        lease, ctx.wait_s = await watched(acquire, watch, left)
-    else:  # admission off: a lease at once, nothing to race
-        lease, ctx.wait_s = await acquire
+    with gw.tracing.span(ctx, "queue_wait"):
+        if gw.admission.waits:
+            left = "the client disconnected while the request waited for admission"
+            lease, ctx.wait_s = await watched(acquire, watch, left)
+        else:  # admission off: a lease at once, nothing to race
+            lease, ctx.wait_s = await acquire
     gw.metrics.series(ticket.model).queue_wait.observe(ctx.wait_s)
     return lease
 

@@ -13,6 +13,7 @@ from gateway.errors import NoReadyReplica
 from gateway.replicas.table import Endpoint, ModelPool
 from gateway.responses_api.stored import pinned_candidates
 from gateway.state import Gateway
+from gateway.tracing import forward_traceparent
 from gateway.upstream.client import Failed, Retryable, Unanswered, Upstream, open_stream
 from gateway.values import RequestContext
 
@@ -56,24 +57,26 @@ async def attempt_on(
             f"no ready replica of model '{pool.model}'", retry_after=2.0
         )
     policy = gw.policies[pool.model]
-    ep = await policy.route(choices, ctx.route)
+    with gw.tracing.span(ctx, "pick"):
+        ep = await policy.route(choices, ctx.route)
     if tried:
         gw.metrics.retries.labels(pool.model).inc()
     tried.append(ep)
     ctx.replica, ctx.attempts = ep, ctx.attempts + 1
     ep.inflight += 1
     policy.on_start(ep, ctx.route)
-    headers = request_headers(ctx) + gw.upstream_headers
+    step = "retry" if ctx.attempts > 1 else "forward"
     try:
-        up = await open_stream(
-            gw.upstream,
-            ep.url,
-            path or ctx.upstream_path,
-            ctx.body,
-            headers,
-            wait_s(gw, ctx),
-            ctx.api.method.encode(),
-        )
+        with gw.tracing.span(ctx, step, **{"llmgw.replica": ep.id, "llmgw.attempt": ctx.attempts}) as span:
+            up = await open_stream(
+                gw.upstream,
+                ep.url,
+                path or ctx.upstream_path,
+                ctx.body,
+                request_headers(ctx, forward_traceparent(ctx, span)) + gw.credentials.upstream(ep),
+                wait_s(gw, ctx),
+                ctx.api.method.encode(),
+            )
     except Retryable as failed:
         ctx.upstream_error = failed.error
         done(gw, ep, ctx, ok=False, blame=STRIKE if failed.answered else EJECT)
@@ -112,12 +115,17 @@ def candidates(ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> l
     return ready
 
 
-def request_headers(ctx: RequestContext) -> list[tuple[bytes, bytes]]:
-    """Only what the replica needs: hop-by-hop headers and the client's credentials stay here."""
-    return [
+def request_headers(ctx: RequestContext, traceparent: str) -> list[tuple[bytes, bytes]]:
+    """Only what the replica needs (the trace context too): hop-by-hop headers and the client's
+    credentials stay here."""
+    headers = [
         (b"content-type", ctx.content_type.encode("latin-1")),
         (b"x-request-id", ctx.upstream_id.encode()),
+        (b"traceparent", traceparent.encode()),
     ]
+    if ctx.tracestate:
+        headers.append((b"tracestate", ctx.tracestate.encode("latin-1")))
+    return headers
 
 
 def done(gw: Gateway, ep: Endpoint, ctx: RequestContext, ok: bool, blame: Blame = EJECT) -> None:

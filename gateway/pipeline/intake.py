@@ -19,6 +19,9 @@ WANTED_HEADERS = frozenset(
         b"x-session-id",
         b"x-priority",
         b"x-max-wait-s",
+        b"x-stainless-retry-count",
+        b"traceparent",
+        b"tracestate",
     }
 )
 

@@ -50,6 +50,7 @@ class Proxy:
         ctx = RequestContext(request_id(headers), api.name, b"", headers, time.perf_counter())
         ctx.api, ctx.response_id, ctx.query = api, response_id, scope.get("query_string", b"")
         ctx.upstream_id = upstream_id(ctx.request_id, headers)
+        self.gw.tracing.begin(ctx, headers.get("traceparent", ""), headers.get("tracestate", ""))
         try:
             ctx.body = await read_body(receive, self.gw.settings.max_body_bytes)
             return await self.serve(ctx, receive, scope.get(GONE))
@@ -63,7 +64,8 @@ class Proxy:
         self, ctx: RequestContext, receive: Receive, gone: asyncio.Future[None] | None
     ) -> Response:
         gw, s = self.gw, self.gw.settings
-        ctx.caller = await gw.auth.authenticate(ctx.headers)  # 1
+        with gw.tracing.span(ctx, "authenticate"):
+            ctx.caller = await gw.auth.authenticate(ctx.headers)  # 1
         parse(ctx, s.prefix_chars, s.prefix_chunk_bytes, s.prefix_max_chunks)  # 2
         if ctx.media:
             await check_media(ctx.media, self.media_domains)

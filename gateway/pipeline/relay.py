@@ -18,6 +18,7 @@ from gateway.pipeline.admit import until_awake
 from gateway.pipeline.forward import EJECT, NONE, done, forward, wait_s
 from gateway.pipeline.migrate import read_moving, source_for
 from gateway.pipeline.settle import holding, stream_usage, usage_of
+from gateway.pipeline.usage import UsageStrip
 from gateway.replicas.table import ModelPool
 from gateway.responses_api.stored import remember
 from gateway.state import Gateway
@@ -55,6 +56,7 @@ async def answer(
         itl = gw.metrics.itl.labels(ctx.model.name)
         events, tail, ok, blame, ended = 0, b"", True, True, False
         recorded = ctx.api.stored != "create"
+        strip = UsageStrip() if ctx.strip_usage else None
 
         def end() -> None:  # the gateway is stopping: break the stream to give it its planned end
             nonlocal ended
@@ -72,7 +74,9 @@ async def answer(
                 events += chunk.count(b"data: ")
                 tail = tail[-4096:] + chunk
                 recorded = recorded or events > 8 or await remember(ctx, gw.affinity, tail)
-                yield chunk
+                out = chunk if strip is None else strip.feed(chunk)
+                if out:  # the usage event alone: nothing to send
+                    yield out
                 if source is None:
                     chunk = await next_chunk(up, gw.settings.chunk_timeout_s)
                 else:
@@ -80,6 +84,8 @@ async def answer(
                 now = time.perf_counter()
                 itl.observe(now - t)
                 t = now
+            if strip is not None and strip.pending:
+                yield strip.rest()
         except FAILURES as exc:
             # a stall is not the replica's failure (it may be busy; a frozen one fails its /health)
             ok, blame = False, not ended and not isinstance(exc, TimeoutError)
@@ -88,7 +94,8 @@ async def answer(
             gw.metrics.stream_errors.labels(ctx.model.name).inc()
             if ctx.model.migrates and (ctx.migration is None or ctx.migration.reason):
                 gw.metrics.migrations.labels(ctx.model.name, "not_movable").inc()
-            yield event_end(tail) + sse_error_event(err, ctx.api.dialect)
+            rest = strip.rest() if strip is not None else b""
+            yield rest + event_end(tail) + sse_error_event(err, ctx.api.dialect)
         finally:
             gw.open_requests.close(token)
             if source is None:

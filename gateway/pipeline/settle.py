@@ -20,6 +20,7 @@ from gateway.admission.base import Lease
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.tokens import reserve, unused
 from gateway.state import Gateway
+from gateway.tracing import end_span
 from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.access")
@@ -111,6 +112,7 @@ def by_tenant(ctx: RequestContext, metrics: GatewayMetrics, prompt: int, complet
 
 def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, completion: int = 0) -> None:
     now = time.perf_counter()
+    end_span(ctx)
     model = ctx.model_label
     series = metrics.series(model)
     metrics.requests_of(model, ctx.status).inc()
@@ -123,6 +125,8 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, comple
         series.completion_tokens.inc(completion)
     if ctx.caller.key_id:
         by_tenant(ctx, metrics, prompt, completion)
+    if ctx.headers.get("x-stainless-retry-count", "0") != "0":
+        metrics.client_retries.labels(model).inc()
     if not log.isEnabledFor(logging.INFO):  # the line's fields are not even formatted
         return
     log.info(

@@ -31,8 +31,10 @@ def external_records(fleet: Fleet) -> dict[str, list[ReplicaRecord]]:
     """Replicas the fleet lists by URL: routed and health-checked, never supervised."""
     return {
         m.name: [
-            ReplicaRecord(id=f"{m.name}-ext{i}", model=m.name, url=url.rstrip("/"), concurrency=m.concurrency)
-            for i, url in enumerate(m.endpoints)
+            ReplicaRecord(
+                id=f"{m.name}-ext{i}", model=m.name, url=e.url.rstrip("/"), concurrency=m.concurrency
+            )
+            for i, e in enumerate(m.endpoints)
         ]
         for m in fleet.models
         if not m.managed

@@ -14,6 +14,7 @@ from contract.fleet import Fleet, FleetError
 from contract.fleet_file import FleetFile, file_stamp
 from gateway.replicas.discovery import Discovery
 from gateway.state import Gateway
+from gateway.upstream.credentials import CredentialError, credentials_for
 
 log = logging.getLogger("llmgw.fleet")
 
@@ -31,9 +32,11 @@ class FleetReload:
             return
         try:
             fleet = self.file.read()
-        except FleetError as exc:
+            credentials = credentials_for(self.gw.settings, fleet)
+        except (FleetError, CredentialError) as exc:
             log.error("fleet change refused, keeping the current fleet: %s", exc)
             return
+        self.gw.credentials = credentials
         self.apply(fleet)
 
     def apply(self, fleet: Fleet) -> None:

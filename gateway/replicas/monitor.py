@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import httpx
 
@@ -32,13 +33,14 @@ class Monitor:
         ejection: Ejection,
         metrics: GatewayMetrics,
         timeout_s: float = 2.0,
+        headers: Callable[[Endpoint], dict[str, str]] = lambda ep: {},
     ) -> None:
         self.client, self.table, self.ejection, self.metrics = client, table, ejection, metrics
-        self.timeout_s = timeout_s
+        self.timeout_s, self.headers = timeout_s, headers
 
     async def healthy(self, ep: Endpoint) -> bool:
         try:
-            r = await self.client.get(f"{ep.url}/health", timeout=self.timeout_s)
+            r = await self.client.get(f"{ep.url}/health", headers=self.headers(ep), timeout=self.timeout_s)
         except (httpx.HTTPError, OSError):
             return False
         return r.status_code == 200
@@ -57,7 +59,7 @@ class Monitor:
 
     async def scrape(self, ep: Endpoint) -> None:
         try:
-            r = await self.client.get(f"{ep.url}/metrics", timeout=self.timeout_s)
+            r = await self.client.get(f"{ep.url}/metrics", headers=self.headers(ep), timeout=self.timeout_s)
         except (httpx.HTTPError, OSError):
             return
         if r.status_code == 200:

@@ -51,7 +51,23 @@ def test_default_fleet_is_valid() -> None:
             " - name: b\n   aliases: [a]\n   source: {package: y}\n",
             "name 'a' of model 'b' is already used by model 'a'",
         ),
-        ("models:\n - name: a\n   endpoints: [ftp://x]\n", "models.0.endpoints.0"),
+        ("models:\n - name: a\n   endpoints: [{url: ftp://x, auth: none}]\n", "models.0.endpoints.0.url"),
+        (
+            "models:\n - name: a\n   endpoints: [http://10.0.0.1:8000]\n",
+            "endpoint http://10.0.0.1:8000 has no credential setting",
+        ),
+        (
+            "models:\n - name: a\n   endpoints: [{url: 'http://x'}]\n",
+            "needs its own credential: api_key_env or api_key_file, or auth: none",
+        ),
+        (
+            "models:\n - name: a\n   endpoints: [{url: 'http://x', api_key: sk-123}]\n",
+            "models.0.endpoints.0.api_key: Extra inputs",  # never the key itself
+        ),
+        (
+            "models:\n - name: a\n   endpoints: [{url: 'http://x', api_key_env: K, auth: none}]\n",
+            "auth: none takes no key",
+        ),
         ("models: [", "not valid YAML"),
         (
             "models:\n - name: a\n   source: {package: x}\n   engine: {load_format: dummy}\n"
@@ -73,8 +89,14 @@ def test_errors_name_field_and_reason(text: str, fragment: str) -> None:
 
 
 def test_external_endpoints_model_is_not_managed() -> None:
-    fleet = parse_fleet("models:\n - name: ext\n   endpoints: [http://10.0.0.1:8000]\n")
+    fleet = parse_fleet(
+        "models:\n - name: ext\n   endpoints:\n"
+        "    - {url: 'http://10.0.0.1:8000', api_key_env: EXT_KEY}\n"
+        "    - {url: 'http://10.0.0.2:8000', api_key_file: /run/secrets/ext}\n"
+        "    - {url: 'http://10.0.0.3:8000', auth: none}\n"
+    )
     assert not fleet.models[0].managed
+    assert [e.url for e in fleet.models[0].endpoints] == [f"http://10.0.0.{i}:8000" for i in (1, 2, 3)]
 
 
 def test_lora_adapters_resolve_to_their_base_model() -> None:

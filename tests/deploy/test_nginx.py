@@ -248,6 +248,9 @@ async def test_rate_limit_answers_429_in_openai_shape(tmp_path: Path, gateways: 
     limited = [r for r in replies if r.status_code == 429]
     assert len(limited) >= 6 and any(r.status_code == 200 for r in replies)
     assert limited[0].headers["retry-after"] == "1"
+    # nginx's own limit: nothing reached a gateway, so the official SDKs may retry, after this long
+    assert limited[0].headers["x-should-retry"] == "true"
+    assert limited[0].headers["retry-after-ms"] == "1000"
     assert limited[0].headers["content-type"] == "application/json"
     assert_openai_error(limited[0].content, "rate_limit_exceeded")
     assert health.status_code == 200  # health and readiness are outside the limit
@@ -345,9 +348,22 @@ async def test_a_post_sent_upstream_is_never_sent_again(tmp_path: Path, engine: 
             after = (await c.get(f"{engine.url}/stats")).json()["served"]
     server.close()
     assert closer.requests == 1
-    assert post.status_code == 503  # the gateway's 502 from nginx, in OpenAI's shape
-    assert_openai_error(post.content, "gateway_unavailable")
+    # the gateway had the request (it may have dispatched it): a 502 that tells the SDKs not to retry
+    assert post.status_code == 502
+    assert post.headers["x-should-retry"] == "false" and "retry-after" not in post.headers
+    assert_openai_error(post.content, "gateway_failed")
     assert after == before  # nginx did not hand the POST to the other upstream
+
+
+async def test_no_gateway_reachable_is_a_503_the_sdks_may_retry(tmp_path: Path) -> None:
+    """Every gateway refuses the connection: nothing was sent, so nginx's 503 says retry, and when."""
+    with nginx(tmp_path, [f"127.0.0.1:{free_port()}"]) as n:
+        async with httpx.AsyncClient(timeout=20) as c:
+            post = await c.post(f"{n.url}/v1/chat/completions", json=CHAT)
+    assert post.status_code == 503
+    assert post.headers["x-should-retry"] == "true"
+    assert post.headers["retry-after-ms"] == "1000" and post.headers["retry-after"] == "1"
+    assert_openai_error(post.content, "gateway_unavailable")
 
 
 async def test_a_get_is_retried_on_the_next_upstream(tmp_path: Path, engine: Proc) -> None:

@@ -161,7 +161,7 @@ def fleet_of(models: list[dict[str, Any]]) -> Fleet:
 def test_models_served_elsewhere_render_no_workload() -> None:
     fleet = fleet_of([
         {"name": "local", "source": {"path": "/models/local"}},
-        {"name": "remote", "endpoints": ["http://10.0.0.9:8000"]},
+        {"name": "remote", "endpoints": [{"url": "http://10.0.0.9:8000", "auth": "none"}]},
     ])  # fmt: skip
     files = render_k8s(fleet, "")
     assert "models/local.yaml" in files and "models/remote.yaml" not in files

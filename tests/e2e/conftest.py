@@ -1,9 +1,10 @@
 """One real stack for every end-to-end test: real Redis, real vLLM CPU replicas of the packaged
-models under the supervisor, two gateway replicas, real nginx and Prometheus, on free ports."""
+models under the supervisor, two gateway replicas, real nginx and Prometheus, on free ports. The chat
+model's replicas and the gateways (tracing on) send their spans to a loopback OTLP receiver."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 from bench.chaos import with_request_logs
+from testing.otlp import TraceReceiver, trace_receiver
 from testing.procs import REPO, free_port
 from tools.stack.stack import Stack, StackConfig
 
@@ -23,24 +25,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     )
 
 
-def test_fleet(tmp: Path) -> Path:
+TRACED_MODEL = "smollm2-135m-instruct"
+
+
+def test_fleet(tmp: Path, otlp_endpoint: str) -> Path:
     """The default fleet.yaml, moved to ports of its own so a running `make run` is left alone, with
-    vLLM's request log on (the chaos test counts generations at the engine)."""
+    vLLM's request log on (the chaos test counts generations at the engine) and the chat model's
+    traces sent to ``otlp_endpoint``."""
     data = with_request_logs(yaml.safe_load((REPO / "fleet.yaml").read_text()))
     data.setdefault("defaults", {})["base_port"] = 18100
     for m in data["models"]:
         if m.get("activation") == "on_demand":
             m["idle_timeout_s"] = 3600  # woken once below, then awake for the whole session
+        if m["name"] == TRACED_MODEL:
+            m["engine"].setdefault("extra_args", []).extend(["--otlp-traces-endpoint", otlp_endpoint])
     path = tmp / "fleet.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
 
 @pytest.fixture(scope="session")
-async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+def otlp() -> Iterator[TraceReceiver]:
+    with trace_receiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="session")
+async def stack(tmp_path_factory: pytest.TempPathFactory, otlp: TraceReceiver) -> AsyncIterator[Stack]:
     tmp = tmp_path_factory.mktemp("stack")
     config = StackConfig(
-        fleet_file=test_fleet(tmp),
+        fleet_file=test_fleet(tmp, otlp.endpoint),
         run_dir=tmp / "run",
         redis_port=free_port(),
         keys_redis_port=free_port(),
@@ -57,6 +71,8 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             "LLMGW_FIRST_BYTE_TIMEOUT_S": "20",
             "LLMGW_CHUNK_TIMEOUT_S": "10",
             "LLMGW_MIGRATION_STALL_S": "2",
+            "LLMGW_TRACING": "true",
+            "LLMGW_OTLP_TRACES_ENDPOINT": otlp.endpoint,
         },
     )
     s = Stack(config)

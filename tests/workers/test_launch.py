@@ -60,7 +60,7 @@ def test_gpu_launch_sets_budget_and_device() -> None:
 def test_pooling_runner_and_external_models() -> None:
     fleet = parse_fleet(
         "models:\n - name: e\n   source: {path: /e}\n   engine: {runner: pooling}\n"
-        " - name: x\n   endpoints: [http://h:1]\n"
+        " - name: x\n   endpoints: [{url: 'http://h:1', auth: none}]\n"
     )
     specs = plan_replicas(fleet.models, fleet.defaults, 2)
     assert [s.model.name for s in specs] == ["e"]

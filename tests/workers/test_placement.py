@@ -16,7 +16,7 @@ def fleet(device: str = "gpu") -> Fleet:
                 {"name": "gemma", "source": {"path": "/m/g"}, "replicas": 2},
                 {"name": "llama", "source": {"path": "/m/l"}, "placement": {"devices": [2]}},
                 {"name": "qwen2", "source": {"path": "/m/q"}, "engine": {"tensor_parallel_size": 2}},
-                {"name": "remote", "endpoints": ["http://x"]},
+                {"name": "remote", "endpoints": [{"url": "http://x", "auth": "none"}]},
             ],
         }
     )

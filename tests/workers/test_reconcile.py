@@ -169,7 +169,7 @@ def test_port_ledger_skips_ports_in_use() -> None:
 
 
 def test_unmanaged_models_are_not_run() -> None:
-    text = "models:\n - name: e\n   endpoints: ['http://x:1']\n"
+    text = "models:\n - name: e\n   endpoints: [{url: 'http://x:1', auth: none}]\n"
     assert plan(fleet(text), [], 2) == []
 
 

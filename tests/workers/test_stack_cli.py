@@ -20,7 +20,10 @@ from tools.stack.redis_topology import KINDS
 def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path, redis: str) -> None:
     engine = start_fake_engine(tmp_path, "--model", "ext-model")
     fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(f"models:\n - name: ext-model\n   aliases: [ext]\n   endpoints: ['{engine.url}']\n")
+    fleet.write_text(
+        f"models:\n - name: ext-model\n   aliases: [ext]\n"
+        f"   endpoints: [{{url: '{engine.url}', auth: none}}]\n"
+    )
     ports = {
         "port": free_port(),
         "gateway-port": free_port(),

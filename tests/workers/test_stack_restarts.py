@@ -45,7 +45,10 @@ def steady_load(url: str, stop: threading.Event, seen: Counter[str], phase: list
 def test_dead_services_are_restarted_under_load(tmp_path: Path) -> None:
     engine = start_fake_engine(tmp_path, "--model", "ext-model")
     fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(f"models:\n - name: ext-model\n   aliases: [ext]\n   endpoints: ['{engine.url}']\n")
+    fleet.write_text(
+        f"models:\n - name: ext-model\n   aliases: [ext]\n"
+        f"   endpoints: [{{url: '{engine.url}', auth: none}}]\n"
+    )
     port, redis_port = free_port(), free_port()
     flags = ["--port", str(port), "--redis-port", str(redis_port), "--supervisor-port", str(free_port())]
     flags += ["--keys-redis-port", str(free_port())]

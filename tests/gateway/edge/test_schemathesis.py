@@ -27,8 +27,10 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterato
     engine = start_fake_engine(tmp, "--tokens", "3")
     fleet = tmp / "fleet.yaml"
     fleet.write_text(
-        f"models:\n - name: fake-chat\n   aliases: [fc]\n   endpoints: ['{engine.url}']\n"
-        f" - name: fake-embed\n   endpoints: ['{engine.url}']\n   engine: {{runner: pooling}}\n"
+        f"models:\n - name: fake-chat\n   aliases: [fc]\n"
+        f"   endpoints: [{{url: '{engine.url}', auth: none}}]\n"
+        f" - name: fake-embed\n   endpoints: [{{url: '{engine.url}', auth: none}}]\n"
+        "   engine: {runner: pooling}\n"
     )
     port = free_port()
     argv = [str(Path(sys.executable).parent / "llmgw-gateway"), "--fleet", str(fleet), "--port", str(port)]

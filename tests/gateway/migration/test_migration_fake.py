@@ -195,7 +195,8 @@ async def test_migration_off_forwards_the_body_untouched(
                 f"{gw}/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
             )
             sent = (await c.get(f"{engines['die'].url}/stats")).json()["last_body"]
-    assert sent.encode() == raw
+    # the client's body, with only the usage ask every stream gets (gateway/pipeline/usage.py)
+    assert json.loads(sent) == {**json.loads(raw), "stream_options": {"include_usage": True}}
     assert frames(r.text)[-1]["error"]["type"] == "upstream_error"
 
 

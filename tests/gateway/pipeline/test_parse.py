@@ -23,10 +23,12 @@ CHAT = {
 
 def test_chat_body_gives_model_stream_and_a_prefix_key() -> None:
     c = ctx({**CHAT, "stream": True, "max_tokens": 7})
+    size = len(c.body)
     parse(c, prefix_chars=1024)
     assert (c.model_name, c.stream) == ("m", True)
     assert c.route.prefix_key and c.route.session_key is None
-    assert c.asked.max_tokens == 7 and c.cost.prompt == len(c.body) // 4  # the rest once resolved
+    assert c.asked.max_tokens == 7 and c.cost.prompt == size // 4  # the client's body; the rest once resolved
+    assert c.strip_usage and b'"stream_options":{"include_usage":true}' in c.body  # exact usage asked for
 
 
 def test_same_conversation_prefix_gives_the_same_key_whatever_follows() -> None:

@@ -24,7 +24,7 @@ def ep(rid: str, inflight: int = 0) -> Endpoint:
 
 
 def test_a_fleet_naming_an_unregistered_policy_is_refused_with_the_known_ones() -> None:
-    fleet = parse_fleet("models: [{name: a, endpoints: ['http://x'], policy: fastest}]")
+    fleet = parse_fleet("models: [{name: a, endpoints: [{url: 'http://x', auth: none}], policy: fastest}]")
     with pytest.raises(FleetError, match=r"models\.0\.policy: unknown routing policy 'fastest'") as info:
         check_policies(fleet)
     for name in POLICIES:
@@ -33,7 +33,9 @@ def test_a_fleet_naming_an_unregistered_policy_is_refused_with_the_known_ones() 
 
 def test_every_registered_policy_is_accepted_by_the_fleet_check() -> None:
     for name in NAMES:
-        fleet = parse_fleet(f"models: [{{name: a, endpoints: ['http://x'], policy: {name}}}]")
+        fleet = parse_fleet(
+            f"models: [{{name: a, endpoints: [{{url: 'http://x', auth: none}}], policy: {name}}}]"
+        )
         assert check_policies(fleet).models[0].policy == name
 
 
@@ -69,8 +71,8 @@ def test_every_policy_picks_a_candidate_through_the_one_interface(name: str) -> 
 
 def test_a_models_own_epsilon_wins_over_the_gateways(tmp_path: Path) -> None:
     models = [
-        {"name": "a", "endpoints": ["http://x"], "epsilon": 1.5},
-        {"name": "b", "endpoints": ["http://y"]},
+        {"name": "a", "endpoints": [{"url": "http://x", "auth": "none"}], "epsilon": 1.5},
+        {"name": "b", "endpoints": [{"url": "http://y", "auth": "none"}]},
     ]
     fleet = Fleet.model_validate({"models": models})
     (tmp_path / "fleet.yaml").write_text(json.dumps({"models": models}))  # settings check that it exists
@@ -80,4 +82,6 @@ def test_a_models_own_epsilon_wins_over_the_gateways(tmp_path: Path) -> None:
 
 def test_a_negative_epsilon_is_refused_by_the_fleet_file() -> None:
     with pytest.raises(ValidationError, match="epsilon"):
-        Fleet.model_validate({"models": [{"name": "a", "endpoints": ["http://x"], "epsilon": -0.1}]})
+        Fleet.model_validate(
+            {"models": [{"name": "a", "endpoints": [{"url": "http://x", "auth": "none"}], "epsilon": -0.1}]}
+        )

@@ -168,7 +168,7 @@ def test_endpoint_models_are_skipped_and_loader_errors_named(
     fleet = make_fleet(
         entry("llama", "llama"),
         entry("broken", "llama"),
-        {"name": "remote", "endpoints": ["http://elsewhere:8000"]},
+        {"name": "remote", "endpoints": [{"url": "http://elsewhere:8000", "auth": "none"}]},
     )
     plan = plan_fleet(fleet, {0: H200}, failing)
     assert [r.model for r in plan.replicas] == ["llama"]

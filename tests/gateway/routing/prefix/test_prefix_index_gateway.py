@@ -29,7 +29,7 @@ SYSTEM = "You answer questions about the attached document. " * 30
 def fleet(endpoints: list[str] | None = None) -> str:
     model: dict[str, Any] = {"name": MODEL, "policy": "prefix_affinity", "max_queue_wait_s": 30}
     if endpoints:
-        model["endpoints"] = endpoints
+        model["endpoints"] = [{"url": url, "auth": "none"} for url in endpoints]
     else:
         model["source"] = {"path": "/nonexistent"}
     return fleet_yaml([model])

@@ -1,0 +1,158 @@
+"""Trace context, end to end (W3C Trace Context).
+
+Every request has a ``traceparent``: the client's when it sent a valid one (with its ``tracestate``), else
+a new one (a new trace id, sampled), and the replica gets it, so vLLM's own spans
+(``--otlp-traces-endpoint``) join the client's trace. With tracing off (the default) that is all: the
+header is passed on unchanged and no OpenTelemetry code runs. With ``LLMGW_TRACING=true`` the gateway
+emits its own spans over OTLP/gRPC to ``LLMGW_OTLP_TRACES_ENDPOINT``: one per request (``llmgw.request``)
+with a child for authenticate, queue_wait, wake, pick, and forward (``retry`` for each attempt after the
+first); the replica's traceparent then names the forward span as its parent.
+
+Each log line written while a request is served carries its trace id beside its request id
+(:class:`TraceIdFilter`, on the gateway's log handler; the id is the request task's context variable).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Span, Tracer
+
+    from gateway.values import RequestContext
+
+TRACEPARENT = re.compile(r"(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+NO_SPAN: AbstractContextManager[None] = nullcontext()
+# The trace id of the request the current task serves, for its log lines (a context variable: each
+# request task has its own value; nothing is shared between requests).
+TRACE_ID: ContextVar[str] = ContextVar("llmgw_trace_id", default="")
+
+
+def traceparent_of(given: str) -> str:
+    """The client's traceparent when it is valid (W3C version 00 length), else a new sampled one."""
+    if len(given) == 55 and TRACEPARENT.fullmatch(given):
+        return given
+    raw = os.urandom(24).hex()
+    return f"00-{raw[:32]}-{raw[32:]}-01"
+
+
+def trace_id(traceparent: str) -> str:
+    return traceparent[3:35]
+
+
+class TraceIdFilter(logging.Filter):
+    """Writes ``trace_id=...`` right after the ``request_id=...`` of a line logged while a request is
+    served (or at the line's end when it names no request id)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        tid = TRACE_ID.get()
+        if not tid:
+            return True
+        msg = record.getMessage()
+        at = msg.find("request_id=")
+        if at < 0:
+            msg = f"{msg} trace_id={tid}"
+        else:
+            end = msg.find(" ", at)
+            end = len(msg) if end < 0 else end
+            msg = f"{msg[:end]} trace_id={tid}{msg[end:]}"
+        record.msg, record.args = msg, ()
+        return True
+
+
+def otel_tracer(endpoint: str, service_instance: str) -> tuple[TracerProvider, Tracer]:
+    """An SDK tracer provider that batches spans to an OTLP/gRPC endpoint (imported only when on)."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": "llmgw-gateway", "service.instance.id": service_instance})
+    provider = TracerProvider(resource=resource)
+    insecure = not endpoint.startswith("https://")
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=insecure)))
+    return provider, provider.get_tracer("llmgw.gateway")
+
+
+class Tracing:
+    """The gateway's spans: none at all when off (every call returns at once)."""
+
+    def __init__(self, enabled: bool, endpoint: str, service_instance: str) -> None:
+        self._provider: TracerProvider | None = None
+        self._tracer: Tracer | None = None
+        if enabled:
+            self._provider, self._tracer = otel_tracer(endpoint, service_instance)
+
+    @property
+    def on(self) -> bool:
+        return self._tracer is not None
+
+    def begin(self, ctx: RequestContext, given: str, state: str) -> None:
+        """The request's trace: the client's ``given`` traceparent (and ``state``) when valid, else a
+        new one; with tracing on, the request's root span, a child of the client's (a root of its own
+        when the client sent none)."""
+        ctx.traceparent = traceparent_of(given)
+        ctx.tracestate = state if ctx.traceparent == given else ""
+        if self._tracer is not None:
+            self._root(self._tracer, ctx, ctx.traceparent == given)
+        TRACE_ID.set(trace_id(ctx.traceparent))
+
+    @staticmethod
+    def _root(tracer: Tracer, ctx: RequestContext, given: bool) -> None:
+        from opentelemetry.trace import SpanKind
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier = {"traceparent": ctx.traceparent, "tracestate": ctx.tracestate}
+        parent = TraceContextTextMapPropagator().extract(carrier) if given else None
+        attributes = {"llmgw.request_id": ctx.request_id, "llmgw.endpoint": ctx.endpoint}
+        ctx.span = span = tracer.start_span("llmgw.request", parent, SpanKind.SERVER, attributes)
+        if not given:
+            own = span.get_span_context()
+            ctx.traceparent = f"00-{own.trace_id:032x}-{own.span_id:016x}-01"
+
+    def span(self, ctx: RequestContext, name: str, **attributes: Any) -> AbstractContextManager[Span | None]:
+        """A child span of the request's for one step; a shared no-op when tracing is off."""
+        if ctx.span is None or self._tracer is None:
+            return NO_SPAN
+        return self._child(self._tracer, ctx.span, name, attributes)
+
+    @staticmethod
+    @contextmanager
+    def _child(tracer: Tracer, root: Span, name: str, attributes: dict[str, Any]) -> Iterator[Span]:
+        from opentelemetry.trace import set_span_in_context
+
+        with tracer.start_as_current_span(name, set_span_in_context(root), attributes=attributes) as span:
+            yield span
+
+    def shutdown(self) -> None:
+        """Flush what is batched (the lifespan's end)."""
+        if self._provider is not None:
+            self._provider.shutdown()
+
+
+def forward_traceparent(ctx: RequestContext, span: Span | None) -> str:
+    """What the replica gets: the request's traceparent, with the forward span as parent when traced."""
+    if span is None:
+        return ctx.traceparent
+    parent = span.get_span_context()
+    return f"00-{trace_id(ctx.traceparent)}-{parent.span_id:016x}-01"
+
+
+def end_span(ctx: RequestContext) -> None:
+    """End the request's root span (step 7, finish), with its outcome."""
+    span, ctx.span = ctx.span, None
+    if span is None:
+        return
+    span.set_attribute("http.response.status_code", ctx.status)
+    span.set_attribute("llmgw.model", ctx.model_label)
+    span.set_attribute("llmgw.attempts", ctx.attempts)
+    if ctx.replica is not None:
+        span.set_attribute("llmgw.replica", ctx.replica.id)
+    span.end()

@@ -1,0 +1,59 @@
+"""Readiness by the Kubernetes convention: /ready says whether this gateway can serve, whatever its
+models' states (those are in its body and metrics). Every replica stopped: the gateway stays in
+service and a request gets the clear 503 ``no_ready_replica`` at once (FAKE ENGINE replica)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import httpx
+import redis.asyncio as aioredis
+
+from contract.redis_keys import RedisKeys
+from contract.registry import remove
+from gateway.edge.routes import serving
+from testing.gateway import fleet_yaml, register, serve_gateway
+from testing.poll import until
+from testing.procs import start_fake_engine
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+async def test_every_replica_stopped_ready_stays_200_and_a_chat_gets_503_at_once(
+    tmp_path: Path, redis_url: str
+) -> None:
+    prefix = f"rd{uuid.uuid4().hex[:8]}"
+    engine = start_fake_engine(tmp_path)
+    try:
+        record = await register(redis_url, prefix, "m", engine.url, "m-0")
+        fleet = fleet_yaml([{"name": "m", "source": {"path": "/x"}}])
+        async with serve_gateway(tmp_path, fleet, redis_url, prefix) as gw, httpx.AsyncClient() as c:
+            assert (await c.post(f"{gw}/v1/chat/completions", json=CHAT, timeout=10)).status_code == 200
+            engine.stop()  # the supervisor stops the replica and takes it out of the registry
+            r = aioredis.Redis.from_url(redis_url)
+            await remove(r, RedisKeys(prefix), record)
+            await r.aclose()
+
+            async def unavailable() -> bool:
+                body = (await c.get(f"{gw}/ready")).json()
+                return bool(body["models"]["m"]["state"] == "unavailable")
+
+            await until(unavailable, 10, "the model to be unavailable")
+            ready = await c.get(f"{gw}/ready")
+            chat = await c.post(f"{gw}/v1/chat/completions", json=CHAT, timeout=1.0)
+            metrics = (await c.get(f"{gw}/metrics")).text
+    finally:
+        engine.stop()
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    assert ready.json()["models"]["m"] == {"ready_replicas": 0, "replicas": 0, "state": "unavailable"}
+    assert chat.status_code == 503
+    assert chat.json()["error"]["code"] == "no_ready_replica"
+    assert chat.headers["x-should-retry"] == "true"
+    assert 'llmgw_model_state{model="m",state="unavailable"} 1.0' in metrics
+
+
+def test_serving_depends_on_redis_only_where_degraded_mode_is_not_allowed() -> None:
+    assert serving(redis_ok=True, degraded_ready=False)
+    assert serving(redis_ok=False, degraded_ready=True)
+    assert not serving(redis_ok=False, degraded_ready=False)
