@@ -219,7 +219,8 @@ CANNOT_MOVE: list[tuple[str, str, dict[str, Any]]] = [
 async def test_what_cannot_move_keeps_the_error_event(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc], case: str, path: str, extra: dict[str, Any]
 ) -> None:
-    model = {"engine": {"lora_modules": {"m-lora": "/adapters/x"}}}
+    # a tool-call parser, so that the tools case reaches the replica (the gateway refuses tools without one)
+    model = {"engine": {"lora_modules": {"m-lora": "/adapters/x"}, "tool_call_parser": "hermes"}}
     async with gateway(tmp_path, redis_url, [engines["die"].url, engines["good"].url], model) as (gw, _):
         async with httpx.AsyncClient(timeout=30) as c:
             await c.get(f"{engines['good'].url}/stats/reset")
