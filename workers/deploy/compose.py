@@ -64,11 +64,13 @@ PROJECT_BUILD = {"context": ".", "dockerfile": "deploy/docker/Dockerfile.gateway
 @dataclass(frozen=True, slots=True)
 class ComposeOptions:
     vllm_image: str = "${VLLM_IMAGE:-vllm/vllm-openai:v0.32.0}"
-    project_image: str = "llmgw-gateway:local"
-    redis_image: str = "redis:7.4-alpine"
-    nginx_image: str = "nginxinc/nginx-unprivileged:1.27-alpine"
-    prometheus_image: str = "prom/prometheus:v3.5.0"
-    grafana_image: str = "grafana/grafana:12.1.0"
+    # Each image from a variable with the upstream image as default (`make compose-test` sets the local
+    # stand-ins: localhost/llmgw-standin-*, docs/deployment/validated-here.md).
+    project_image: str = "${LLMGW_IMAGE:-llmgw-gateway:local}"
+    redis_image: str = "${REDIS_IMAGE:-redis:7.4-alpine}"
+    nginx_image: str = "${NGINX_IMAGE:-nginxinc/nginx-unprivileged:1.27-alpine}"
+    prometheus_image: str = "${PROMETHEUS_IMAGE:-prom/prometheus:v3.5.0}"
+    grafana_image: str = "${GRAFANA_IMAGE:-grafana/grafana:12.1.0}"
     models_dir: str = "${LLMGW_MODELS_DIR:-./.cache/models}"
     gateways: int = 2
     startup_s: int = 1200
