@@ -111,7 +111,8 @@ run: install
 	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null
 	$(BIN)/llmgw-stack --fleet $(FLEET)
 
-test: install
+# images-short: the gateway image and the Redis stand-in for tests/deploy/test_images_run.py (podman).
+test: install images-short
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-unit: install
