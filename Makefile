@@ -63,7 +63,15 @@ $(STAMPS)/models: $(STAMPS)/venv $(wildcard workers/models/*.py)
 	@$(BIN)/llmgw-prepare
 	@touch $@
 
-install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models
+# Debian's Alertmanager, for the alert delivery test (tests/observability/test_alerts_delivered.py).
+$(STAMPS)/alertmanager: | $(STAMPS)
+	@command -v prometheus-alertmanager >/dev/null || { echo "==> installing prometheus-alertmanager"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    prometheus-alertmanager >/dev/null; }
+	@systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true
+	@touch $@
+
+install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models $(STAMPS)/alertmanager
 
 # Container images, built with podman (Debian's 4.3) through the project's settings in
 # deploy/podman/containers.conf (CONTAINERS_CONF: nothing global changes). No image can be pulled here,
