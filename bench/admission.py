@@ -1,4 +1,4 @@
-"""Admission benchmark against the FAKE ENGINE (bench/fake_engine.py, not a model) with two gateway
+"""Admission benchmark against the FAKE ENGINE (testing/fake_engine.py, not a model) with two gateway
 replicas, each its own ``llmgw-gateway`` process, sharing one private redis-server.
 
 1. overhead: the latency admission adds (p50/p99, sequential requests, below capacity) against the same
@@ -39,7 +39,7 @@ import yaml
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, publish
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
-from tests.support.procs import spawn
+from testing.procs import spawn
 from workers.process import redis_server_argv
 
 MODEL = "bench-model"
@@ -388,7 +388,7 @@ async def main_async(args: argparse.Namespace) -> bool:
                 [
                     sys.executable,
                     "-m",
-                    "bench.fake_engine",
+                    "testing.fake_engine",
                     "--port",
                     str(engine_port),
                     "--model",
@@ -404,7 +404,7 @@ async def main_async(args: argparse.Namespace) -> bool:
                 [
                     sys.executable,
                     "-m",
-                    "bench.fake_engine",
+                    "testing.fake_engine",
                     "--port",
                     str(fair_port),
                     "--model",

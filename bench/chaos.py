@@ -59,6 +59,7 @@ from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, ReplicaState, read_registry
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from gateway.settings import GatewaySettings
+from testing.poll import until
 from workers.adopt import StateFile, pid_alive
 from workers.stack.stack import REPO, Stack, StackConfig
 
@@ -295,12 +296,11 @@ def signal_group(pid: int, sig: int) -> None:
 
 async def until_true(check: Callable[[], Awaitable[bool]], deadline_s: float, every_s: float = 0.5) -> bool:
     """Poll ``check`` until it is true (True) or the deadline passes (False)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if await check():
-            return True
-        await asyncio.sleep(every_s)
-    return False
+    try:
+        await until(check, deadline_s, "condition", interval_s=every_s)
+    except AssertionError:
+        return False
+    return True
 
 
 class Chaos:

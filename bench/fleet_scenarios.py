@@ -3,7 +3,7 @@
 The stack is the one `make run` starts (Redis, the supervisor ``llmgw-workers`` with its reconcile loop,
 two gateways, nginx; the keeper restarts any service that dies) on ports of its own, with real vLLM CPU
 replicas of the packaged models: SmolLM2 x2 and MiniLM (``--fake``: the same stack and fleet, each replica
-the FAKE ENGINE, bench/fake_engine.py, through tests/support/fake_workers.py; for a dry run). A steady
+the FAKE ENGINE, testing/fake_engine.py, through testing/fake_workers.py; for a dry run). A steady
 mixed load runs through nginx the whole time (bench/chaos.py's requests and judge: streamed and
 non-streamed chat and completions on SmolLM2, embeddings on MiniLM; every request checked), while the
 scenarios change the fleet file or kill parts of the stack in turn:
@@ -58,7 +58,7 @@ import yaml
 from bench.chaos import ANSWERED, CLEAR, CUT, LOST, Request, Tally, free_port, requests_for, send
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, ReplicaState, read_registry
-from tests.support.poll import until
+from testing.poll import until
 from workers.stack.keeper import KeepPolicy
 from workers.stack.services import Service
 from workers.stack.stack import REPO, Stack, StackConfig
@@ -128,11 +128,11 @@ def fleet_text(models: list[dict[str, Any]], base_port: int) -> str:
 
 
 class FakeWorkersStack(Stack):
-    """The same stack, the supervisor's replicas the FAKE ENGINE (tests/support/fake_workers.py)."""
+    """The same stack, the supervisor's replicas the FAKE ENGINE (testing/fake_workers.py)."""
 
     def workers(self) -> Service:
         service = super().workers()
-        service.argv = [sys.executable, "-m", "tests.support.fake_workers", *service.argv[1:]]
+        service.argv = [sys.executable, "-m", "testing.fake_workers", *service.argv[1:]]
         return service
 
 

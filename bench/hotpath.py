@@ -1,6 +1,6 @@
 """The hot-path benchmark (``make bench``): what the gateway costs per request.
 
-The FAKE ENGINE (bench/fake_engine.py) stands in for vLLM.  The proxy under test is pinned to
+The FAKE ENGINE (testing/fake_engine.py) stands in for vLLM.  The proxy under test is pinned to
 core 0; the engine and this load generator share core 1.  For each target (direct to the engine,
 nginx alone, the gateway with admission off and on, and, over two fake replicas with admission off,
 ``rr-2`` round robin against ``prefix-2`` the default policy with its shared prefix index in Redis),
@@ -32,8 +32,8 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 
 from bench.loadgen import Result, Target, percentile, run
-from tests.support.poll import wait_until
-from tests.support.procs import REPO, Proc, free_port, http_ok, port_open, spawn
+from testing.poll import wait_until
+from testing.procs import REPO, Proc, free_port, http_ok, port_open, spawn
 from workers.process import redis_server_argv
 from workers.stack.render import nginx_conf
 
@@ -108,7 +108,7 @@ def started(proc: Proc) -> Iterator[Proc]:
 
 def start_engine(tmp: Path) -> Proc:
     port = free_port()
-    argv = pinned(LOAD_CORE, [sys.executable, "-m", "bench.fake_engine", "--port", str(port)])
+    argv = pinned(LOAD_CORE, [sys.executable, "-m", "testing.fake_engine", "--port", str(port)])
     proc = spawn(argv, port, tmp / "engine.log")
     wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 15, "fake engine")
     return proc

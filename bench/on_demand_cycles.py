@@ -34,9 +34,9 @@ from contract.fleet import load_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
-from tests.support.gateway import serve_gateway
-from tests.support.poll import until
-from tests.support.procs import free_port, start_redis
+from testing.gateway import serve_gateway
+from testing.poll import until
+from testing.procs import free_port, start_redis
 from workers.activator import Activator, ActivatorOptions
 from workers.control import control_loops
 from workers.headroom import Headroom, host_available_bytes
@@ -90,7 +90,7 @@ class Report:
 
 
 def fake_launch(spec: ReplicaSpec) -> Launch:
-    argv = [sys.executable, "-m", "bench.fake_engine", "--port", str(spec.port), "--model", spec.model.name]
+    argv = [sys.executable, "-m", "testing.fake_engine", "--port", str(spec.port), "--model", spec.model.name]
     return Launch([*argv, "--delay-ms", "5", *spec.model.engine.extra_args])
 
 

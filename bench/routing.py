@@ -76,10 +76,11 @@ from bench.vllm_serve import ServeBench, ServeResult, run_async
 from contract.fleet import load_fleet
 from contract.redis_keys import RedisKeys
 from contract.vllm_metrics import RUNNING, WAITING, gauge_sums
-from gateway.prefix_key import chat_prefix_key
+from gateway.routing.prefix.key import chat_prefix_key
 from gateway.routing.registry import POLICIES as REGISTERED_POLICIES
 from gateway.routing.rendezvous import key_digest, score
 from gateway.settings import GatewaySettings
+from testing.poll import until
 from workers.launch import ReplicaSpec, plan_replicas
 from workers.stack.stack import REPO, Stack, StackConfig
 
@@ -600,12 +601,7 @@ async def poll(
     check: Callable[[], Awaitable[bool]], deadline_s: float, what: str, every_s: float = 0.5
 ) -> None:
     """Poll ``check`` until it is true, or raise after ``deadline_s``."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if await check():
-            return
-        await asyncio.sleep(every_s)
-    raise RuntimeError(f"{what}: not within {deadline_s:.0f} s")
+    await until(check, deadline_s, what, interval_s=every_s)
 
 
 class Bench:

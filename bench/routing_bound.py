@@ -2,7 +2,7 @@
 
 ``python -m bench.routing_bound`` sends ``make bench-routing``'s conversations (every turn with its
 user's session) and templates, in the benchmark's order, through the reference
-:class:`gateway.routing.prefix_index.PrefixIndex` (the same decision as the Lua script) on two replicas,
+:class:`gateway.routing.prefix.index.PrefixIndex` (the same decision as the Lua script) on two replicas,
 with :mod:`bench.routing_sim`'s load model (a request holds its replica for the next ``hold`` arrivals),
 for several in-flight depths and bounds (in flight only, as before, and the share bound of today's
 default). It prints, per row, the simulated prefix hit rate (matched
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from bench.routing_sim import CHUNK, MAX_CHUNKS, MODEL, Loads, Req, hit_rate, views
 from bench.routing_workloads import chat_messages, conversations, templates
-from gateway.prefix_chain import request_chain
-from gateway.routing.prefix_index import PickInput, PrefixIndex, ReplicaView, bound_ratio, capacity_keys
+from gateway.routing.prefix.chain import request_chain
+from gateway.routing.prefix.index import PickInput, PrefixIndex, ReplicaView, bound_ratio, capacity_keys
 
 IDS = ("r0", "r1")
 

@@ -3,16 +3,16 @@
 
 1. Replay (the index alone, on a Redis of its own). One request sequence (conversations whose turns grow,
    template questions over shared documents, sessions for half the users) is picked by 8 gateway clients
-   of :class:`gateway.routing.shared_index.SharedIndex` in turn (request *i* by gateway *i* mod 8, as
+   of :class:`gateway.routing.prefix.shared_index.SharedIndex` in turn (request *i* by gateway *i* mod 8, as
    nginx's round robin sends them), then again on a fresh index by one gateway alone, and by the pure
-   reference :class:`gateway.routing.prefix_index.PrefixIndex`: agreement is the share of identical
+   reference :class:`gateway.routing.prefix.index.PrefixIndex`: agreement is the share of identical
    decisions. Loads are simulated: a request occupies its replica for the next ``concurrency`` arrivals.
    Measured from Redis' own ``INFO``: commands per pick (the script's calls included), bytes in and out
    per pick, and memory per cached token (``used_memory`` growth over the tokens the LRUs cover, at 4
    bytes a token). The same sequence also runs through the stateless policies with per-replica caches
    of unbounded size, for a simulated prefix hit rate (matched chunks over all chunks) against one cache
    that sees everything.
-2. Live (the FAKE ENGINE, bench/fake_engine.py, standing in for 32 replicas in one process; 8 real gateway
+2. Live (the FAKE ENGINE, testing/fake_engine.py, standing in for 32 replicas in one process; 8 real gateway
    processes; the registry in Redis): the same requests, ``concurrency`` at a time, to gateway *i* mod 8.
    Reported: errors, each replica's share and the hot-spot factor, the pick outcomes from the gateways'
    metrics, and every Redis command and byte per request (admission, in-flight share, registry included).
@@ -40,10 +40,9 @@ import yaml
 from bench.routing_workloads import chat_messages, conversations, templates
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, publish
-from gateway.pool import Endpoint
-from gateway.prefix_chain import request_chain
-from gateway.prefix_key import chat_prefix_key
-from gateway.routing.prefix_index import (
+from gateway.replicas.table import Endpoint
+from gateway.routing.prefix.chain import request_chain
+from gateway.routing.prefix.index import (
     BYTES_PER_TOKEN,
     Decision,
     PickInput,
@@ -53,10 +52,11 @@ from gateway.routing.prefix_index import (
     capacity_keys,
     share_window,
 )
+from gateway.routing.prefix.key import chat_prefix_key
+from gateway.routing.prefix.shared_index import SharedIndex
 from gateway.routing.rendezvous import rank
-from gateway.routing.shared_index import SharedIndex
-from tests.support.poll import wait_until
-from tests.support.procs import REPO, Proc, free_port, free_port_run, http_ok, spawn, start_redis
+from testing.poll import wait_until
+from testing.procs import REPO, Proc, free_port, free_port_run, http_ok, spawn, start_redis
 from workers.stack.stack import script
 
 MODEL = "sim-model"
@@ -296,7 +296,7 @@ async def live(o: SimOptions, tmp: Path) -> dict[str, Any]:
     url = f"redis://127.0.0.1:{redis_proc.port}/0"
     base = free_port_run(o.replicas)
     engine = spawn(
-        [sys.executable, "-m", "bench.fake_engine", "--port", str(base), "--ports", str(o.replicas),
+        [sys.executable, "-m", "testing.fake_engine", "--port", str(base), "--ports", str(o.replicas),
          "--model", MODEL, "--tokens", "4", "--delay-ms", "10", "--kv-blocks", str(o.kv_tokens // 16)],
         base, tmp / "fake-engine.log",
     )  # fmt: skip

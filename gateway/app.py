@@ -8,21 +8,19 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from contract.backoff import Backoff
-from contract.fleet import Model
 from contract.redis_keys import RedisKeys
-from gateway.admin import add_admin_routes
+from gateway.admin.routes import add_admin_routes
 from gateway.admission import build_admission
-from gateway.affinity import ResponseAffinity
-from gateway.auth.redis_auth import build_auth, key_store
-from gateway.discovery import Discovery
-from gateway.ejection import Ejection
+from gateway.auth.keys import KeyStore
+from gateway.auth.redis_auth import build_auth
+from gateway.edge.fastpath import GatewayApp
+from gateway.edge.routes import add_routes
 from gateway.errors import (
     GatewayError,
     InternalError,
@@ -31,53 +29,40 @@ from gateway.errors import (
     NotFound,
     error_response,
 )
-from gateway.fastpath import GatewayApp
-from gateway.fleet_reload import FleetReload
-from gateway.http1 import ConnectionPool
-from gateway.inflight import InflightShare
-from gateway.lora import AdapterStore
+from gateway.lora.adapters import AdapterStore
 from gateway.metrics import GatewayMetrics
-from gateway.monitor import Monitor
+from gateway.on_demand.wake import ReadyNotices, Wakes
 from gateway.periodic import Background
-from gateway.pool import ReplicaTable
-from gateway.proxy import Proxy
-from gateway.routes import add_routes
-from gateway.routing import PolicyOptions, build_policy, load_routable_fleet
-from gateway.routing.shared_index import SharedIndex
+from gateway.pipeline.proxy import Proxy
+from gateway.redis_clients import RedisClients, build_redis_clients
+from gateway.replicas.discovery import Discovery
+from gateway.replicas.ejection import Ejection
+from gateway.replicas.fleet_reload import FleetReload
+from gateway.replicas.inflight import InflightShare
+from gateway.replicas.monitor import Monitor
+from gateway.replicas.table import ReplicaTable
+from gateway.responses_api.affinity import ResponseAffinity
+from gateway.routing import load_routable_fleet
+from gateway.routing.factory import PolicyFactory
+from gateway.routing.prefix.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests
 from gateway.state import Gateway
-from gateway.wake import ReadyNotices, Wakes
+from gateway.upstream.http1 import ConnectionPool
 
 log = logging.getLogger("llmgw.app")
 
 
-def policy_options(
-    model: Model, settings: GatewaySettings, index: SharedIndex | None = None
-) -> PolicyOptions:
-    """The model's own ε from the fleet file, else the gateway's ``LLMGW_PREFIX_EPSILON``; the shared
-    prefix index, its bounds and its chunking."""
-    eps = settings.prefix_epsilon if model.epsilon is None else model.epsilon
-    return PolicyOptions(
-        epsilon=eps,
-        inflight_epsilon=settings.prefix_inflight_epsilon,
-        share_window=settings.prefix_share_window,
-        model=model.name,
-        index=index,
-        chunk_bytes=settings.prefix_chunk_bytes,
-        kv_tokens=settings.prefix_index_kv_tokens,
-        bytes_per_token=settings.prefix_bytes_per_token,
-    )
-
-
-def shared_index(settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMetrics) -> SharedIndex | None:
-    """The shared prefix index on its own Redis connection (a short timeout: it is on the request path),
+def shared_index(
+    settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMetrics, clients: RedisClients
+) -> SharedIndex | None:
+    """The shared prefix index on its own Redis client (a short timeout: it is on the request path),
     or None with ``LLMGW_PREFIX_INDEX=false``."""
-    if not settings.prefix_index:
+    if clients.index is None:
         return None
-    t = settings.prefix_index_timeout_s
-    redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=t, socket_connect_timeout=t)
-    return SharedIndex(redis, keys, settings.session_ttl_s, settings.prefix_index_retry_s, metrics=metrics)
+    return SharedIndex(
+        clients.index, keys, settings.session_ttl_s, settings.prefix_index_retry_s, metrics=metrics
+    )
 
 
 def vllm_auth(settings: GatewaySettings) -> dict[str, str]:
@@ -91,25 +76,28 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     metrics = GatewayMetrics()
     keys = RedisKeys(settings.redis_prefix)
     table = ReplicaTable(m.name for m in fleet.models)
-    redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    clients = build_redis_clients(settings)
+    redis = clients.state
     share = InflightShare(redis, keys, settings.gateway_id, table, settings.load_share_max_age_s)
-    index = shared_index(settings, keys, metrics)
-    store = key_store(settings, keys)
+    index = shared_index(settings, keys, metrics, clients)
+    policy_for = PolicyFactory(settings, index)
+    store = KeyStore(clients.keys, keys)
     upstream_auth = vllm_auth(settings)
     return Gateway(
         settings=settings,
         fleet=fleet,
         names=fleet.names(),
         table=table,
-        policies={m.name: build_policy(m.policy, policy_options(m, settings, index)) for m in fleet.models},
-        admission=build_admission(settings, keys, metrics),
-        auth=build_auth(settings, keys, metrics, store),
+        policies={m.name: policy_for(m) for m in fleet.models},
+        policy_for=policy_for,
+        admission=build_admission(settings, keys, metrics, clients),
+        auth=build_auth(settings, keys, metrics, store, clients),
         client=httpx.AsyncClient(timeout=settings.connect_timeout_s, headers=upstream_auth),
         upstream=ConnectionPool(settings.max_connections, settings.connect_timeout_s),
-        redis=redis,
+        redis=clients,
         keys=keys,
         metrics=metrics,
-        ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s)),
+        ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s), settings.eject_after),
         inflight=share,
         wakes=Wakes(redis, keys, settings.gateway_id, metrics),
         open_requests=OpenRequests(settings.shutdown_grace_s),
@@ -124,7 +112,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
 def start_background(gw: Gateway, discovery: Discovery, notices: ReadyNotices) -> Background:
     s = gw.settings
     monitor = Monitor(gw.client, gw.table, gw.ejection, gw.metrics)
-    reload = FleetReload(gw, discovery, lambda m: build_policy(m.policy, policy_options(m, s)))
+    reload = FleetReload(gw, discovery)
     bg = Background()
     bg.start(s.registry_poll_s, reload.tick)
     bg.start(s.registry_poll_s, discovery.tick)
@@ -146,7 +134,7 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
         await discovery.refresh()
         gw.wakes.notify()
 
-    notices = ReadyNotices(gw.redis, gw.keys, on_ready)
+    notices = ReadyNotices(gw.redis.state, gw.keys, on_ready)
     bg = start_background(gw, discovery, notices)
     log.info("gateway %s up: models=%s", gw.settings.gateway_id, ",".join(m.name for m in gw.fleet.models))
     try:
@@ -158,12 +146,11 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
         await gw.inflight.leave()
         await gw.admission.stop()
         await gw.auth.aclose()
-        await gw.key_store.redis.aclose()
+        if gw.index is not None:
+            await gw.index.aclose()
         gw.upstream.close()
         await gw.client.aclose()
         await gw.redis.aclose()
-        if gw.index is not None:
-            await gw.index.aclose()
 
 
 def add_error_handlers(app: FastAPI) -> None:
@@ -194,13 +181,15 @@ def add_error_handlers(app: FastAPI) -> None:
 
 def create_app(settings: GatewaySettings, **fastapi_kwargs: Any) -> FastAPI:
     gw = build_gateway(settings)
-    discovery = Discovery(gw.redis, gw.keys, gw.fleet, gw.table, gw.metrics, gw.upstream, gw.index)
+    discovery = Discovery(gw.redis.state, gw.keys, gw.fleet, gw.table, gw.metrics, gw.upstream, gw.index)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with lifespan_for(gw, discovery):
             yield
 
+    if not (settings.docs if settings.docs is not None else not settings.auth):
+        fastapi_kwargs = {"docs_url": None, "redoc_url": None, "openapi_url": None, **fastapi_kwargs}
     app = GatewayApp(title="llm-gateway", version="0.1.0", lifespan=lifespan, **fastapi_kwargs)
     app.state.gateway = gw
     app.state.discovery = discovery
@@ -208,5 +197,5 @@ def create_app(settings: GatewaySettings, **fastapi_kwargs: Any) -> FastAPI:
     proxy = Proxy(gw)
     add_routes(app, gw, proxy, discovery)
     add_admin_routes(app, gw)
-    app.proxy = proxy  # the proxied paths, ahead of FastAPI (gateway/fastpath.py)
+    app.proxy = proxy  # the proxied paths, ahead of FastAPI (gateway/edge/fastpath.py)
     return app

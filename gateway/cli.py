@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import math
 import os
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 
 from contract.fleet import FleetError
 from gateway.app import create_app
-from gateway.one_write import OneWriteProtocol
+from gateway.edge.one_write import door_protocol
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests, graceful_s
 
@@ -39,6 +40,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=9000)
     p.add_argument("--gateway-id", help="name of this replica (LLMGW_GATEWAY_ID)")
     return p.parse_args(argv)
+
+
+def open_bind_refusal(host: str, settings: GatewaySettings) -> str | None:
+    """Why the gateway must not serve ``host``: a non-loopback address with API keys off is an open
+    proxy, refused unless ``LLMGW_ALLOW_OPEN=true``; None when it may."""
+    if settings.auth or settings.allow_open or is_loopback(host):
+        return None
+    return (
+        f"refusing to serve {host} with API keys off (an open proxy): set LLMGW_AUTH=true, bind a "
+        "loopback address, or set LLMGW_ALLOW_OPEN=true when something in front authenticates"
+    )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name other than localhost may resolve anywhere
+        return False
 
 
 def settings_from(args: argparse.Namespace) -> GatewaySettings:
@@ -92,7 +113,7 @@ def server_config(app: FastAPI, settings: GatewaySettings, host: str, port: int)
         host=host,
         port=port,
         loop="uvloop",
-        http=OneWriteProtocol,  # uvicorn's httptools protocol, one write per response
+        http=door_protocol(settings),  # uvicorn's httptools protocol: one write per response, the door
         access_log=False,
         proxy_headers=False,
         log_level="warning",
@@ -106,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         settings = settings_from(args)
+        refusal = open_bind_refusal(args.host, settings)
+        if refusal is not None:
+            print(f"llmgw-gateway: {refusal}", file=sys.stderr)
+            return 2
         app = create_app(settings)
     except (ValidationError, FleetError) as exc:
         print(f"llmgw-gateway: bad settings: {exc}", file=sys.stderr)

@@ -45,6 +45,20 @@ class BodyTooLarge(InvalidRequest):
     code = "request_too_large"
 
 
+class MediaUrlRefused(InvalidRequest):
+    code = "media_url_not_allowed"
+
+
+class HeadTooLarge(InvalidRequest):
+    status = 431
+    code = "request_header_fields_too_large"
+
+
+class HeadTimeout(InvalidRequest):
+    status = 408
+    code = "request_timeout"
+
+
 class Unauthorized(GatewayError):
     status = 401
     type = "authentication_error"
@@ -127,6 +141,15 @@ class UpstreamError(GatewayError):
     status = 502
     type = "upstream_error"
     code = "upstream_error"
+
+
+class ReplicaError(GatewayError):
+    """The replica answered a server error after it took the request (its work may have run): passed
+    through, never retried."""
+
+    status = 500
+    type = "server_error"
+    code = "replica_error"
 
 
 class UpstreamTimeout(UpstreamError):

@@ -28,6 +28,13 @@ class GatewaySettings(BaseSettings):
     gateway_id: str = Field(default_factory=_default_gateway_id)
 
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
+    # Limits at the door, before authentication (docs/architecture/gateway.md, beside nginx's): the
+    # request line and headers together (over it: 431), and the time to read them (past it: 408).
+    max_head_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024
+    header_timeout_s: Seconds = 10.0
+    # Media URLs (images, audio, video, files) whose host is one of these domains (or under one) are
+    # passed on unchecked; any other that resolves to an internal address is refused (400).
+    media_domains: list[str] = []
     connect_timeout_s: Seconds = 2.0
     first_byte_timeout_s: Seconds = 120.0
     chunk_timeout_s: Seconds = 60.0
@@ -49,6 +56,9 @@ class GatewaySettings(BaseSettings):
     load_share_max_age_s: Seconds = 2.0
     eject_base_s: Seconds = 1.0
     eject_max_s: Seconds = 30.0
+    # A replica is ejected after this many server errors (5xx answers) in a row; a connection error
+    # or a failed health check ejects at once.
+    eject_after: Annotated[int, Field(ge=1, le=100)] = 3
     prefix_epsilon: Annotated[float, Field(ge=0)] = 0.25
     prefix_inflight_epsilon: Annotated[float, Field(ge=0)] = 1.0
     prefix_share_window: Annotated[int, Field(ge=1, le=10_000)] = 32
@@ -68,6 +78,11 @@ class GatewaySettings(BaseSettings):
     admission_blocking_connections: Annotated[int, Field(ge=1)] = 1024
     presence_interval_s: Seconds = 1.0
     auth: bool = False
+    # Serving a non-loopback address with auth off is an open proxy: refused unless this says so.
+    allow_open: bool = False
+    # /docs, /redoc and /openapi.json; unset: on with API keys off, off with keys on (the description
+    # names every path and schema to anyone).
+    docs: bool | None = None
     # While the key store is unreachable, a key verified within this long still passes (a revoked key
     # stops working on every gateway within it, even one cut off from the key store).
     auth_cache_s: Seconds = 5.0

@@ -5,25 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import httpx
-import redis.asyncio as aioredis
 
 from contract.fleet import Fleet, Model
 from contract.redis_keys import RedisKeys
 from gateway.admission.base import Admission
-from gateway.affinity import ResponseAffinity
 from gateway.auth.base import Authenticator
 from gateway.auth.keys import KeyStore
-from gateway.ejection import Ejection
-from gateway.http1 import ConnectionPool
-from gateway.inflight import InflightShare
-from gateway.lora import AdapterStore
+from gateway.lora.adapters import AdapterStore
 from gateway.metrics import GatewayMetrics
-from gateway.pool import ReplicaTable
+from gateway.on_demand.wake import Wakes
+from gateway.redis_clients import RedisClients
+from gateway.replicas.ejection import Ejection
+from gateway.replicas.inflight import InflightShare
+from gateway.replicas.table import ReplicaTable
+from gateway.responses_api.affinity import ResponseAffinity
 from gateway.routing.base import Policy
-from gateway.routing.shared_index import SharedIndex
+from gateway.routing.factory import PolicyFactory
+from gateway.routing.prefix.shared_index import SharedIndex
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests
-from gateway.wake import Wakes
+from gateway.upstream.http1 import ConnectionPool
 
 
 @dataclass(slots=True)
@@ -33,11 +34,14 @@ class Gateway:
     names: dict[str, Model]
     table: ReplicaTable
     policies: dict[str, Policy]
+    policy_for: PolicyFactory
+    """The one policy factory: at start and on every fleet reload."""
     admission: Admission
     auth: Authenticator
     client: httpx.AsyncClient
     upstream: ConnectionPool
-    redis: aioredis.Redis
+    redis: RedisClients
+    """Every Redis client of the gateway, by role (gateway/redis_clients.py); closed by the lifespan."""
     keys: RedisKeys
     metrics: GatewayMetrics
     ejection: Ejection

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.procs import Proc, start_redis
+from testing.procs import Proc, start_redis
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ neither, and the gateway image carries the gateway and the contract only."""
 from __future__ import annotations
 
 import ast
+import fnmatch
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,109 @@ def test_gateway_image_carries_the_gateway_and_the_contract_only() -> None:
     dockerfile = (REPO / "deploy" / "docker" / "Dockerfile.gateway").read_text()
     copied = {line.split()[1] for line in dockerfile.splitlines() if line.startswith("COPY ")}
     assert copied == {"pyproject.toml", "gateway", "contract"}
+
+
+# The gateway's floors, lowest first: a module may import gateway modules of its own floor or below.
+# The first pattern a module's path matches places it.
+GATEWAY_FLOORS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "base",
+        (
+            "gateway/settings.py", "gateway/errors.py", "gateway/metrics.py", "gateway/endpoints.py",
+            "gateway/periodic.py", "gateway/shutdown.py", "gateway/redis_clients.py", "gateway/__init__.py",
+        ),
+    ),
+    ("values", ("gateway/values.py", "gateway/replicas/table.py")),
+    (
+        "rooms",
+        (
+            "gateway/auth/*", "gateway/admission/*", "gateway/routing/*", "gateway/upstream/*",
+            "gateway/on_demand/*", "gateway/responses_api/*", "gateway/lora/*",
+            "gateway/replicas/discovery.py", "gateway/replicas/monitor.py", "gateway/replicas/ejection.py",
+            "gateway/replicas/inflight.py", "gateway/replicas/__init__.py", "gateway/pipeline/tokens.py",
+        ),
+    ),
+    ("state", ("gateway/state.py",)),
+    ("pipeline", ("gateway/pipeline/*", "gateway/replicas/fleet_reload.py")),
+    ("edge", ("gateway/edge/*", "gateway/admin/*")),
+    ("app", ("gateway/app.py",)),
+    ("entry", ("gateway/cli.py", "gateway/fleet_cli.py")),
+]  # fmt: skip
+# On the rooms floor a room imports another room only where this says so.
+ROOM_IMPORTS = {
+    "replicas": {"on_demand", "routing", "upstream"},  # discovery: model states, index forget, pool close
+    "routing": {"admission"},  # the shared prefix index runs its script over the admission's wire client
+}
+MAX_MODULE_LINES = 350
+
+
+def floor_of(relpath: str) -> int:
+    for level, (_, patterns) in enumerate(GATEWAY_FLOORS):
+        if any(fnmatch.fnmatch(relpath, p) for p in patterns):
+            return level
+    raise AssertionError(f"{relpath} is on no floor of GATEWAY_FLOORS")
+
+
+def gateway_imports(path: Path) -> set[str]:
+    """The gateway modules a file imports, as paths relative to the repository."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for name in names:
+            if name == "gateway" or not name.startswith("gateway."):
+                continue
+            base = REPO / name.replace(".", "/")
+            module = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
+            found.add(str(module.relative_to(REPO)))
+    return found
+
+
+def room_of(relpath: str) -> str:
+    parts = relpath.split("/")
+    return parts[1] if len(parts) > 2 else parts[1].removesuffix(".py")
+
+
+def layering_breaks() -> list[str]:
+    breaks = []
+    for path in sorted((REPO / "gateway").rglob("*.py")):
+        src = str(path.relative_to(REPO))
+        for target in sorted(gateway_imports(path)):
+            if floor_of(target) > floor_of(src):
+                breaks.append(f"{src} -> {target}: a lower floor imports a higher one")
+            elif (
+                floor_of(target) == floor_of(src) == 2
+                and room_of(src) != room_of(target)
+                and room_of(target) not in ROOM_IMPORTS.get(room_of(src), set())
+            ):
+                breaks.append(f"{src} -> {target}: a room imports another room")
+    return breaks
+
+
+def test_gateway_floors_hold() -> None:
+    assert layering_breaks() == []
+
+
+def test_every_gateway_module_is_on_a_floor_and_short() -> None:
+    long = []
+    for path in sorted((REPO / "gateway").rglob("*.py")):
+        floor_of(str(path.relative_to(REPO)))
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            long.append(f"{path.relative_to(REPO)}: {lines} lines")
+    assert long == []
+
+
+def test_the_floor_check_sees_an_upward_import() -> None:
+    assert floor_of("gateway/values.py") < floor_of("gateway/pipeline/proxy.py")
+    assert room_of("gateway/auth/keys.py") == "auth" and room_of("gateway/values.py") == "values"
+
+
+def test_bench_and_testing_never_import_tests() -> None:
+    found = []
+    for package in ("bench", "testing"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            bad = imported_packages(path) & ({"tests"} if package == "bench" else {"tests", "bench"})
+            found += [f"{path.relative_to(REPO)}: {b}" for b in sorted(bad)]
+    assert found == []

@@ -11,7 +11,7 @@
 #   2. carry [.c2, .whl2, .g17]  bash .g17/bench/gpu/sleep.sh start && bash .g17/bench/gpu/sleep.sh wait 540
 #   3. (no carry)                bash .g17/bench/gpu/sleep.sh wait 570     (again until DRIVER DONE)
 # Here, without a GPU: `bash bench/gpu/sleep.sh dry` runs the same driver against FAKE GPU ENGINES and a
-# FAKE nvidia-smi (bench/fake_nvidia_smi.py), with the fleet's paths and a short load.
+# FAKE nvidia-smi (testing/fake_nvidia_smi.py), with the fleet's paths and a short load.
 set -uo pipefail
 PHASE=${1:?phase: unpack1 | start | wait SECONDS | driver | dry | stop}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)   # the tree this script is in (.g17 on the device)
@@ -105,10 +105,10 @@ driver)
   say "DRIVER DONE"
   ;;
 dry)  # here, no GPU: FAKE GPU ENGINES + FAKE nvidia-smi, a private Redis, the same driver (short load)
-  export APP=$SRC RUN=${RUN_DRY:-/tmp/i17gpu-dry} PY=$SRC/.venv/bin/python WORKERS=tests.support.fake_workers
+  export APP=$SRC RUN=${RUN_DRY:-/tmp/i17gpu-dry} PY=$SRC/.venv/bin/python WORKERS=testing.fake_workers
   export PYTHONPATH=$SRC LLMGW_FAKE_GPU=1 FAKE_GPU_MEMORY_DIR=$RUN/gpu-mem FAKE_GPU_BASELINE_MIB=0
   rm -rf $RUN && mkdir -p $RUN/bin $RUN/gpu-mem $RUN/results
-  printf '#!/bin/sh\nexec %s -m bench.fake_nvidia_smi "$@"\n' "$PY" > $RUN/bin/nvidia-smi && chmod +x $RUN/bin/nvidia-smi
+  printf '#!/bin/sh\nexec %s -m testing.fake_nvidia_smi "$@"\n' "$PY" > $RUN/bin/nvidia-smi && chmod +x $RUN/bin/nvidia-smi
   export PATH=$RUN/bin:$PATH
   sed -e "s#/tmp/gpu-models/#$RUN/models/#" -e "s/base_port: 8100/base_port: 18100/" \
     "$SRC"/bench/gpu/fleet-sleep.yaml > $RUN/fleet-sleep.yaml

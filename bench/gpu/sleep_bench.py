@@ -154,7 +154,7 @@ def model_of(pid: int) -> str:
             return f"pid {pid}"
         if b"--served-model-name" in args:
             return args[args.index(b"--served-model-name") + 1].decode()
-        if b"--model" in args and b"bench.fake_gpu_engine" in args:
+        if b"--model" in args and b"testing.fake_gpu_engine" in args:
             return args[args.index(b"--model") + 1].decode()
         pid = int(stat.rsplit(")", 1)[1].split()[1])
     return "other"

@@ -8,8 +8,9 @@ from gateway.admission.fallback import FallbackAdmission
 from gateway.admission.local import LocalAdmission
 from gateway.admission.open import OpenAdmission
 from gateway.admission.presence import Presence
-from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
+from gateway.admission.redis_queue import RedisAdmission
 from gateway.metrics import GatewayMetrics
+from gateway.redis_clients import RedisClients
 from gateway.settings import GatewaySettings
 
 __all__ = ["Admission", "AdmissionUnavailable", "Lease", "Ticket", "build_admission"]
@@ -17,13 +18,14 @@ __all__ = ["Admission", "AdmissionUnavailable", "Lease", "Ticket", "build_admiss
 PRESENCE_TTL_INTERVALS = 3
 
 
-def build_admission(settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMetrics) -> Admission:
+def build_admission(
+    settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMetrics, clients: RedisClients
+) -> Admission:
     """The shared Redis queue with local fallback, or no admission at all when switched off."""
-    if not settings.admission:
+    redis, blocking = clients.admission, clients.blocking
+    if not settings.admission or redis is None or blocking is None:
         return OpenAdmission()
     timeout = settings.admission_redis_timeout_s
-    redis = fast_client(settings.redis_url, timeout)
-    blocking = blocking_client(settings.redis_url, timeout, settings.admission_blocking_connections)
     shared = RedisAdmission(
         redis, blocking, keys, settings.gateway_id, settings.lease_ttl_s, metrics, io_timeout_s=timeout
     )

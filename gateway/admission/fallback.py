@@ -12,8 +12,6 @@ import dataclasses
 import logging
 import time
 
-from redis.exceptions import RedisError
-
 from gateway.admission.base import AdmissionUnavailable, Lease, Ticket
 from gateway.admission.local import LocalAdmission
 from gateway.admission.presence import Presence
@@ -21,6 +19,7 @@ from gateway.admission.redis_queue import RedisAdmission
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.metrics import GatewayMetrics
 from gateway.periodic import Background
+from gateway.redis_clients import REDIS_DOWN
 
 log = logging.getLogger("llmgw.admission")
 MIN_LOCAL_WAIT_S = 0.001
@@ -58,14 +57,14 @@ class FallbackAdmission:
         if not self._degraded:
             try:
                 await self.presence.leave()
-            except (RedisError, OSError) as exc:
+            except REDIS_DOWN as exc:
                 log.debug("presence key not removed: %s", exc)
         await self.shared.stop()
 
     async def probe(self) -> None:
         try:
             replicas = await self.presence.beat()
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             self._enter_degraded(f"{type(exc).__name__}: {exc}")
             return
         if self._degraded:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from gateway.context import Caller
-from gateway.steps.tokens import Charge, TokenCost
+from gateway.values import Caller, Charge, TokenCost
 
 ANONYMOUS = Caller()
 

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from typing import TextIO
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
 from gateway.auth.keys import ApiKey, KeyStore, StoredKey, new_secret
+from gateway.redis_clients import REDIS_DOWN
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 
@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"llmgw-keys: {exc}", file=sys.stderr)
         return 2
-    except (RedisError, OSError) as exc:
+    except REDIS_DOWN as exc:
         print(f"llmgw-keys: cannot reach Redis: {exc}", file=sys.stderr)
         return 3
 

@@ -3,7 +3,7 @@
 Fixed windows aligned to Redis' own clock (``floor(unix seconds / 60)``): one counter per key, kind and
 window in Redis, checked and incremented by one Lua script, so concurrent gateways can never together
 let more than the limit through in a window (no clock skew between gateways either: only Redis' clock
-counts). A request is charged 1 against RPM and its token reservation (gateway/steps/tokens.py)
+counts). A request is charged 1 against RPM and its token reservation (gateway/pipeline/tokens.py)
 against TPM, both or neither; what it did not use is refunded into the same window when it ends. The
 price of a fixed window is a burst of up to twice the limit across a window boundary; the gain is
 exactness and one small counter instead of a log of timestamps.

@@ -17,18 +17,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from redis.exceptions import RedisError
-
 from contract.redis_keys import RedisKeys
-from gateway.admission.redis_queue import fast_client
 from gateway.auth.base import Authenticator, OpenAuth
 from gateway.auth.keys import ApiKey, KeyStore, hash_secret
 from gateway.auth.ratelimit import Decision, RateLimiter, Verdict
-from gateway.context import Caller
 from gateway.errors import InvalidRequest, RateLimited, Unauthorized
 from gateway.metrics import GatewayMetrics
+from gateway.redis_clients import REDIS_DOWN, RedisClients
 from gateway.settings import GatewaySettings
-from gateway.steps.tokens import Charge, TokenCost
+from gateway.values import Caller, Charge, TokenCost
 
 log = logging.getLogger("llmgw.auth")
 MAX_CACHED_KEYS = 100_000
@@ -134,7 +131,7 @@ class RedisAuth:
         digest = hash_secret(secret)
         try:
             key = await self.store.lookup(secret)
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             return self._cached(digest, exc)
         if key is None:
             self._seen.pop(digest, None)
@@ -162,7 +159,7 @@ class RedisAuth:
         tokens = charged_tokens(cost, caller.tpm)
         try:
             decision = await self.limiter.charge(caller.key_id, caller.rpm, caller.tpm, tokens)
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             log.warning(
                 "rate limits not enforced for key_id=%s: key store unreachable (%s)", caller.key_id, exc
             )
@@ -178,7 +175,7 @@ class RedisAuth:
             return
         try:
             await self.limiter.refund(caller.key_id, charge.window, tokens)
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             log.warning("key_id=%s: %d unused tokens not refunded (%s)", caller.key_id, tokens, exc)
 
 
@@ -190,15 +187,16 @@ def charged_tokens(cost: TokenCost, tpm: int) -> int:
     return min(cost.reserved, max(cost.prompt, tpm))
 
 
-def key_store(settings: GatewaySettings, keys: RedisKeys) -> KeyStore:
-    """The API keys, in their persistent Redis (``LLMGW_KEYS_REDIS_URL``, else ``LLMGW_REDIS_URL``)."""
-    return KeyStore(fast_client(settings.key_store_url, settings.admission_redis_timeout_s), keys)
-
-
 def build_auth(
-    settings: GatewaySettings, keys: RedisKeys, metrics: GatewayMetrics, store: KeyStore
+    settings: GatewaySettings,
+    keys: RedisKeys,
+    metrics: GatewayMetrics,
+    store: KeyStore,
+    clients: RedisClients,
 ) -> Authenticator:
-    if not settings.auth:
+    """Keys checked against ``store`` with per-key limits on the ``limits`` Redis client, or nobody
+    checked (``LLMGW_AUTH=false``)."""
+    limits = clients.limits
+    if not settings.auth or limits is None:
         return OpenAuth()
-    limits = fast_client(settings.redis_url, settings.admission_redis_timeout_s)
     return RedisAuth(store, RateLimiter(limits, keys), metrics, settings.auth_cache_s)

@@ -11,19 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from gateway.pool import Endpoint
-from gateway.routing.prefix_index import BYTES_PER_TOKEN
-from gateway.routing.shared_index import SharedIndex
+from gateway.replicas.table import Endpoint
+from gateway.routing.prefix.index import BYTES_PER_TOKEN
+from gateway.routing.prefix.shared_index import SharedIndex
+from gateway.values import RouteRequest
 
-
-@dataclass(frozen=True, slots=True)
-class RouteRequest:
-    """What a policy may know of a request."""
-
-    prefix_key: bytes = b""
-    session_key: str | None = None
-    chain: tuple[str, ...] = ()
-    """The prompt's prefix chain (:mod:`gateway.prefix_chain`), for the shared prefix index."""
+__all__ = ["Policy", "PolicyOptions", "RouteRequest"]
 
 
 @dataclass(frozen=True, slots=True)

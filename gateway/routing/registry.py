@@ -8,7 +8,7 @@ from contract.fleet import Fleet, FleetError, load_fleet
 from gateway.routing.base import Policy, PolicyOptions
 from gateway.routing.least_inflight import LeastInflight
 from gateway.routing.power_of_two import PowerOfTwo
-from gateway.routing.prefix_affinity import PrefixAffinity
+from gateway.routing.prefix.affinity import PrefixAffinity
 from gateway.routing.round_robin import RoundRobin
 from gateway.routing.session import SessionAffinity
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from hashlib import blake2b
 
-from gateway.pool import Endpoint
+from gateway.replicas.table import Endpoint
 
 _PERSON = b"gw-hrw-v1"
 

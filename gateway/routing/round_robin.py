@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.pool import Endpoint
+from gateway.replicas.table import Endpoint
 from gateway.routing.base import Policy, PolicyOptions, RouteRequest
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.pool import Endpoint
+from gateway.replicas.table import Endpoint
 from gateway.routing.base import Policy, RouteRequest
 from gateway.routing.least_inflight import least_loaded_stable
 from gateway.routing.rendezvous import top

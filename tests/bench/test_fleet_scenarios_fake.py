@@ -1,4 +1,4 @@
-"""`make fleet-scenarios-real` with FAKE ENGINE replicas (bench/fake_engine.py) on the same embedded stack
+"""`make fleet-scenarios-real` with FAKE ENGINE replicas (testing/fake_engine.py) on the same embedded stack
 (real Redis, supervisor, two gateways, nginx, the keeper): every scenario converges, the load through nginx
 loses nothing, and each scenario ends the way it says (no gateway restarted to learn a model, the old
 replicas keep serving after a bad replace, bounded start attempts, 404 after a removal, adoption)."""

@@ -46,8 +46,8 @@ from bench.routing_workloads import (
 from contract.fleet import parse_fleet
 from contract.registry import ReplicaRecord
 from contract.vllm_metrics import gauge_sums
-from gateway.pool import Endpoint
-from gateway.prefix_key import chat_prefix_key
+from gateway.replicas.table import Endpoint
+from gateway.routing.prefix.key import chat_prefix_key
 from gateway.routing.rendezvous import top
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from contract.fleet import FleetError, load_fleet, parse_fleet
-from tests.support.procs import REPO
+from testing.procs import REPO
 
 
 def test_default_fleet_is_valid() -> None:

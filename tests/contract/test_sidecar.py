@@ -21,7 +21,7 @@ import redis
 from contract.drain import drain_argv
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming
-from tests.support.procs import Proc, free_port, http_ok, spawn, start_fake_engine, wait_until
+from testing.procs import Proc, free_port, http_ok, spawn, start_fake_engine, wait_until
 
 MODEL = "fake-chat"
 

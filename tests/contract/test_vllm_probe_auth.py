@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from contract.vllm_probe import listed, probe_client
-from tests.support.procs import Proc, start_fake_engine
+from testing.procs import Proc, start_fake_engine
 
 KEY = "k" * 32
 

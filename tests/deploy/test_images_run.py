@@ -16,9 +16,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.support.podman import NO_PODMAN, Containers, podman_available, require_image
-from tests.support.poll import wait_until
-from tests.support.procs import Proc, free_port, http_ok, start_fake_engine
+from testing.podman import NO_PODMAN, Containers, podman_available, require_image
+from testing.poll import wait_until
+from testing.procs import Proc, free_port, http_ok, start_fake_engine
 
 pytestmark = pytest.mark.skipif(not podman_available(), reason=NO_PODMAN)
 

@@ -25,7 +25,7 @@ import redis
 
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord
-from tests.support.procs import Proc, free_port, http_ok, spawn, start_fake_engine, wait_until
+from testing.procs import Proc, free_port, http_ok, spawn, start_fake_engine, wait_until
 from workers.deploy.common import NGINX_TEMPLATE, REPO
 from workers.deploy.nginx import tls_lines
 from workers.stack.render import nginx_conf

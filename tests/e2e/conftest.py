@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from bench.chaos import with_request_logs
-from tests.support.procs import REPO, free_port
+from testing.procs import REPO, free_port
 from workers.stack.stack import Stack, StackConfig
 
 

@@ -26,6 +26,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from testing.poll import until
 from tests.observability.promql import (
     DCGM_MARKER,
     concrete,
@@ -38,7 +39,6 @@ from tests.observability.promql import (
     panels,
     variable_query,
 )
-from tests.support.poll import until
 from workers.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e

@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.support.poll import until
+from testing.poll import until
 from workers.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e

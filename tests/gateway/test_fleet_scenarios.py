@@ -1,5 +1,5 @@
 """Fleet changes under a steady load, end to end in one process: the supervisor and its reconcile loop
-(replicas are the FAKE ENGINE, bench/fake_engine.py), a real gateway (uvicorn) reading the same fleet
+(replicas are the FAKE ENGINE, testing/fake_engine.py), a real gateway (uvicorn) reading the same fleet
 file, a real Redis that is killed and replaced by an empty one. Every request of the steady model is
 checked; the test prints the time each change took to converge and the request counts."""
 
@@ -18,10 +18,10 @@ import redis.asyncio as aioredis
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
-from tests.support.fake_workers import fake_launch
-from tests.support.gateway import serve_gateway
-from tests.support.poll import until
-from tests.support.procs import free_port, start_redis
+from testing.fake_workers import fake_launch
+from testing.gateway import serve_gateway
+from testing.poll import until
+from testing.procs import free_port, start_redis
 from tests.workers.test_reconciler import fits, fleet_yaml
 from workers.reconciler import FleetWatch, Reconciler
 from workers.supervisor import RestartBackoff, Supervisor, SupervisorOptions

@@ -27,8 +27,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.poll import wait_until
-from tests.support.procs import REPO, Proc, free_port, http_ok, spawn, start_fake_engine
+from testing.poll import wait_until
+from testing.procs import REPO, Proc, free_port, http_ok, spawn, start_fake_engine
 
 ALERT = "LLMGWTargetDown"
 RULES = REPO / "deploy/prometheus/rules/llmgw.yml"

@@ -1,5 +1,5 @@
 """A supervisor killed with -9 and started again adopts the replicas it left (FAKE ENGINE replicas, the
-shipped CLI through tests/support/fake_workers.py, a real Redis); what it cannot verify it never
+shipped CLI through testing/fake_workers.py, a real Redis); what it cannot verify it never
 publishes: a stranger on a reused pid is left alone, a silent replica is stopped, a taken port refused."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import redis.asyncio as aioredis
 from contract.fleet import parse_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryWriter, ReplicaState, read_registry
-from tests.support.poll import until
-from tests.support.procs import Proc, free_port, running, spawn, start_fake_engine, wait_until
+from testing.poll import until
+from testing.procs import Proc, free_port, running, spawn, start_fake_engine, wait_until
 from tests.workers.test_reconciler import OPTIONS, fleet_yaml
 from workers.adopt import StateFile, check_entries, entry_for, kill_group, pid_alive
 from workers.launch import Launch, ReplicaSpec
@@ -27,7 +27,7 @@ from workers.supervisor import Replica, Supervisor
 
 
 def supervisor(tmp: Path, redis_url: str, prefix: str, fleet: Path, state: Path) -> Proc:
-    argv = [sys.executable, "-m", "tests.support.fake_workers", "--fleet", str(fleet)]
+    argv = [sys.executable, "-m", "testing.fake_workers", "--fleet", str(fleet)]
     argv += ["--redis-url", redis_url, "--redis-prefix", prefix, "--log-dir", str(tmp / "logs")]
     argv += ["--state-file", str(state), "--metrics-port", str(free_port()), "--devices", "1"]
     argv += ["--drain-grace", "3"]
@@ -133,7 +133,7 @@ async def test_a_port_already_taken_is_never_started_nor_published(
 ) -> None:
     with running(start_fake_engine(tmp_path, "--model", "a")) as orphan:
         spec = spec_for("a", orphan.port)
-        argv = [sys.executable, "-m", "bench.fake_engine", "--port", str(orphan.port), "--model", "a"]
+        argv = [sys.executable, "-m", "testing.fake_engine", "--port", str(orphan.port), "--model", "a"]
         rep = Replica(spec, Launch(argv), tmp_path)
         keys = RedisKeys(f"pt{uuid.uuid4().hex[:6]}")
         redis = aioredis.Redis.from_url(redis_url)

@@ -1,5 +1,5 @@
-"""On-demand models on a GPU, with the FAKE GPU ENGINE (vLLM's sleep endpoints, bench/fake_sleep.py) and the
-FAKE nvidia-smi (bench/fake_nvidia_smi.py) on PATH: the supervisor's activator puts an idle replica to
+"""On-demand models on a GPU, with the FAKE GPU ENGINE (vLLM's sleep endpoints, testing/fake_sleep.py) and the
+FAKE nvidia-smi (testing/fake_nvidia_smi.py) on PATH: the supervisor's activator puts an idle replica to
 sleep in place (its process stays, the level chosen from the host-RAM budget), wakes it with vLLM's calls
 for that level, makes room by putting the least recently used one to sleep, measures every step per
 process and keeps the ledger equal to the card; a replica whose sleep keeps most of its memory is stopped
@@ -24,9 +24,9 @@ import yaml
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryWriter, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
-from tests.support.fake_workers import fake_gpu_launch
-from tests.support.poll import until
-from tests.support.procs import REPO, free_port
+from testing.fake_workers import fake_gpu_launch
+from testing.poll import until
+from testing.procs import REPO, free_port
 from tests.workers.test_on_demand import OPTIONS, Stack, fits
 from workers.activator import Activator, ActivatorOptions
 from workers.control import control_loops
@@ -46,7 +46,7 @@ def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.Log
     bin_dir.mkdir()
     mem.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m bench.fake_nvidia_smi "$@"\n')
+    smi.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m testing.fake_nvidia_smi "$@"\n')
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
     monkeypatch.setenv("FAKE_GPU_MEMORY_DIR", str(mem))

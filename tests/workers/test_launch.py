@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contract.fleet import load_fleet, parse_fleet
-from tests.support.procs import REPO
+from testing.procs import REPO
 from workers.launch import build_launch, plan_replicas
 
 

@@ -23,10 +23,10 @@ import yaml
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, read_registry
 from contract.replica_metrics import SupervisorMetrics
-from tests.support.fake_workers import fake_launch
-from tests.support.gateway import serve_gateway
-from tests.support.poll import until
-from tests.support.procs import free_port
+from testing.fake_workers import fake_launch
+from testing.gateway import serve_gateway
+from testing.poll import until
+from testing.procs import free_port
 from workers.activator import Activator, ActivatorOptions, is_wake_request
 from workers.control import control_loops
 from workers.headroom import Headroom

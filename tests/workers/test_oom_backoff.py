@@ -1,4 +1,4 @@
-"""The supervisor's GPU start path, tested without a GPU: the FAKE GPU ENGINE (bench/fake_gpu_engine.py)
+"""The supervisor's GPU start path, tested without a GPU: the FAKE GPU ENGINE (testing/fake_gpu_engine.py)
 fails like vLLM does when its --gpu-memory-utilization is above a limit, a fake memory probe stands in
 for nvidia-smi, and Redis is real."""
 
@@ -17,12 +17,12 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from bench.fake_gpu_engine import fail_text
 from contract.fleet import parse_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
-from tests.support.poll import until
-from tests.support.procs import free_port
+from testing.fake_gpu_engine import fail_text
+from testing.poll import until
+from testing.procs import free_port
 from workers.gpu import DeviceMemory
 from workers.launch import Launch, ReplicaSpec, with_budget
 from workers.oom import (
@@ -154,7 +154,7 @@ def gpu_replica(
         f"models:\n - name: fake\n   source: {{path: /m}}\n   budget: {budget_yaml}\n"
     ).models[0]
     spec = ReplicaSpec(model, index, free_port(), (0,), device_kind="gpu", gpu_memory_utilization=budget)
-    argv = [sys.executable, "-m", "bench.fake_gpu_engine", "--port", str(spec.port), "--model", "fake"]
+    argv = [sys.executable, "-m", "testing.fake_gpu_engine", "--port", str(spec.port), "--model", "fake"]
     env = {
         "FAKE_GPU_MAX_BUDGET": str(limit),
         "FAKE_GPU_ERROR": error,

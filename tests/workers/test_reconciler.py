@@ -1,4 +1,4 @@
-"""The reconcile loop with real processes (the FAKE ENGINE, bench/fake_engine.py, stands in for vLLM:
+"""The reconcile loop with real processes (the FAKE ENGINE, testing/fake_engine.py, stands in for vLLM:
 the fleet's ``engine.extra_args`` become its flags) and a real Redis: add, scale, remove, replace (beside
 and stop-first), a replace that cannot start, an invalid file, a change during a pass, a crash loop, and
 a Redis restart."""
@@ -23,9 +23,9 @@ import redis.asyncio as aioredis
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, read_registry
 from contract.replica_metrics import SupervisorMetrics
-from tests.support.fake_workers import fake_launch
-from tests.support.poll import until
-from tests.support.procs import free_port, start_redis
+from testing.fake_workers import fake_launch
+from testing.poll import until
+from testing.procs import free_port, start_redis
 from workers.headroom import Headroom
 from workers.launch import Launch, ReplicaSpec
 from workers.reconciler import FleetWatch, Reconciler

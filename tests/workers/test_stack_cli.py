@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.support.procs import free_port, port_open, spawn, start_fake_engine, wait_for_line, wait_until
+from testing.procs import free_port, port_open, spawn, start_fake_engine, wait_for_line, wait_until
 
 
 def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.poll import until
-from tests.support.procs import free_port
+from testing.poll import until
+from testing.procs import free_port
 from workers.stack.keeper import KeepPolicy, keep
 from workers.stack.services import Service, http_probe
 
@@ -25,7 +25,7 @@ async def test_a_dead_service_is_restarted_and_logged(
 ) -> None:
     caplog.set_level(logging.INFO)
     port = free_port()
-    argv = [sys.executable, "-m", "bench.fake_engine", "--port", str(port)]
+    argv = [sys.executable, "-m", "testing.fake_engine", "--port", str(port)]
     svc = Service("gateway-1", argv, tmp_path / "svc.log", http_probe(f"http://127.0.0.1:{port}/health"))
     await svc.start()
     await svc.wait_until_ready(15)

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.support.procs import free_port, free_port_run, spawn, start_fake_engine, wait_for_line, wait_until
+from testing.procs import free_port, free_port_run, spawn, start_fake_engine, wait_for_line, wait_until
 
 
 def child(stack_pid: int, *needles: str) -> psutil.Process:

@@ -17,8 +17,8 @@ import redis.asyncio as aioredis
 from contract.fleet import parse_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState
-from tests.support.poll import until
-from tests.support.procs import free_port
+from testing.poll import until
+from testing.procs import free_port
 from workers.launch import Launch, ReplicaSpec
 from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions
 
@@ -29,7 +29,7 @@ def fake_replica(tmp: Path, name: str = "fake", *extra: str, argv: list[str] | N
     cmd = argv or [
         sys.executable,
         "-m",
-        "bench.fake_engine",
+        "testing.fake_engine",
         "--port",
         str(spec.port),
         "--model",

@@ -9,8 +9,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
-from gateway.admission.redis_queue import QueueScripts, RedisAdmission, blocking_client, fast_client
+from gateway.admission.queue_scripts import QueueScripts
+from gateway.admission.redis_queue import RedisAdmission
 from gateway.admission.redis_wire import PipelinedRedis
+from gateway.redis_clients import blocking_client, fast_client
 
 MakeAdmission = Callable[..., Awaitable[RedisAdmission]]
 

@@ -16,11 +16,12 @@ from gateway.admission.base import Ticket
 from gateway.admission.fallback import FallbackAdmission
 from gateway.admission.local import LocalAdmission
 from gateway.admission.presence import Presence
-from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
+from gateway.admission.redis_queue import RedisAdmission
 from gateway.errors import QueueTimeout
 from gateway.metrics import GatewayMetrics
-from tests.support.poll import until
-from tests.support.procs import Proc, start_redis
+from gateway.redis_clients import blocking_client, fast_client
+from testing.poll import until
+from testing.procs import Proc, start_redis
 
 MODEL = "m"
 Make = Callable[[str], Awaitable[FallbackAdmission]]

@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -20,10 +19,11 @@ import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
-from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
-from tests.support.gateway import fleet_yaml, register, serve_gateway, wait_ready
-from tests.support.poll import until
-from tests.support.procs import Proc, free_port, running, spawn, start_fake_engine, start_redis
+from gateway.admission.redis_queue import RedisAdmission
+from gateway.redis_clients import blocking_client, fast_client
+from testing.gateway import fleet_yaml, register, serve_gateway, wait_ready
+from testing.poll import until
+from testing.procs import Proc, free_port, running, spawn, start_fake_engine, start_redis
 
 MODEL = "m"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -55,11 +55,6 @@ def slow_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     proc = start_fake_engine(tmp_path_factory.mktemp("slow"), "--latency-ms", "30000")
     yield proc
     proc.stop()
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

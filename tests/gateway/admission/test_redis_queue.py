@@ -15,11 +15,12 @@ from hypothesis import strategies as st
 from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.order import FairQueue
-from gateway.admission.redis_queue import Acquired, Left, QueueScripts, RedisAdmission
+from gateway.admission.queue_scripts import Acquired, Left, QueueScripts
+from gateway.admission.redis_queue import RedisAdmission
 from gateway.admission.redis_wire import PipelinedRedis
 from gateway.errors import QueueFull, QueueTimeout
+from testing.poll import until
 from tests.gateway.admission.conftest import MakeAdmission
-from tests.support.poll import until
 
 MODEL = "m"
 

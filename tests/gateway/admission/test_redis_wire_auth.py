@@ -14,9 +14,10 @@ from redis.exceptions import AuthenticationError
 
 from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
-from gateway.admission.redis_queue import RedisAdmission, blocking_client, fast_client
+from gateway.admission.redis_queue import RedisAdmission
 from gateway.admission.redis_wire import PipelinedRedis, RedisReplyError
-from tests.support.procs import Proc, free_port, start_redis
+from gateway.redis_clients import blocking_client, fast_client
+from testing.procs import Proc, free_port, start_redis
 
 ACL = ["--user", "default", "off", "--user", "gw", "on", ">s3cret-pw", "~*", "&*", "+@all"]
 

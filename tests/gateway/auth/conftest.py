@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -10,11 +9,6 @@ import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
 from gateway.auth.keys import KeyStore
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
+from testing.gateway import fleet_yaml, register, serve_gateway
+from testing.poll import until
+from testing.procs import Proc, start_fake_engine
 from tests.gateway.auth.test_ratelimit import clear_of_window_edge
-from tests.support.gateway import fleet_yaml, register, serve_gateway
-from tests.support.poll import until
-from tests.support.procs import Proc, start_fake_engine
 
 FLEET = fleet_yaml(
     [
@@ -52,12 +52,6 @@ async def gateways(tmp_path: Path, redis_url: str, prefix: str, engine: Proc) ->
         serve_gateway(tmp_path, FLEET, redis_url, prefix, auth=True) as g2,
     ):
         yield [g1, g2]
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=30) as client:
-        yield client
 
 
 async def make_key(store: KeyStore, **limits: int) -> str:

@@ -21,7 +21,7 @@ from gateway.auth.ratelimit import RateLimiter
 from gateway.auth.redis_auth import RedisAuth
 from gateway.errors import Unauthorized
 from gateway.metrics import GatewayMetrics
-from tests.support.procs import Proc, free_port, port_open, spawn, wait_until
+from testing.procs import Proc, free_port, port_open, spawn, wait_until
 from workers.process import redis_server_argv
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from contract.registry import ReplicaRecord
-from gateway.pool import Endpoint
+from gateway.replicas.table import Endpoint
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.least_inflight import LeastInflight
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contract.registry import ReplicaRecord
-from gateway.pool import Endpoint
+from gateway.replicas.table import Endpoint
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.power_of_two import PowerOfTwo
 

@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from contract.fleet import Fleet, FleetError, parse_fleet
 from contract.registry import ReplicaRecord
-from gateway.app import policy_options
-from gateway.pool import Endpoint
+from gateway.replicas.table import Endpoint
 from gateway.routing.base import Policy, PolicyOptions, RouteRequest
+from gateway.routing.factory import PolicyFactory
 from gateway.routing.registry import POLICIES, build_policy, check_policies
 from gateway.settings import GatewaySettings
 
@@ -75,7 +75,7 @@ def test_a_models_own_epsilon_wins_over_the_gateways(tmp_path: Path) -> None:
     fleet = Fleet.model_validate({"models": models})
     (tmp_path / "fleet.yaml").write_text(json.dumps({"models": models}))  # settings check that it exists
     settings = GatewaySettings(fleet_file=tmp_path / "fleet.yaml", prefix_epsilon=0.5)
-    assert [policy_options(m, settings).epsilon for m in fleet.models] == [1.5, 0.5]
+    assert [PolicyFactory(settings, None).options(m).epsilon for m in fleet.models] == [1.5, 0.5]
 
 
 def test_a_negative_epsilon_is_refused_by_the_fleet_file() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contract.registry import ReplicaRecord
-from gateway.pool import Endpoint
+from gateway.replicas.table import Endpoint
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.round_robin import RoundRobin
 

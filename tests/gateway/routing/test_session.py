@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from contract.registry import ReplicaRecord
-from gateway.pool import Endpoint
+from gateway.replicas.table import Endpoint
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.rendezvous import rank
 from gateway.routing.session import SessionAffinity

@@ -1,0 +1,1 @@
+"""The admin API (API keys, runtime LoRA adapters) behind the one admin check."""

@@ -1,0 +1,122 @@
+"""The HTTP surface: the proxied endpoints (gateway/endpoints.py), the model list and one model,
+health, readiness and metrics."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from contract.fleet import Model
+from gateway.edge.openapi import request_body
+from gateway.endpoints import ROUTES, Route
+from gateway.errors import ModelNotFound, error_response
+from gateway.on_demand.wake import model_state
+from gateway.pipeline.proxy import Proxy
+from gateway.replicas.discovery import Discovery
+from gateway.state import Gateway
+
+JSON = "application/json"
+
+
+def model_entry(name: str, model: Model, created: int, gw: Gateway) -> dict[str, Any]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": created,
+        "owned_by": "llm-gateway",
+        "root": model.name,
+        "state": model_state(gw.table.pool(model.name)),
+        "activation": model.activation,
+    }
+
+
+def model_list(gw: Gateway, created: int) -> dict[str, Any]:
+    """Every public name and runtime adapter; ``state`` is the serving model's (awake, waking, asleep,
+    unavailable) and ``activation`` says whether a request wakes it (on_demand) or it always runs."""
+    data = [model_entry(name, model, created, gw) for name, model in gw.names.items()]
+    data += [
+        model_entry(a.name, gw.names[a.model], created, gw)
+        for a in gw.lora.adapters.values()
+        if a.model in gw.names
+    ]
+    return {"object": "list", "data": data}
+
+
+def one_model(gw: Gateway, name: str, created: int) -> Response:
+    """OpenAI's ``GET /v1/models/{model}``: a public name, alias or adapter (fleet or runtime)."""
+    adapter = gw.lora.adapters.get(name)
+    model = gw.names.get(name) or (gw.names.get(adapter.model) if adapter is not None else None)
+    if model is None:
+        return error_response(ModelNotFound(f"The model '{name}' does not exist", param="model"))
+    return Response(orjson.dumps(model_entry(name, model, created, gw)), media_type=JSON)
+
+
+def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
+    """Ready when some model is awake, or an on-demand one can be woken (asleep or waking)."""
+    models = {
+        p.model: {"ready_replicas": p.ready_count, "replicas": len(p.endpoints), "state": model_state(p)}
+        for p in gw.table.pools()
+    }
+    ready = any(m["state"] in ("awake", "asleep", "waking") for m in models.values())
+    redis = "ok" if discovery.redis_ok else "unreachable"
+    degraded = gw.admission.degraded or not discovery.redis_ok
+    index = gw.index.mode if gw.index is not None else "off"
+    keys = gw.index.keys_mode if gw.index is not None else "off"
+    detail = {
+        "ready": ready,
+        "redis": redis,
+        "degraded": degraded,
+        "prefix_index": index,
+        "prefix_index_keys": keys,
+        "models": models,
+    }
+    return ready, detail
+
+
+def add_proxy_route(app: FastAPI, proxy: Proxy, api: Route) -> None:
+    async def handler(request: Request) -> Response:
+        return await proxy.respond(
+            request.scope, request.receive, api, request.path_params.get("response_id", "")
+        )
+
+    app.add_api_route(
+        api.path,
+        handler,
+        methods=[api.method],
+        name=f"{api.method.lower()}_{api.name}".replace("/", "_").replace("{", "").replace("}", ""),
+        openapi_extra=request_body(api),
+        response_class=Response,
+    )
+
+
+def add_routes(app: FastAPI, gw: Gateway, proxy: Proxy, discovery: Discovery) -> None:
+    created = int(time.time())
+    for api in ROUTES:
+        add_proxy_route(app, proxy, api)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        await gw.auth.authenticate(request.headers)  # keys on: the list too needs a key
+        return Response(orjson.dumps(model_list(gw, created)), media_type=JSON)
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str, request: Request) -> Response:
+        await gw.auth.authenticate(request.headers)  # keys on: one model too needs a key
+        return one_model(gw, model, created)
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(b'{"status":"ok"}', media_type=JSON)
+
+    @app.get("/ready")
+    async def ready() -> Response:
+        ok, detail = readiness(gw, discovery)
+        return Response(orjson.dumps(detail), 200 if ok else 503, media_type=JSON)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4")

@@ -1,0 +1,1 @@
+"""Runtime LoRA adapters: which replica loaded which adapter."""

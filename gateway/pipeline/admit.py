@@ -1,0 +1,105 @@
+"""Step 4, admit: a slot (lease) from admission, waiting in the queue while the client stays; for an
+on-demand model that is not awake, one wake asked for and the wait in the shared queue at capacity zero
+until a replica is ready."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+
+from gateway.admission.base import Lease, Ticket
+from gateway.errors import ClientClosedRequest, NoReadyReplica, WakeTimeout
+from gateway.pipeline.watch import watched
+from gateway.replicas.table import ModelPool
+from gateway.state import Gateway
+from gateway.values import RequestContext
+
+log = logging.getLogger("llmgw.proxy")
+
+
+def ticket_of(ctx: RequestContext) -> Ticket:
+    assert ctx.model is not None
+    m, caller = ctx.model, ctx.caller
+    wait = m.max_queue_wait_s if caller.max_wait_s is None else min(m.max_queue_wait_s, caller.max_wait_s)
+    return Ticket(
+        ctx.request_id, m.name, caller.tenant, caller.priority, ctx.cost.reserved, wait, m.max_queue
+    )
+
+
+async def admit(gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None]) -> Lease:
+    """The request's lease; leaves the queue at once if the client disconnects (``watch`` ends)."""
+    assert ctx.model is not None
+    if not pool.candidates():
+        if ctx.model.on_demand:
+            return await admit_waking(gw, ctx, pool, watch)
+        raise NoReadyReplica(f"no ready replica of model '{ctx.model.name}'; retry later", retry_after=2.0)
+    ticket = ticket_of(ctx)
+    acquire = gw.admission.acquire(ticket, max(1, pool.capacity))
+    if gw.admission.waits:
+        left = "the client disconnected while the request waited for admission"
+        lease, ctx.wait_s = await watched(acquire, watch, left)
+    else:  # admission off: a lease at once, nothing to race
+        lease, ctx.wait_s = await acquire
+    gw.metrics.series(ticket.model).queue_wait.observe(ctx.wait_s)
+    return lease
+
+
+async def admit_waking(
+    gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None]
+) -> Lease:
+    """Ask for one wake, wait in the shared queue at capacity zero; once a replica is ready the capacity
+    is raised and the queue's head granted. Past ``wake_timeout_s`` without a ready replica: 503 with
+    Retry-After. ``max_queue_wait_s`` starts to count once the model is awake. The granted lease comes
+    back with ``ctx.woken_at`` set: :func:`until_awake` confirms the replica under the lease's hold."""
+    assert ctx.model is not None
+    model, started = ctx.model, time.perf_counter()
+    await gw.wakes.request(model, ctx.request_id)
+    base = ticket_of(ctx)
+    ticket = dataclasses.replace(base, max_wait_s=model.wake_timeout_s + base.max_wait_s)
+    acquire = asyncio.ensure_future(gw.admission.acquire(ticket, 0))
+    awake = asyncio.ensure_future(gw.wakes.until_ready(pool, model.wake_timeout_s, rewake=model))
+    try:
+        await asyncio.wait((acquire, awake, watch), return_when=asyncio.FIRST_COMPLETED)
+        if awake.done() and awake.result() and not acquire.done() and not watch.done():
+            await gw.admission.resize(model.name, pool.capacity)
+            await asyncio.wait((acquire, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        awake.cancel()
+    if not acquire.done():
+        acquire.cancel()
+        await asyncio.gather(acquire, return_exceptions=True)
+        if watch.done() and not watch.cancelled():
+            raise ClientClosedRequest("the client disconnected while the request waited for a wake")
+        raise wake_timeout(gw, ctx, started)
+    lease, _ = acquire.result()
+    ctx.woken_at = started
+    return lease
+
+
+async def until_awake(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> None:
+    """A request granted by a gateway that saw the wake first waits for its own view of a ready replica
+    (within what is left of ``wake_timeout_s``); WakeTimeout past it."""
+    assert ctx.model is not None and ctx.woken_at is not None
+    model, started = ctx.model, ctx.woken_at
+    left = model.wake_timeout_s - (time.perf_counter() - started)
+    if not await gw.wakes.until_ready(pool, max(0.0, left)):
+        raise wake_timeout(gw, ctx, started)
+    ctx.wait_s = time.perf_counter() - started
+    gw.metrics.wake_wait.labels(model.name).observe(ctx.wait_s)
+    gw.metrics.queue_wait.labels(model.name).observe(ctx.wait_s)
+    log.info("request_id=%s model=%s admitted after waiting %.2f s for the wake",
+             ctx.request_id, model.name, ctx.wait_s)  # fmt: skip
+
+
+def wake_timeout(gw: Gateway, ctx: RequestContext, started: float) -> WakeTimeout:
+    assert ctx.model is not None
+    name, limit = ctx.model.name, ctx.model.wake_timeout_s
+    gw.metrics.wake_timeouts.labels(name).inc()
+    waited = time.perf_counter() - started
+    log.warning("request_id=%s model=%s not awake after %.1f s: 503", ctx.request_id, name, waited)
+    return WakeTimeout(
+        f"model '{name}' is waking up and was not ready within {limit:g} s; retry later",
+        retry_after=min(30.0, max(1.0, limit / 4)),
+    )

@@ -1,0 +1,129 @@
+"""Steps 5 and 6, pick and forward: a replica chosen by the model's policy, the request sent to it; when
+the replica refused it before any work (gateway/upstream/client.py), another replica is tried, up to
+``retry_attempts`` in all, while the retry deadline (checked before every attempt) lasts. A non-streamed
+request's total deadline starts here. :func:`done` ends an attempt (the policy's hook, ejection)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Literal
+
+from gateway.errors import NoReadyReplica
+from gateway.replicas.table import Endpoint, ModelPool
+from gateway.responses_api.stored import pinned_candidates
+from gateway.state import Gateway
+from gateway.upstream.client import Failed, Retryable, Unanswered, Upstream, open_stream
+from gateway.values import RequestContext
+
+log = logging.getLogger("llmgw.proxy")
+Blame = Literal["eject", "strike", "none"]
+EJECT: Blame = "eject"
+STRIKE: Blame = "strike"
+NONE: Blame = "none"
+
+
+async def forward(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> Upstream:
+    s = gw.settings
+    began = time.perf_counter()
+    ctx.deadline = began + s.request_timeout_s
+    tried: list[Endpoint] = []
+    for attempt in range(s.retry_attempts):
+        if attempt and time.perf_counter() - began >= s.retry_deadline_s:
+            break
+        try:
+            return await attempt_on(gw, ctx, pool, tried)
+        except Retryable:
+            continue
+    assert ctx.upstream_error is not None
+    raise ctx.upstream_error
+
+
+async def attempt_on(gw: Gateway, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> Upstream:
+    """One attempt: pick among the candidates not tried yet, send, wait for the answer's head."""
+    choices = candidates(ctx, pool, tried)
+    if not choices:
+        raise ctx.upstream_error or NoReadyReplica(
+            f"no ready replica of model '{pool.model}'", retry_after=2.0
+        )
+    policy = gw.policies[pool.model]
+    ep = await policy.route(choices, ctx.route)
+    if tried:
+        gw.metrics.retries.labels(pool.model).inc()
+    tried.append(ep)
+    ctx.replica, ctx.attempts = ep, ctx.attempts + 1
+    ep.inflight += 1
+    policy.on_start(ep, ctx.route)
+    headers = request_headers(ctx) + gw.upstream_headers
+    try:
+        up = await open_stream(
+            gw.upstream,
+            ep.url,
+            ctx.upstream_path,
+            ctx.body,
+            headers,
+            wait_s(gw, ctx),
+            ctx.api.method.encode(),
+        )
+    except Retryable as failed:
+        ctx.upstream_error = failed.error
+        done(gw, ep, ctx, ok=False, blame=STRIKE if failed.answered else EJECT)
+        raise
+    except Failed as failed:  # it took the request: passed through, never retried
+        ctx.upstream_error = failed.error
+        done(gw, ep, ctx, ok=False, blame=STRIKE)
+        raise failed.error from None
+    except Unanswered as unanswered:
+        ctx.upstream_error = unanswered.error
+        done(gw, ep, ctx, ok=False, blame=NONE)
+        raise unanswered.error from None
+    except BaseException:  # cancelled: the client left
+        done(gw, ep, ctx, ok=False, blame=NONE)
+        raise
+    ctx.first_byte_at = time.perf_counter()
+    return up
+
+
+def wait_s(gw: Gateway, ctx: RequestContext) -> float:
+    """How long to wait for the answer's first byte: a stream's first-byte timeout; for a non-streamed
+    answer (its head comes only once generation ends) what is left of the deadline."""
+    if ctx.stream:
+        return gw.settings.first_byte_timeout_s
+    return max(0.0, ctx.deadline - time.perf_counter())
+
+
+def candidates(ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> list[Endpoint]:
+    """The holder of a stored response alone; else the ready replicas, those that loaded the requested
+    runtime LoRA adapter first."""
+    if ctx.pinned is not None:
+        return pinned_candidates(ctx, pool, tried)
+    ready = pool.candidates(exclude=tried)
+    if ctx.preferred:
+        return [e for e in ready if e.id in ctx.preferred] or ready
+    return ready
+
+
+def request_headers(ctx: RequestContext) -> list[tuple[bytes, bytes]]:
+    """Only what the replica needs: hop-by-hop headers and the client's credentials stay here."""
+    return [
+        (b"content-type", ctx.content_type.encode("latin-1")),
+        (b"x-request-id", ctx.upstream_id.encode()),
+    ]
+
+
+def done(gw: Gateway, ep: Endpoint, ctx: RequestContext, ok: bool, blame: Blame = EJECT) -> None:
+    """The attempt on ``ep`` ended; a failure the replica is to blame for ejects it (``EJECT``: it did
+    not answer) or counts toward its run of server errors (``STRIKE``)."""
+    ep.inflight -= 1
+    gw.policies[ep.record.model].on_finish(ep, ctx.route, ok)
+    if ok and (ep.failures or ep.strikes):  # it answered: back at once, without its half-open probe
+        if ep.failures:
+            log.info("request_id=%s replica=%s back: it answered a request", ctx.request_id, ep.id)
+        gw.ejection.succeed(ep)
+    if ok or blame == NONE:
+        return
+    now = time.monotonic()
+    if gw.ejection.strike(ep, now) if blame == STRIKE else gw.ejection.fail(ep, now):
+        gw.metrics.ejections.labels(ep.record.model, ep.id).inc()
+        reason = ctx.error or (ctx.upstream_error.message if ctx.upstream_error else "failure")
+        log.warning("request_id=%s replica=%s ejected: %s", ctx.request_id, ep.id, reason)

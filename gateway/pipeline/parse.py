@@ -1,0 +1,125 @@
+"""Step 2, parse: size cap, JSON (or a multipart form), and only the fields routing needs (the body passes
+on untouched)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.errors import InvalidRequest
+from gateway.pipeline.media import media_urls
+from gateway.pipeline.tokens import asked, prompt_estimate
+from gateway.routing.prefix.chain import request_chain
+from gateway.routing.prefix.key import chat_prefix_key, prompt_prefix_key
+from gateway.values import Asked, RequestContext, RouteRequest, TokenCost
+
+
+def load_json(body: bytes) -> dict[str, Any]:
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return payload
+
+
+def model_field(payload: dict[str, Any]) -> str:
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("you must provide a model parameter (a non-empty string)", param="model")
+    return model
+
+
+def stream_field(payload: dict[str, Any]) -> bool:
+    stream = payload.get("stream", False)
+    if stream is None:
+        return False
+    if not isinstance(stream, bool):
+        raise InvalidRequest("stream must be a boolean", param="stream")
+    return stream
+
+
+def route_request(
+    ctx: RequestContext,
+    payload: dict[str, Any],
+    prefix_chars: int,
+    chunk_bytes: int = 512,
+    max_chunks: int = 64,
+) -> RouteRequest:
+    messages = payload.get("messages")
+    if isinstance(messages, list):
+        key = chat_prefix_key(messages, prefix_chars)
+    else:
+        key = prompt_prefix_key(payload.get("prompt", payload.get("input")), prefix_chars)
+    user = payload.get("user")
+    session = ctx.headers.get("x-session-id") or (user if isinstance(user, str) and user else None)
+    chain = request_chain(payload, chunk_bytes, max_chunks)
+    return RouteRequest(prefix_key=key, session_key=session, chain=chain)
+
+
+def previous_response_field(payload: dict[str, Any]) -> str:
+    previous = payload.get("previous_response_id")
+    if previous is None:
+        return ""
+    if not isinstance(previous, str) or not previous:
+        raise InvalidRequest("previous_response_id must be a non-empty string", param="previous_response_id")
+    return previous
+
+
+def boundary_of(content_type: str) -> bytes:
+    kind, _, params = content_type.partition(";")
+    if kind.strip().lower() != "multipart/form-data":
+        raise InvalidRequest("this endpoint takes a multipart/form-data body")
+    for param in params.split(";"):
+        name, _, value = param.strip().partition("=")
+        if name.lower() == "boundary" and value.strip('"'):
+            return value.strip('"').encode("latin-1")
+    raise InvalidRequest("the multipart/form-data content type has no boundary")
+
+
+def form_fields(body: bytes, boundary: bytes, wanted: frozenset[str]) -> dict[str, str]:
+    """The small text fields named ``wanted`` of a multipart form (files are skipped, never copied)."""
+    fields: dict[str, str] = {}
+    for part in body.split(b"--" + boundary)[1:]:
+        head, sep, value = part.partition(b"\r\n\r\n")
+        if not sep:
+            continue
+        marker = head.find(b' name="')
+        if marker < 0:
+            continue
+        name = head[marker + 7 : head.find(b'"', marker + 7)].decode("latin-1")
+        if name in wanted and b"filename=" not in head:
+            fields[name] = value.removesuffix(b"\r\n").decode("utf-8", "replace")
+    return fields
+
+
+def parse_form(ctx: RequestContext) -> None:
+    """Audio endpoints: the model (and stream) are form fields next to the file."""
+    ctx.content_type = ctx.headers.get("content-type", "")
+    fields = form_fields(ctx.body, boundary_of(ctx.content_type), frozenset({"model", "stream"}))
+    ctx.model_name = model_field(fields)
+    ctx.stream = fields.get("stream", "false").strip().lower() == "true"
+    ctx.asked = Asked(max_tokens=0)
+    ctx.cost = TokenCost(prompt_estimate(ctx.body))
+
+
+def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_chunks: int = 64) -> None:
+    """The body's size was capped as it was read (see proxy.read_body). A path without a body (a stored
+    response's GET or cancel) has nothing to parse: its model comes from the response's record."""
+    if ctx.api.body == "none":
+        return
+    if ctx.api.body == "multipart":
+        parse_form(ctx)
+        return
+    payload = load_json(ctx.body)
+    ctx.model_name = model_field(payload)
+    ctx.stream = stream_field(payload)
+    ctx.route = route_request(ctx, payload, prefix_chars, chunk_bytes, max_chunks)
+    ctx.asked = asked(payload, ctx.endpoint)
+    ctx.cost = TokenCost(prompt_estimate(ctx.body))  # what it may generate is added once resolved
+    if ctx.api.stored:
+        ctx.response_id = previous_response_field(payload)
+    if b"url" in ctx.body:
+        ctx.media = media_urls(payload)

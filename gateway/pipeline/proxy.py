@@ -1,0 +1,92 @@
+"""The request path: the seven steps of one proxied request, in order.
+
+1. authenticate (gateway/auth), 2. parse (parse.py), 3. resolve the model and the stored response it
+names (resolve.py, gateway/responses_api) and charge its token cost (settle.py), 4. admit (admit.py),
+5. pick and 6. forward (forward.py), 7. finish: relay the answer and settle (relay.py, settle.py).
+Intake (intake.py) reads the request before step 1; the client is watched from step 4 to the answer
+(watch.py). A failure at any step is answered in the API's own shape, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope
+
+from gateway.endpoints import Route
+from gateway.errors import GatewayError, InternalError, ModelNotFound, error_response
+from gateway.pipeline.admit import admit
+from gateway.pipeline.intake import read_body, request_id, upstream_id, wanted_headers
+from gateway.pipeline.media import check_media
+from gateway.pipeline.parse import parse
+from gateway.pipeline.relay import answer, streaming
+from gateway.pipeline.replies import RelayResponse, WholeResponse
+from gateway.pipeline.resolve import resolve
+from gateway.pipeline.settle import charge, finish, refund
+from gateway.pipeline.watch import client_watch, watched
+from gateway.responses_api.stored import locate
+from gateway.state import Gateway
+from gateway.values import GONE, RequestContext
+
+log = logging.getLogger("llmgw.proxy")
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class Proxy:
+    """Serves every path of the allow-list (gateway/endpoints.py) for one gateway."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+        self.media_domains = frozenset(d.lower().strip(".") for d in gw.settings.media_domains)
+
+    async def respond(self, scope: Scope, receive: Receive, api: Route, response_id: str = "") -> Response:
+        """The whole request path for one request; always returns a response, never raises."""
+        headers = wanted_headers(scope)
+        ctx = RequestContext(request_id(headers), api.name, b"", headers, time.perf_counter())
+        ctx.api, ctx.response_id = api, response_id
+        ctx.upstream_id = upstream_id(ctx.request_id, headers)
+        try:
+            ctx.body = await read_body(receive, self.gw.settings.max_body_bytes)
+            return await self.serve(ctx, receive, scope.get(GONE))
+        except GatewayError as err:
+            return await self.fail(ctx, err)
+        except Exception:
+            log.exception("request_id=%s unexpected error", ctx.request_id)
+            return await self.fail(ctx, InternalError("the gateway failed to serve this request"))
+
+    async def serve(
+        self, ctx: RequestContext, receive: Receive, gone: asyncio.Future[None] | None
+    ) -> Response:
+        gw, s = self.gw, self.gw.settings
+        ctx.caller = await gw.auth.authenticate(ctx.headers)  # 1
+        parse(ctx, s.prefix_chars, s.prefix_chunk_bytes, s.prefix_max_chunks)  # 2
+        if ctx.media:
+            await check_media(ctx.media, self.media_domains)
+        await locate(ctx, gw.names, gw.affinity)  # 3
+        model = resolve(ctx, gw.names, gw.lora.adapters)
+        await charge(gw, ctx)
+        pool = gw.table.find(model.name)
+        if pool is None:  # a fleet reload removed the model since it was resolved
+            raise ModelNotFound(f"The model '{model.name}' does not exist", param="model")
+        with client_watch(receive, gone) as watch:
+            lease = await admit(gw, ctx, pool, watch)  # 4
+            parts = answer(gw, ctx, pool, lease)  # 5, 6, 7 (the lease is held and released there)
+            left = "the client disconnected before the answer was ready"
+            first = await watched(anext(parts), watch, left, gw.open_requests)
+        if streaming(ctx):
+            headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
+            return RelayResponse(parts, 200, headers, media_type="text/event-stream")
+        await parts.aclose()
+        return WholeResponse(first, ctx.status, ctx.request_id, ctx.reply_type)
+
+    async def fail(self, ctx: RequestContext, err: GatewayError) -> Response:
+        """The failure's answer in the API's shape; what the request was charged is refunded."""
+        await refund(self.gw, ctx, 0, 0)
+        ctx.status, ctx.error = err.status, err.message
+        finish(ctx, self.gw.metrics)
+        response = error_response(err, ctx.api.dialect)
+        response.headers["x-request-id"] = ctx.request_id
+        return response

@@ -1,0 +1,116 @@
+"""Steps 5 to 7 for an admitted request, in one async generator that holds its lease from the pick to
+the last byte (:func:`~gateway.pipeline.settle.holding`: the one place a lease is released).
+
+:func:`answer`'s first item is the whole body of a non-streamed answer (or of a stream the replica
+refused), read before the item is given; for a stream it is ``b""`` once the head is known, then the
+stream's chunks as they come. A stream that breaks after it started gets its planned end: an SSE error
+event in the API's shape after a complete event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+
+from gateway.admission.base import Lease
+from gateway.errors import GatewayError, ShuttingDown, sse_error_event
+from gateway.pipeline.admit import until_awake
+from gateway.pipeline.forward import EJECT, NONE, done, forward, wait_s
+from gateway.pipeline.settle import holding, stream_usage, usage_of
+from gateway.replicas.table import ModelPool
+from gateway.responses_api.stored import remember
+from gateway.state import Gateway
+from gateway.upstream.client import FAILURES, Retryable, Unanswered, Upstream, classify, next_chunk, read_rest
+from gateway.values import RequestContext
+
+
+def streaming(ctx: RequestContext) -> bool:
+    """Whether the answer is relayed as a stream (asked for, and the replica said 200)."""
+    return ctx.stream and ctx.status == 200
+
+
+async def answer(
+    gw: Gateway, ctx: RequestContext, pool: ModelPool, lease: Lease
+) -> AsyncGenerator[bytes, None]:
+    async with holding(gw, ctx, lease) as usage:
+        if ctx.woken_at is not None:
+            await until_awake(gw, ctx, pool)
+        up = await forward(gw, ctx, pool)
+        ctx.status, ctx.reply_type = up.status, up.content_type
+        if not streaming(ctx):
+            body = await read_whole(gw, ctx, up)
+            usage.prompt, usage.completion = usage_of(body)
+            usage.answered = True
+            yield body
+            return
+        usage.answered = True
+        yield b""
+        assert ctx.replica is not None and ctx.model is not None
+        itl = gw.metrics.itl.labels(ctx.model.name)
+        events, tail, ok, blame, ended = 0, b"", True, True, False
+        recorded = ctx.api.stored != "create"
+
+        def end() -> None:  # the gateway is stopping: break the stream to give it its planned end
+            nonlocal ended
+            ended = True
+            up.response.close()
+
+        token = gw.open_requests.open(end)
+        try:
+            chunk, t = up.first, time.perf_counter()
+            while chunk:
+                events += chunk.count(b"data: ")
+                tail = tail[-4096:] + chunk
+                recorded = recorded or events > 8 or await remember(ctx, gw.affinity, tail)
+                yield chunk
+                chunk = await next_chunk(up, gw.settings.chunk_timeout_s)
+                now = time.perf_counter()
+                itl.observe(now - t)
+                t = now
+        except FAILURES as exc:
+            # a stall is not the replica's failure (it may be busy; a frozen one fails its /health)
+            ok, blame = False, not ended and not isinstance(exc, TimeoutError)
+            err = stream_error(exc, ctx.replica.url, ended)
+            ctx.error = f"stream broke after it started: {err.message}"
+            gw.metrics.stream_errors.labels(ctx.model.name).inc()
+            yield event_end(tail) + sse_error_event(err, ctx.api.dialect)
+        finally:
+            gw.open_requests.close(token)
+            up.response.close()
+            done(gw, ctx.replica, ctx, ok, EJECT if blame else NONE)
+            prompt, completion = stream_usage(tail)
+            usage.prompt, usage.completion = prompt, completion or max(0, events - 1)
+
+
+async def read_whole(gw: Gateway, ctx: RequestContext, up: Upstream) -> bytes:
+    assert ctx.replica is not None
+    ok, blame = True, True
+    wait = wait_s(gw, ctx) if not ctx.stream else gw.settings.chunk_timeout_s
+    try:
+        body = await read_rest(up, wait, ctx.replica.url)
+    except (Retryable, Unanswered) as failed:
+        ok, blame = False, isinstance(failed, Retryable)
+        raise failed.error from None
+    except BaseException:  # cancelled: the client left
+        ok, blame = False, False
+        raise
+    finally:
+        done(gw, ctx.replica, ctx, ok, EJECT if blame else NONE)
+    await remember(ctx, gw.affinity, body[:4096])
+    return body
+
+
+def stream_error(exc: BaseException, url: str, ended: bool) -> GatewayError:
+    if ended:
+        return ShuttingDown("the gateway is shutting down; the stream was ended, retry the request")
+    return classify(exc, url).error
+
+
+def event_end(sent: bytes) -> bytes:
+    """What ends the SSE event the relayed bytes stopped in (nothing after a blank line), so that an
+    error event is never glued onto half an event."""
+    if not sent or sent.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")):
+        return b""
+    if sent.endswith((b"\n", b"\r")):
+        return b"\n"
+    return b"\n\n"

@@ -1,0 +1,66 @@
+"""The two responses of the proxied path, lean versions of Starlette's for the hot path.
+
+:class:`WholeResponse` is a relayed non-streamed answer with its headers built directly.
+:class:`RelayResponse` is a relayed stream: where the server protocol provides the client's disconnect
+future (gateway/edge/one_write.py) the stream is watched through it (a callback that cancels the sending
+task) instead of Starlette's task group with a second task reading ``receive``; elsewhere it is
+Starlette's StreamingResponse unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from gateway.values import GONE
+
+
+class WholeResponse(Response):
+    """The bytes Starlette's ``Response(body, status, {"x-request-id": ...}, media_type=...)`` sends
+    (x-request-id, content-length, content-type with a charset for text/*), without its generic
+    header handling."""
+
+    def __init__(self, body: bytes, status: int, request_id: str, media_type: str) -> None:
+        self.status_code, self.body, self.background = status, body, None
+        if media_type.startswith("text/") and "charset=" not in media_type.lower():
+            media_type += "; charset=utf-8"
+        self.raw_headers = [(b"x-request-id", request_id.encode("latin-1"))]
+        if status >= 200 and status not in (204, 304):
+            self.raw_headers.append((b"content-length", str(len(body)).encode()))
+        self.raw_headers.append((b"content-type", media_type.encode("latin-1")))
+
+
+class RelayResponse(StreamingResponse):
+    """A stream whose client, when it leaves, cancels the sending (the relay's generator ends at
+    its current await: the upstream request is closed and the lease released)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = scope.get(GONE)
+        if not isinstance(gone, asyncio.Future):
+            await super().__call__(scope, receive, send)
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        cut = over = False
+
+        def leave(_: asyncio.Future[None]) -> None:
+            nonlocal cut
+            if not cut and not over:
+                cut = True
+                task.cancel()
+
+        gone.add_done_callback(leave)
+        try:
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not cut or task.uncancel() > 0:  # cancelled from outside too: let that through
+                raise
+        finally:
+            over = True
+            gone.remove_done_callback(leave)
+        if cut:  # cancelled while sending, not inside the generator: end it (its cleanup runs)
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()

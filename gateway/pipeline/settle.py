@@ -1,0 +1,139 @@
+"""Step 7, finish, and the one place a request's token cost is charged and refunded and its lease
+released.
+
+:func:`charge` reserves the request's cost (its prompt estimate plus the most it may generate,
+gateway/pipeline/tokens.py) against its key's tokens per minute; :func:`holding` keeps an admitted
+request's lease for as long as its answer runs and, on leaving (answered, failed or cut), releases it,
+refunds what the usage did not use to the tenant's fair-share tag and the key (:func:`refund`, once) and,
+once answered, records the request (:func:`finish`: metrics and one log line with the request id). A
+request that fails before it is admitted is refunded by :func:`refund` alone."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import orjson
+
+from gateway.admission.base import Lease
+from gateway.metrics import GatewayMetrics
+from gateway.pipeline.tokens import reserve, unused
+from gateway.state import Gateway
+from gateway.values import RequestContext
+
+log = logging.getLogger("llmgw.access")
+
+
+@dataclass(slots=True)
+class Usage:
+    """What an admitted request used, filled in by its answer; ``answered``: a response was handed over
+    (its end records the request), else the failure's answer records it."""
+
+    prompt: int = 0
+    completion: int = 0
+    answered: bool = False
+
+
+async def charge(gw: Gateway, ctx: RequestContext) -> None:
+    """Reserve the resolved request's token cost and charge it to its key's tokens per minute."""
+    assert ctx.model is not None
+    ctx.cost = reserve(ctx.cost.prompt, ctx.asked, ctx.model.engine.max_model_len)
+    ctx.charge = await gw.auth.charge(ctx.caller, ctx.model.name, ctx.cost)
+
+
+async def refund(
+    gw: Gateway, ctx: RequestContext, prompt: int, completion: int, lease: Lease | None = None
+) -> None:
+    """Refund what the request reserved but did not use, once, from its usage (zeros: nothing
+    generated, e.g. a failure): to its key's tokens per minute and, through its ``lease``, to its
+    tenant's fair-share tag; its prompt estimate stands in for a usage without prompt."""
+    if lease is not None:
+        await lease.refund(unused(ctx.cost.reserved, ctx.cost, prompt, completion))
+    charged, ctx.charge = ctx.charge, None
+    if charged is not None:
+        await gw.auth.refund(ctx.caller, charged, unused(charged.tokens, ctx.cost, prompt, completion))
+
+
+@contextlib.asynccontextmanager
+async def holding(gw: Gateway, ctx: RequestContext, lease: Lease) -> AsyncIterator[Usage]:
+    """The lease held for the body of the ``async with``; released, refunded and recorded on leaving."""
+    usage = Usage()
+    try:
+        yield usage
+    finally:
+        await lease.release()
+        await refund(gw, ctx, usage.prompt, usage.completion, lease)
+        if usage.answered:
+            finish(ctx, gw.metrics, usage.prompt, usage.completion)
+
+
+def usage_of(body: bytes) -> tuple[int, int]:
+    """(prompt, completion) tokens from a body's usage object: OpenAI's (prompt/completion_tokens), or the
+    Responses and Messages APIs' (input/output_tokens, in a stream event's ``response`` for Responses);
+    zeros when absent."""
+    at = body.rfind(b'"usage"')
+    if at < 0:
+        return 0, 0
+    try:
+        payload = orjson.loads(body)
+        usage = payload.get("usage") or (payload.get("response") or {}).get("usage") or {}
+        prompt = usage.get("prompt_tokens") or usage.get("input_tokens") or 0
+        return int(prompt), int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return 0, 0
+
+
+def stream_usage(tail: bytes) -> tuple[int, int]:
+    """Usage from the last SSE event that carries one (sent when the client asked include_usage)."""
+    at = tail.rfind(b'"usage":{')
+    if at < 0:
+        return 0, 0
+    start = tail.rfind(b"data: ", 0, at)
+    end = tail.find(b"\n", at)
+    return usage_of(tail[start + 6 : end if end > 0 else None]) if start >= 0 else (0, 0)
+
+
+def by_tenant(ctx: RequestContext, metrics: GatewayMetrics, prompt: int, completion: int) -> None:
+    """Per-tenant counters, only when API keys are on (the anonymous tenant would repeat the totals)."""
+    tenant, model = ctx.caller.tenant, ctx.model_label
+    metrics.tenant_requests.labels(tenant, model, str(ctx.status)).inc()
+    metrics.tenant_tokens.labels(tenant, model, "prompt").inc(prompt)
+    metrics.tenant_tokens.labels(tenant, model, "completion").inc(completion)
+
+
+def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, completion: int = 0) -> None:
+    now = time.perf_counter()
+    model = ctx.model_label
+    series = metrics.series(model)
+    metrics.requests_of(model, ctx.status).inc()
+    series.latency.observe(now - ctx.started)
+    if ctx.first_byte_at is not None:
+        series.ttft.observe(ctx.first_byte_at - ctx.started)
+    if prompt:
+        series.prompt_tokens.inc(prompt)
+    if completion:
+        series.completion_tokens.inc(completion)
+    if ctx.caller.key_id:
+        by_tenant(ctx, metrics, prompt, completion)
+    if not log.isEnabledFor(logging.INFO):  # the line's fields are not even formatted
+        return
+    log.info(
+        "request_id=%s model=%s endpoint=%s status=%d replica=%s attempts=%d stream=%s wait_ms=%.1f"
+        " ttft_ms=%s duration_ms=%.1f tenant=%s upstream_id=%s%s",
+        ctx.request_id,
+        model,
+        ctx.endpoint,
+        ctx.status,
+        ctx.replica.id if ctx.replica else "-",
+        ctx.attempts,
+        ctx.stream,
+        ctx.wait_s * 1000,
+        f"{(ctx.first_byte_at - ctx.started) * 1000:.1f}" if ctx.first_byte_at else "-",
+        (now - ctx.started) * 1000,
+        ctx.caller.tenant,
+        ctx.upstream_id or "-",
+        f" error={ctx.error!r}" if ctx.error else "",
+    )

@@ -1,0 +1,90 @@
+"""Every Redis client of one gateway, built here by role and closed once by the lifespan, and the one
+name for "Redis is down" (:data:`REDIS_DOWN`).
+
+Roles: ``state`` (the registry, the in-flight share, wakes, stored responses' holders, LoRA records;
+2 s timeouts), ``keys`` (the API keys, in their persistent Redis), ``limits`` (the per-key rate limiter),
+``admission`` and ``blocking`` (the shared queue's scripts and its BLPOP waits, on a pool of their own)
+and ``index`` (the shared prefix index, with the short timeout of the request path). A role switched off
+by its setting has no client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from gateway.settings import GatewaySettings
+
+REDIS_DOWN: tuple[type[Exception], ...] = (RedisError, OSError)
+"""What a Redis call raises when Redis is unreachable, slow past its timeout or refuses the call
+(``TimeoutError`` and ``ConnectionError`` are ``OSError``s)."""
+
+STATE_TIMEOUT_S = 2.0
+
+
+def fast_client(url: str, timeout_s: float, max_connections: int | None = None) -> aioredis.Redis:
+    """A client that fails fast: short timeouts, one immediate retry (the scripts are idempotent)."""
+    return aioredis.Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 1),
+        max_connections=max_connections,
+    )
+
+
+def blocking_client(url: str, connect_timeout_s: float, max_connections: int) -> aioredis.Redis:
+    """Its own pool for BLPOP, so blocked waiters never starve the other calls (bounded by wait_for)."""
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=None,
+        socket_timeout=None,
+        socket_connect_timeout=connect_timeout_s,
+        retry=Retry(NoBackoff(), 0),
+    )
+    return aioredis.Redis.from_pool(pool)
+
+
+@dataclass(slots=True)
+class RedisClients:
+    """One gateway's Redis clients by role (see the module docstring)."""
+
+    state: aioredis.Redis
+    keys: aioredis.Redis
+    limits: aioredis.Redis | None = None
+    admission: aioredis.Redis | None = None
+    blocking: aioredis.Redis | None = None
+    index: aioredis.Redis | None = None
+
+    async def aclose(self) -> None:
+        """Close every client (once the parts that use them have stopped); errors are not raised."""
+        for client in (self.state, self.keys, self.limits, self.admission, self.blocking, self.index):
+            if client is not None:
+                with contextlib.suppress(*REDIS_DOWN):
+                    await client.aclose()
+
+
+def timed_client(url: str, timeout_s: float) -> aioredis.Redis:
+    """A plain client whose every call and connect is bounded by ``timeout_s``."""
+    return aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+
+
+def build_redis_clients(settings: GatewaySettings) -> RedisClients:
+    s, timeout = settings, settings.admission_redis_timeout_s
+    admission = s.admission
+    return RedisClients(
+        state=timed_client(s.redis_url, STATE_TIMEOUT_S),
+        keys=fast_client(s.key_store_url, timeout),
+        limits=fast_client(s.redis_url, timeout) if s.auth else None,
+        admission=fast_client(s.redis_url, timeout) if admission else None,
+        blocking=blocking_client(s.redis_url, timeout, s.admission_blocking_connections)
+        if admission
+        else None,
+        index=timed_client(s.redis_url, s.prefix_index_timeout_s) if s.prefix_index else None,
+    )

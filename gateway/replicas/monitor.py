@@ -1,0 +1,78 @@
+"""Background health checks and load scraping, never on the request path.
+
+Every interval each replica's ``/health`` is checked (a failing one is ejected); an ejected
+replica whose back-off has run out gets a half-open probe that brings it back.  Each
+replica's ``/metrics`` gives ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``: what every
+gateway together sent there, and ``vllm:cache_config_info``: the KV cache's size (the prefix index's
+LRU bound). Recorded with them is this gateway's own in-flight count at that moment, so
+that the load of an endpoint can tell the other gateways' requests from its own (see ``Endpoint.load``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import httpx
+
+from contract.vllm_metrics import kv_cache_tokens, running_and_waiting
+from gateway.metrics import GatewayMetrics
+from gateway.replicas.ejection import Ejection
+from gateway.replicas.table import Endpoint, ReplicaTable
+
+log = logging.getLogger("llmgw.monitor")
+
+
+class Monitor:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        table: ReplicaTable,
+        ejection: Ejection,
+        metrics: GatewayMetrics,
+        timeout_s: float = 2.0,
+    ) -> None:
+        self.client, self.table, self.ejection, self.metrics = client, table, ejection, metrics
+        self.timeout_s = timeout_s
+
+    async def healthy(self, ep: Endpoint) -> bool:
+        try:
+            r = await self.client.get(f"{ep.url}/health", timeout=self.timeout_s)
+        except (httpx.HTTPError, OSError):
+            return False
+        return r.status_code == 200
+
+    async def check(self, ep: Endpoint) -> None:
+        now = time.monotonic()
+        if ep.failures and not Ejection.probe_due(ep, now):
+            return
+        ok = await self.healthy(ep)
+        if ok and ep.failures:
+            log.info("replica=%s model=%s back after a half-open probe", ep.id, ep.record.model)
+            self.ejection.succeed(ep)
+        elif not ok and self.ejection.fail(ep, time.monotonic()):
+            self.metrics.ejections.labels(ep.record.model, ep.id).inc()
+            log.warning("replica=%s model=%s ejected: /health failed", ep.id, ep.record.model)
+
+    async def scrape(self, ep: Endpoint) -> None:
+        try:
+            r = await self.client.get(f"{ep.url}/metrics", timeout=self.timeout_s)
+        except (httpx.HTTPError, OSError):
+            return
+        if r.status_code == 200:
+            ep.running, ep.waiting = running_and_waiting(r.content)
+            ep.inflight_at_scrape = ep.inflight
+            ep.kv_tokens = kv_cache_tokens(r.content) or ep.kv_tokens
+
+    def export(self) -> None:
+        for ep in self.table.endpoints():
+            self.metrics.inflight.labels(ep.record.model, ep.id).set(ep.inflight)
+
+    async def health_tick(self) -> None:
+        """Check the replicas that take requests (an asleep or starting one has no server to ask)."""
+        await asyncio.gather(*(self.check(ep) for ep in self.table.endpoints() if ep.record.routable))
+
+    async def load_tick(self) -> None:
+        await asyncio.gather(*(self.scrape(ep) for ep in self.table.endpoints() if ep.record.routable))
+        self.export()

@@ -1,0 +1,127 @@
+"""The live view of each model's replicas: one Endpoint per replica, one ModelPool per model.
+
+The :class:`ReplicaTable` is the single owner of this state; the registry watcher replaces
+records, the monitor updates scraped load and health, and the request path counts in-flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from contract.registry import ReplicaRecord
+
+
+@dataclass(eq=False, slots=True)
+class Endpoint:
+    record: ReplicaRecord
+    inflight: int = 0
+    waiting: int = 0
+    running: int = 0
+    inflight_at_scrape: int = 0
+    shared_others: int | None = None
+    ejected_until: float = 0.0
+    failures: int = 0
+    strikes: int = 0
+    """Server errors answered in a row (gateway/replicas/ejection.py: a run of them ejects)."""
+    kv_tokens: int = 0
+    """The replica's KV cache in tokens (``vllm:cache_config_info``), 0 until scraped."""
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def url(self) -> str:
+        return self.record.url
+
+    @property
+    def others(self) -> int:
+        """What the other gateways have in flight there: their own counts shared through Redis (at most
+        one share interval old), or without that share, vLLM's running + waiting as of the last scrape
+        less what was this gateway's own at that moment (never below zero)."""
+        if self.shared_others is not None:
+            return self.shared_others
+        return max(0, self.running + self.waiting - self.inflight_at_scrape)
+
+    @property
+    def load(self) -> int:
+        """Live load: in flight there from every gateway plus what vLLM reports waiting.
+
+        In flight is this gateway's own count, always fresh, plus the other gateways' (:attr:`others`).
+        Only the others' part is old: a gateway that took a second-old scraped total for its own as well
+        kept sending to the replica that looked idle a second ago, and every gateway with it.
+        """
+        return self.inflight + self.others + self.waiting
+
+    @property
+    def available(self) -> bool:
+        """Routable and not ejected; an ejected replica returns only through a half-open probe."""
+        return self.record.routable and self.failures == 0
+
+
+@dataclass(slots=True)
+class ModelPool:
+    model: str
+    endpoints: list[Endpoint] = field(default_factory=list)
+
+    def candidates(self, exclude: Sequence[Endpoint] = ()) -> list[Endpoint]:
+        """The replicas a request may go to: the available ones; when none is available but some are
+        routable (all ejected), every routable one. Ejection is a guess from one failure or one slow
+        health check (a busy CPU host), and while its back-off runs every request would get a 503 at
+        once; tried instead, a replica that is really down fails fast (refused) and the retry moves on."""
+        usable = [e for e in self.endpoints if e.available] or [
+            e for e in self.endpoints if e.record.routable
+        ]
+        return [e for e in usable if e not in exclude]
+
+    @property
+    def ready_count(self) -> int:
+        return sum(1 for e in self.endpoints if e.available)
+
+    @property
+    def capacity(self) -> int:
+        return sum(e.record.concurrency for e in self.endpoints if e.record.routable)
+
+
+class ReplicaTable:
+    """Every model's pool, keyed by the model's canonical name."""
+
+    def __init__(self, models: Iterable[str]) -> None:
+        self._pools = {m: ModelPool(m) for m in models}
+
+    def set_models(self, models: Iterable[str]) -> None:
+        """Follow a reloaded fleet: a pool for each new model, none for a removed one (requests in flight
+        keep the pool they hold); the pools of the models kept are untouched."""
+        wanted = list(models)
+        self._pools = {m: self._pools.get(m) or ModelPool(m) for m in wanted}
+
+    def pool(self, model: str) -> ModelPool:
+        return self._pools[model]
+
+    def find(self, model: str) -> ModelPool | None:
+        """The model's pool, or None once a fleet reload removed the model."""
+        return self._pools.get(model)
+
+    def pools(self) -> Sequence[ModelPool]:
+        return list(self._pools.values())
+
+    def endpoints(self) -> list[Endpoint]:
+        return [e for p in self._pools.values() for e in p.endpoints]
+
+    def sync(self, model: str, records: Iterable[ReplicaRecord]) -> bool:
+        """Replace a model's records, keeping each surviving replica's live counters (same id and same
+        instance; a restarted replica starts afresh, its ejection forgotten). True if changed."""
+        pool = self._pools[model]
+        old = {e.id: e for e in pool.endpoints}
+        new: list[Endpoint] = []
+        for rec in sorted(records, key=lambda r: r.id):
+            ep = old.get(rec.id)
+            if ep is None or ep.record.instance != rec.instance:
+                ep = Endpoint(rec)  # a new start of the replica: nothing of the old one carries over
+            else:
+                ep.record = rec
+            new.append(ep)
+        changed = [e.record for e in new] != [e.record for e in pool.endpoints]
+        pool.endpoints = new
+        return changed

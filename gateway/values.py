@@ -1,0 +1,118 @@
+"""The values every step of the request path shares: who calls (:class:`Caller`), what the request may
+cost in tokens (:class:`Asked`, :class:`TokenCost`, :class:`Charge`), what a routing policy may know of
+it (:class:`RouteRequest`), and the small object a request carries through the steps
+(:class:`RequestContext`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from contract.fleet import Model
+from gateway.endpoints import ROUTES, Route
+from gateway.errors import GatewayError
+from gateway.replicas.table import Endpoint
+
+GONE = "llmgw.gone"
+"""The ASGI scope key under which the server (gateway/edge/one_write.py) puts a future resolved when
+the client's connection is lost."""
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What the body asks to generate: a per-sequence limit (None: up to the context) and sequences."""
+
+    max_tokens: int | None = None
+    sequences: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCost:
+    """A request's reservation: its prompt estimate and the most it may generate."""
+
+    prompt: int = 0
+    output: int = 0
+    explicit: bool = True
+
+    @property
+    def reserved(self) -> int:
+        return self.prompt + self.output
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """Tokens charged against a key's per-minute limit, and the window (minute) they were charged in."""
+
+    window: int
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    """What a policy may know of a request."""
+
+    prefix_key: bytes = b""
+    session_key: str | None = None
+    chain: tuple[str, ...] = ()
+    """The prompt's prefix chain (:mod:`gateway.routing.prefix.chain`), for the shared prefix index."""
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling: the tenant behind the API key (or the anonymous tenant)."""
+
+    tenant: str = "anonymous"
+    key_id: str = ""
+    priority: int = 0
+    allowed_models: frozenset[str] | None = None
+    max_wait_s: float | None = None
+
+    def may_use(self, model: str) -> bool:
+        return self.allowed_models is None or model in self.allowed_models
+
+
+@dataclass(slots=True)
+class RequestContext:
+    request_id: str
+    endpoint: str
+    body: bytes
+    headers: dict[str, str]
+    started: float
+    caller: Caller = field(default_factory=Caller)
+    upstream_id: str = ""
+    model_name: str = ""
+    stream: bool = False
+    asked: Asked = field(default_factory=Asked)
+    cost: TokenCost = field(default_factory=TokenCost)
+    charge: Charge | None = None
+    route: RouteRequest = field(default_factory=RouteRequest)
+    model: Model | None = None
+    replica: Endpoint | None = None
+    attempts: int = 0
+    status: int = 0
+    first_byte_at: float | None = None
+    wait_s: float = 0.0
+    deadline: float = 0.0
+    error: str = ""
+    upstream_error: GatewayError | None = None
+    api: Route = ROUTES[0]
+    response_id: str = ""
+    content_type: str = "application/json"
+    reply_type: str = "application/json"
+    """The content type of the replica's answer."""
+    pinned: tuple[str, str] | None = None
+    """(replica id, instance) that must serve the request: the holder of a stored response."""
+    media: list[str] = field(default_factory=list)
+    """The request's media URLs (images, audio, video, files), checked before it is forwarded."""
+    woken_at: float | None = None
+    """When an on-demand request began to wait for its wake (set once granted during a wake)."""
+    preferred: frozenset[str] = frozenset()
+    """Replica ids to prefer when they are ready (those with the requested LoRA adapter loaded)."""
+
+    @property
+    def upstream_path(self) -> bytes:
+        """The replica's path: the same as the client's (with the response id filled in)."""
+        return self.api.path.replace("{response_id}", self.response_id).encode()
+
+    @property
+    def model_label(self) -> str:
+        return self.model.name if self.model is not None else "unknown"

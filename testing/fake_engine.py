@@ -1,0 +1,415 @@
+"""FAKE ENGINE: a fast stand-in for a vLLM OpenAI server, for load, overhead and fault tests of the
+gateway itself.  It is not a model: it answers fixed tokens.
+
+A raw asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) so that it costs little CPU:
+- ``POST /v1/chat/completions`` and ``/v1/completions``: ``max_tokens`` tokens
+  (default --tokens);
+  with ``"stream": true`` an OpenAI SSE stream, each event its own write, ``--delay-ms`` apart.
+- ``POST /v1/embeddings``: a small vector.
+- The rest of vLLM's data plane (testing/fake_apis.py): ``/v1/responses`` (stored in memory; GET and
+  cancel by id; ``previous_response_id`` unknown here: 404, as a vLLM replica that lacks it),
+  ``/v1/messages`` (Anthropic, streamed too), ``/v1/messages/count_tokens``, rerank, score,
+  ``/pooling``, ``/classify``, ``/tokenize``, ``/detokenize``, ``/v1/audio/*`` (multipart), and
+  ``/v1/load_lora_adapter`` / ``/v1/unload_lora_adapter`` (refused with ``--no-lora``).
+- ``GET /health``, ``/v1/models``, ``/metrics`` (vLLM's gauge names; with ``--kv-blocks`` also
+  ``vllm:cache_config_info`` with that many 16-token blocks), ``/stats`` (peak in-flight).
+- ``--ports N`` serves N independent engines (own stats each) on ``--port`` .. ``--port + N - 1`` from one
+  process, for simulations with many replicas.
+Faults, per request (header ``x-fake-fault``) or for every request (``--fault``):
+``400`` (a client error), ``500`` (answer 500), ``hang`` (never answer),
+``die-after-N`` (close the connection after N chunks), ``die-mid-N`` (after N chunks, half an event,
+then close), ``stall-after-N`` (after N chunks, nothing more), ``slow-first-MS`` (wait before the first byte),
+``slow-500-MS`` (wait, then answer 500), ``503`` and ``slow-503-MS`` (refuse, as a draining or
+overloaded vLLM does). ``/stats`` counts generations started and served.
+With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
+``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvloop
+
+from testing.fake_apis import FakeApis, bad_request, error
+from testing.fake_sleep import FakeSleep, SleepConfig
+
+
+@dataclass
+class Stats:
+    inflight: int = 0
+    peak: int = 0
+    started: int = 0
+    served: int = 0
+    last_headers: dict[str, str] = field(default_factory=dict)
+    last_body: str = ""
+    get_authorization: str = ""
+
+    def enter(self) -> None:
+        self.started += 1
+        self.inflight += 1
+        self.peak = max(self.peak, self.inflight)
+
+    def leave(self) -> None:
+        self.inflight -= 1
+        self.served += 1
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str = "fake-model"
+    tokens: int = 16
+    delay_ms: float = 0.0
+    fault: str = ""
+    latency_ms: float = 0.0
+    kv_blocks: int = 0
+    lora: bool = True
+    api_key: str = ""
+    sleep: SleepConfig = field(default_factory=SleepConfig)
+
+
+def http_head(status: int, ctype: str, length: int | None) -> bytes:
+    reason = {200: "OK", 404: "Not Found", 500: "Internal Server Error", 400: "Bad Request"}.get(status, "OK")
+    size = f"content-length: {length}\r\n" if length is not None else "transfer-encoding: chunked\r\n"
+    return f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\n{size}\r\n".encode()
+
+
+def chunked(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def completion_body(cfg: Config, chat: bool, n: int, rid: str) -> bytes:
+    text = "tok " * n
+    choice = {"index": 0, "finish_reason": "length"}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text}
+    else:
+        choice["text"] = text
+    return json.dumps(
+        {
+            "id": rid,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": cfg.model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n},
+        }
+    ).encode()
+
+
+def stream_event(cfg: Config, chat: bool, i: int, rid: str) -> bytes:
+    if chat:
+        choice = {"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": f"tok{i} ", "finish_reason": None}
+        obj = "text_completion"
+    payload = {"id": rid, "object": obj, "created": 0, "model": cfg.model, "choices": [choice]}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+class FakeEngine(asyncio.Protocol):
+    def __init__(self, cfg: Config, stats: Stats, apis: FakeApis, sleep: FakeSleep | None = None) -> None:
+        self.cfg, self.stats, self.apis = cfg, stats, apis
+        self.sleep = sleep or FakeSleep(SleepConfig())
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+        self.queue: asyncio.Queue[tuple[str, str, dict[str, str], bytes]] = asyncio.Queue()
+        self.worker: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.worker = asyncio.get_running_loop().create_task(self.serve())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.worker:
+            self.worker.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buf[:end].decode("latin-1").split("\r\n")
+            method, path, _ = head[0].split(" ", 2)
+            headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:])}
+            length = int(headers.get("content-length", "0"))
+            if len(self.buf) < end + 4 + length:
+                return
+            body = self.buf[end + 4 : end + 4 + length]
+            self.buf = self.buf[end + 4 + length :]
+            self.queue.put_nowait((method, path, headers, body))
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    async def serve(self) -> None:
+        while True:
+            method, path, headers, body = await self.queue.get()
+            if not await self.handle(method, path, headers, body):
+                assert self.transport is not None
+                self.transport.close()
+                return
+
+    def send(self, status: int, body: bytes, ctype: str = "application/json") -> bool:
+        self.write(http_head(status, ctype, len(body)) + body)
+        return True
+
+    def authorized(self, path: str, headers: dict[str, str]) -> bool:
+        """vLLM's rule: with an API key, every /v1 path needs it as a Bearer token."""
+        if not self.cfg.api_key or not path.startswith("/v1"):
+            return True
+        return headers.get("authorization", "") == f"Bearer {self.cfg.api_key}"
+
+    async def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> bool:
+        if not self.authorized(path, headers):
+            return self.send(401, b'{"error":"Unauthorized"}')
+        if self.sleep.handles(path):
+            return self.send(*self.sleep.handle(method, path, body))
+        if method == "GET":
+            if not path.startswith("/stats"):
+                self.stats.get_authorization = headers.get("authorization", "")
+            return self.get(path)
+        if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
+            return await self.other(path, headers, body)
+        if why := self.sleep.serving_error():
+            return self.send(500, json.dumps(error(why, "server_error", 500)).encode())
+        self.stats.enter()
+        self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
+        try:
+            return await self.generate(path, headers, body)
+        finally:
+            self.stats.leave()
+
+    async def other(self, path: str, headers: dict[str, str], body: bytes) -> bool:
+        """Every other POST: LoRA load/unload, audio (multipart), and the JSON APIs of fake_apis."""
+        if path == "/v1/load_lora_adapter":
+            return self.send(*self.apis.load_lora(json.loads(body or b"{}")))
+        if path == "/v1/unload_lora_adapter":
+            return self.send(*self.apis.unload_lora(json.loads(body or b"{}")))
+        self.stats.enter()
+        self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
+        try:
+            return await self.answer(path, headers, body)
+        finally:
+            self.stats.leave()
+
+    async def answer(self, path: str, headers: dict[str, str], body: bytes) -> bool:
+        if headers.get("x-fake-fault", self.cfg.fault) == "500":
+            return self.send(500, json.dumps(error("fake engine failure", "server_error", 500)).encode())
+        if path.startswith("/v1/audio/"):
+            ok = headers.get("content-type", "").startswith("multipart/form-data") and b'name="file"' in body
+            return self.send(200, b'{"text":"fake transcript"}') if ok else self.send(*bad_request("no file"))
+        try:
+            req = json.loads(body or b"{}")
+            return await self.json_api(
+                path, req, int(req.get("max_tokens") or req.get("max_output_tokens") or self.cfg.tokens)
+            )
+        except (ValueError, TypeError, AttributeError) as exc:
+            return self.send(
+                400,
+                json.dumps(error(f"bad request: {exc}", "BadRequestError", 400)).encode(),
+            )
+
+    async def json_api(self, path: str, req: dict[str, Any], n: int) -> bool:
+        if path == "/v1/responses":
+            return await self.respond(req, n)
+        if path.startswith("/v1/responses/") and path.endswith("/cancel"):
+            status, obj = self.apis.stored(path.split("/")[3], cancel=True)
+            return self.send(status, json.dumps(obj).encode())
+        if path == "/v1/messages":
+            if req.get("stream"):
+                return await self.events(self.apis.message_events(req, n))
+            return self.send(200, json.dumps(self.apis.message(req, n)).encode())
+        status, obj = self.apis.other(path, req)
+        return self.send(status, json.dumps(obj).encode())
+
+    async def respond(self, req: dict[str, object], n: int) -> bool:
+        status, obj = self.apis.response(req, n)
+        if status != 200 or not req.get("stream"):
+            return self.send(status, json.dumps(obj).encode())
+        return await self.events(self.apis.response_events(obj))
+
+    async def events(self, events: list[bytes]) -> bool:
+        """An SSE stream of ready-made events, each its own chunk, --delay-ms apart (``--fault die-after-N``:
+        the connection closes after N events)."""
+        fault = self.cfg.fault
+        die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
+        self.write(http_head(200, "text/event-stream", None))
+        for i, event in enumerate(events):
+            if i == die_after:
+                return False
+            if self.cfg.delay_ms:
+                await asyncio.sleep(self.cfg.delay_ms / 1000)
+            self.write(chunked(event))
+        self.write(b"0\r\n\r\n")
+        return True
+
+    def get(self, path: str) -> bool:
+        s = self.stats
+        if path == "/health":
+            return self.send(200, b"")
+        if path == "/v1/models":
+            data = [{"id": m, "object": "model"} for m in self.apis.models()]
+            return self.send(200, json.dumps({"object": "list", "data": data}).encode())
+        if path.startswith("/v1/responses/"):
+            status, obj = self.apis.stored(path.split("/")[3], cancel=False)
+            return self.send(status, json.dumps(obj).encode())
+        if path == "/metrics":
+            text = (
+                f'vllm:num_requests_running{{model_name="{self.cfg.model}"}} {s.inflight}\n'
+                f'vllm:num_requests_waiting{{model_name="{self.cfg.model}"}} 0\n'
+            )
+            if self.cfg.kv_blocks:
+                text += (
+                    f'vllm:cache_config_info{{block_size="16",num_gpu_blocks="{self.cfg.kv_blocks}"}} 1.0\n'
+                )
+
+            return self.send(200, text.encode(), "text/plain")
+        if path == "/stats":
+            stats = {
+                "inflight": s.inflight,
+                "peak": s.peak,
+                "started": s.started,
+                "served": s.served,
+                "last_headers": s.last_headers,
+                "last_body": s.last_body,
+                "get_authorization": s.get_authorization,
+            }
+            return self.send(200, json.dumps(stats).encode())
+        if path == "/stats/reset":
+            s.peak, s.served, s.started = s.inflight, 0, 0
+            return self.send(200, b"{}")
+        return self.send(404, b"{}")
+
+    async def generate(self, path: str, headers: dict[str, str], body: bytes) -> bool:
+        try:
+            req = json.loads(body or b"{}")
+        except ValueError:
+            return self.send(
+                400,
+                b'{"error":{"message":"bad json","type":"invalid_request_error","code":null,"param":null}}',
+            )
+        fault = headers.get("x-fake-fault", self.cfg.fault)
+        if fault.startswith(("slow-500-", "slow-503-")):
+            await asyncio.sleep(float(fault[len("slow-500-") :]) / 1000)
+            fault = fault[len("slow-") : len("slow-500")]
+        if fault == "503":  # vLLM's answer while it cannot take work (draining, overloaded, asleep)
+            return self.send(
+                503,
+                b'{"error":{"message":"fake engine unavailable","type":"server_error","code":null,'
+                b'"param":null}}',
+            )
+        if fault == "500":
+            return self.send(
+                500,
+                b'{"error":{"message":"fake engine failure","type":"server_error","code":null,"param":null}}',
+            )
+        if fault == "400":
+            return self.send(
+                400,
+                b'{"error":{"message":"fake client error","type":"BadRequestError","code":400,"param":null}}',
+            )
+        if fault == "hang":
+            await asyncio.sleep(3600)
+        if fault.startswith("slow-first-"):
+            await asyncio.sleep(float(fault.removeprefix("slow-first-")) / 1000)
+        if self.cfg.latency_ms:
+            await asyncio.sleep(self.cfg.latency_ms / 1000)
+        rid = headers.get("x-request-id", "fake")
+        if path == "/v1/embeddings":
+            data = {
+                "object": "list",
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.1] * 8}],
+                "model": self.cfg.model,
+                "usage": {"prompt_tokens": 4, "total_tokens": 4},
+            }
+            return self.send(200, json.dumps(data).encode())
+        n = int(req.get("max_tokens") or self.cfg.tokens)
+        chat = path == "/v1/chat/completions"
+        if not req.get("stream"):
+            return self.send(200, completion_body(self.cfg, chat, n, rid))
+        die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
+        die_mid = int(fault.removeprefix("die-mid-")) if fault.startswith("die-mid-") else -1
+        stall = int(fault.removeprefix("stall-after-")) if fault.startswith("stall-after-") else -1
+        return await self.stream(chat, n, rid, max(die_after, die_mid), half=die_mid >= 0, stall=stall)
+
+    async def stream(
+        self, chat: bool, n: int, rid: str, die_after: int, half: bool = False, stall: int = -1
+    ) -> bool:
+        self.write(http_head(200, "text/event-stream", None))
+        delay = self.cfg.delay_ms / 1000
+        for i in range(n):
+            if i == stall:
+                await asyncio.sleep(3600)
+            if i == die_after:
+                if half:
+                    event = stream_event(self.cfg, chat, i, rid)
+                    self.write(chunked(event[: len(event) // 2]))
+                return False
+            if delay:
+                await asyncio.sleep(delay)
+            self.write(chunked(stream_event(self.cfg, chat, i, rid)))
+        self.write(chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        return True
+
+
+async def serve(cfg: Config, host: str, port: int, count: int = 1) -> None:
+    """``count`` engines, each with its own stats, on ``port`` .. ``port + count - 1``."""
+    loop = asyncio.get_running_loop()
+    servers = []
+    for p in range(port, port + count):
+        stats = Stats()
+        apis = FakeApis(cfg.model, tag=str(p), lora=cfg.lora)
+        sleep = FakeSleep(cfg.sleep)
+        servers.append(
+            await loop.create_server(
+                lambda s=stats, a=apis, z=sleep: FakeEngine(cfg, s, a, z),  # type: ignore[misc]
+                host, p, backlog=4096,
+            )
+        )  # fmt: skip
+    await asyncio.gather(*(s.serve_forever() for s in servers))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description="FAKE ENGINE: a fast OpenAI-shaped stand-in for vLLM (tests, benchmarks)."
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8199)
+    p.add_argument("--model", default="fake-model")
+    p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--delay-ms", type=float, default=0.0)
+    p.add_argument("--latency-ms", type=float, default=0.0, help="wait before answering any generation")
+    p.add_argument("--fault", default="")
+    p.add_argument("--kv-blocks", type=int, default=0, help="report a KV cache of N 16-token blocks")
+    p.add_argument("--ports", type=int, default=1, help="serve N engines on consecutive ports")
+    p.add_argument("--no-lora", action="store_true", help="refuse /v1/load_lora_adapter")
+    p.add_argument("--api-key", default="", help="guard /v1/* with this Bearer key, as vLLM's --api-key")
+    p.add_argument("--enable-sleep-mode", action="store_true", help="serve vLLM's sleep endpoints")
+    p.add_argument("--dummy-weights", action="store_true", help="as --load-format dummy: no reload")
+    p.add_argument("--memory-file", default="", help="write the MiB held on the (fake) GPU here")
+    p.add_argument("--awake-mib", type=int, default=10240)
+    p.add_argument("--asleep-mib", type=int, default=1024)
+    p.add_argument("--sleep-calls-file", default="", help="append every sleep-mode call here")
+    a = p.parse_args(argv)
+    sleep = SleepConfig(
+        a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
+    )
+    cfg = Config(
+        a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        uvloop.run(serve(cfg, a.host, a.port, a.ports))
+
+
+if __name__ == "__main__":
+    main()

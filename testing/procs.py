@@ -1,0 +1,144 @@
+"""Start real child processes for tests and wait for them by polling with a deadline (never sleep N)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from testing.poll import wait_until
+from workers.process import redis_server_argv
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ephemeral_low() -> int:
+    """The lowest port the kernel hands to outgoing connections (ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive free loopback ports, below the kernel's ephemeral range, for a
+    service that counts up from a base port (llmgw-stack's gateways). A port from :func:`free_port` lies in
+    that range, where any outgoing connection may take its neighbour before the service binds it."""
+    low = ephemeral_low()
+    for _ in range(500):
+        base = random.randrange(10000, low - count)
+        if all(bindable(base + i) for i in range(count)):
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports below {low}")
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(10)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+        if self.popen.poll() is None:
+            self.kill(signal.SIGKILL)
+
+
+def spawn(argv: list[str], port: int, log: Path, env: dict[str, str] | None = None) -> Proc:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        popen = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+        )
+    return Proc(popen, port, log)
+
+
+def wait_for_line(proc: Proc, needle: str, deadline_s: float, what: str) -> None:
+    """Poll ``proc``'s log for ``needle`` with a deadline; fail at once, with the log's tail, if it exits."""
+    wait_until(lambda: needle in proc.log.read_text() or proc.popen.poll() is not None, deadline_s, what)
+    text = proc.log.read_text()
+    if needle not in text:
+        tail = "\n".join(text.splitlines()[-15:])
+        raise AssertionError(f"{what} exited ({proc.popen.returncode}) before {needle!r}:\n{tail}")
+
+
+def start_redis(tmp: Path, port: int | None = None, extra: list[str] | None = None) -> Proc:
+    """A real redis-server on loopback; ``extra`` arguments (ACL users, TLS, persistence) go last."""
+    port = port or free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
+    argv = redis_server_argv("redis-server", port, tmp) + (extra or [])
+    proc = spawn(argv, port, tmp / "redis.log")
+    wait_until(lambda: port_open(port) or proc.popen.poll() is not None, 10, "redis-server")
+    if proc.popen.poll() is not None:
+        raise RuntimeError(f"redis-server exited at start; see {tmp / 'redis.log'}")
+    return proc
+
+
+def start_fake_engine(tmp: Path, *args: str, port: int | None = None) -> Proc:
+    """The FAKE ENGINE (testing/fake_engine.py) in its own process."""
+    port = port or free_port()
+    argv = [sys.executable, "-m", "testing.fake_engine", "--port", str(port), *args]
+    proc = spawn(argv, port, tmp / f"fake-engine-{port}.log")
+    wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 15, "fake engine")
+    return proc
+
+
+@contextlib.contextmanager
+def running(proc: Proc) -> Iterator[Proc]:
+    try:
+        yield proc
+    finally:
+        proc.stop()

@@ -1,0 +1,42 @@
+"""Load scraping: vLLM's gauges parsed from a real-looking /metrics page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from contract.registry import ReplicaRecord
+from gateway.metrics import GatewayMetrics
+from gateway.replicas.ejection import Ejection
+from gateway.replicas.monitor import Monitor
+from gateway.replicas.table import Endpoint, ReplicaTable
+from testing.procs import running, start_fake_engine
+
+
+def test_load_counts_other_gateways_through_vllm_as_of_the_scrape() -> None:
+    ep = Endpoint(ReplicaRecord(id="r", model="m", url="http://x"))
+    # scraped: 3 running + 2 waiting there, 1 of them ours -> 4 are the other gateways'
+    ep.inflight, ep.running, ep.waiting, ep.inflight_at_scrape = 1, 3, 2, 1
+    assert (ep.others, ep.load) == (4, 1 + 4 + 2)
+    ep.inflight = 4  # we sent three more since: our own count is fresh
+    assert ep.load == 4 + 4 + 2
+    ep.inflight = 0  # ours finished: the others' part stays as scraped
+    assert ep.load == 0 + 4 + 2
+
+
+def test_others_never_go_below_zero() -> None:
+    ep = Endpoint(ReplicaRecord(id="r", model="m", url="http://x"))
+    ep.inflight, ep.running, ep.waiting, ep.inflight_at_scrape = 2, 1, 0, 3  # vLLM had not counted ours yet
+    assert (ep.others, ep.load) == (0, 2)
+
+
+async def test_a_scrape_records_our_own_count_with_the_gauges(tmp_path: Path) -> None:
+    """Against the FAKE ENGINE (a real HTTP server; its /metrics has vLLM's gauge names)."""
+    with running(start_fake_engine(tmp_path)) as engine:
+        ep = Endpoint(ReplicaRecord(id="r", model="m", url=engine.url))
+        ep.inflight, ep.running, ep.waiting = 2, 9, 9
+        async with httpx.AsyncClient() as client:
+            await Monitor(client, ReplicaTable(["m"]), Ejection(), GatewayMetrics()).scrape(ep)
+    assert (ep.running, ep.waiting, ep.inflight_at_scrape) == (0, 0, 2)
+    assert (ep.others, ep.load) == (0, 2)  # nothing of ours reached it, and nobody else's either

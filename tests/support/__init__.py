@@ -1,1 +1,0 @@
-"""Helpers that start real servers for the tests (Redis, the FAKE ENGINE, gateways)."""
