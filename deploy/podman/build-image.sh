@@ -12,14 +12,17 @@ tags=$1 containerfile=$2 context=$3 base=$4
 shift 4
 image=${tags%%,*}
 
-base_id=$(podman image inspect --format '{{.Id}}' "$base")
-inputs=$( { echo "$base_id"; cat "$containerfile"; \
-  find "$containerfile" "$@" -type f -not -path '*/__pycache__/*' -print0 2>/dev/null | sort -z | xargs -0 sha256sum; } \
-  | sha256sum | cut -c1-16)
-if [ "$(podman image inspect --format '{{index .Labels "llmgw.inputs"}}' "$image" 2>/dev/null)" = "$inputs" ]; then
-  echo "==> $image is current (inputs $inputs)"
-  exit 0
-fi
+input_hash() {
+  { podman image inspect --format '{{.Id}}' "$base"; cat "$containerfile"; \
+    find "$containerfile" "$@" -type f -not -path '*/__pycache__/*' -print0 2>/dev/null | sort -z | xargs -0 sha256sum; } \
+    | sha256sum | cut -c1-16
+}
+current() {
+  [ "$(podman image inspect --format '{{index .Labels "llmgw.inputs"}}' "$image" 2>/dev/null)" = "$inputs" ] \
+    && echo "==> $image is current (inputs $inputs)"
+}
+inputs=$(input_hash "$@")
+current && exit 0
 
 mounts=()
 for conf in /etc/pip.conf /etc/xdg/pip "$HOME/.config/pip"; do
@@ -43,6 +46,8 @@ for tag in "${all_tags[@]}"; do tag_args+=(-t "$tag"); done
 echo "==> building $image from $containerfile (inputs $inputs); waiting for ${HEAVY_LOCK:=/tmp/llmgw-heavy.lock}"
 exec 9>"$HEAVY_LOCK"
 flock 9
+inputs=$(input_hash "$@")  # again under the lock: the files may have changed while it waited
+current && exit 0
 start=$SECONDS
 podman build --pull=never --network host --from "$base" --layers "${ignore[@]}" "${mounts[@]}" \
   --label "llmgw.inputs=$inputs" "${tag_args[@]}" -f "$containerfile" "$context"
