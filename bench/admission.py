@@ -40,7 +40,7 @@ from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, publish
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from testing.procs import spawn
-from workers.process import redis_server_argv
+from tools.stack.redis import redis_server_argv
 
 MODEL = "bench-model"
 FAIR_MODEL = "bench-fair"  # its own FAKE ENGINE, slow enough that capacity, not CPU, is the bottleneck

@@ -60,8 +60,8 @@ from contract.registry import ReplicaRecord, ReplicaState, read_registry
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from gateway.settings import GatewaySettings
 from testing.poll import until
-from workers.adopt import StateFile, pid_alive
-from workers.stack.stack import REPO, Stack, StackConfig
+from tools.stack.stack import REPO, Stack, StackConfig
+from workers.life.adopt import StateFile, pid_alive
 
 log = logging.getLogger("llmgw.chaos")
 ANSWERED, CLEAR, CUT, LOST = "answered", "clear error", "cut", "lost"

@@ -59,9 +59,9 @@ from bench.chaos import ANSWERED, CLEAR, CUT, LOST, Request, Tally, free_port, r
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, ReplicaState, read_registry
 from testing.poll import until
-from workers.stack.keeper import KeepPolicy
-from workers.stack.services import Service
-from workers.stack.stack import REPO, Stack, StackConfig
+from tools.stack.keeper import KeepPolicy
+from tools.stack.services import Service
+from tools.stack.stack import REPO, Stack, StackConfig
 
 log = logging.getLogger("llmgw.fleet_scenarios")
 CHAT, EMBED = "smollm2-135m-instruct", "all-minilm-l6-v2"

@@ -34,8 +34,8 @@ import psutil  # type: ignore[import-untyped]
 from bench.loadgen import Result, Target, percentile, run
 from testing.poll import wait_until
 from testing.procs import REPO, Proc, free_port, http_ok, port_open, spawn
-from workers.process import redis_server_argv
-from workers.stack.render import nginx_conf
+from tools.stack.redis import redis_server_argv
+from tools.stack.render import nginx_conf
 
 PROXY_CORE, LOAD_CORE = "0", "1"
 SHAPES = {"non-stream": (False, 16), "stream": (True, 64)}

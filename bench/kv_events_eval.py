@@ -323,7 +323,8 @@ def subscribe(endpoint: str, events: EventLog, stop: threading.Event) -> None:
 
 
 def engine_argv(port: int, events_endpoint: str, blocks: int) -> list[str]:
-    """The replica's command as workers/launch.py builds it (one core), plus KV events and a small cache."""
+    """The replica's command as workers/replica/launch.py builds it (one core), plus KV events and a small
+    cache."""
     config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": events_endpoint}
     return [
         "taskset", "-c", "0", sys.executable, "-m", "vllm.entrypoints.openai.api_server",

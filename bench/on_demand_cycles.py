@@ -31,19 +31,20 @@ import redis.asyncio as aioredis
 import yaml
 
 from contract.fleet import load_fleet
+from contract.fleet_file import FleetWatch
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
 from testing.gateway import serve_gateway
 from testing.poll import until
 from testing.procs import free_port, start_redis
-from workers.activator import Activator, ActivatorOptions
-from workers.control import control_loops
-from workers.headroom import Headroom, host_available_bytes
-from workers.launch import Launch, ReplicaSpec, build_launch
-from workers.reconciler import FleetWatch, Reconciler
-from workers.supervisor import Supervisor, SupervisorOptions
-from workers.weights import weights_for
+from workers.converge.headroom import Headroom, host_available_bytes
+from workers.converge.loop import Reconciler
+from workers.life.owner import Supervisor, SupervisorOptions
+from workers.ondemand.activator import Activator, ActivatorOptions
+from workers.replica.launch import Launch, ReplicaSpec, build_launch
+from workers.replica.weights import weights_for
+from workers.wiring import control_loops
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -81,8 +81,8 @@ from gateway.routing.registry import POLICIES as REGISTERED_POLICIES
 from gateway.routing.rendezvous import key_digest, score
 from gateway.settings import GatewaySettings
 from testing.poll import until
-from workers.launch import ReplicaSpec, plan_replicas
-from workers.stack.stack import REPO, Stack, StackConfig
+from tools.stack.stack import REPO, Stack, StackConfig
+from workers.replica.launch import ReplicaSpec, plan_replicas
 
 POLICIES = tuple(REGISTERED_POLICIES)  # the one registry, in its order
 IDEAL = "single_replica"

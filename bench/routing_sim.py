@@ -57,7 +57,7 @@ from gateway.routing.prefix.shared_index import SharedIndex
 from gateway.routing.rendezvous import rank
 from testing.poll import wait_until
 from testing.procs import REPO, Proc, free_port, free_port_run, http_ok, spawn, start_redis
-from workers.stack.stack import script
+from tools.stack.stack import script
 
 MODEL = "sim-model"
 CHUNK, MAX_CHUNKS = 512, 64

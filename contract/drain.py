@@ -1,5 +1,7 @@
 """The one drain: once a replica is published DRAINING, wait until every gateway has seen it, then until
 vLLM has nothing running or waiting, within the grace period (:class:`RegistryTiming` sets all three).
+A ``/metrics`` that cannot be read counts as unknown, never as idle: the drain then waits to the grace
+period.
 
 The supervisor and the registration sidecar call :func:`wait_until_idle`; a vLLM container's preStop hook
 runs :data:`DRAIN_SCRIPT` (the vLLM image has python3 but not this code) with the same numbers.
@@ -27,11 +29,12 @@ async def wait_until_idle(client: httpx.AsyncClient, urls: Sequence[str], timing
     await asyncio.sleep(min(timing.drain_settle_s, timing.drain_grace_s))
     while True:
         counts = await asyncio.gather(*(requests_in_engine(client, u) for u in urls))
-        if not any(counts):
+        if all(c == 0 for c in counts):
             return True
         if time.monotonic() >= deadline:
-            log.warning("drain grace of %.0f s ran out with %d requests in flight", timing.drain_grace_s,
-                        sum(counts))  # fmt: skip
+            unknown = sum(c is None for c in counts)
+            log.warning("drain grace of %.0f s ran out with %d requests in flight (%d replicas unreadable)",
+                        timing.drain_grace_s, sum(c or 0 for c in counts), unknown)  # fmt: skip
             return False
         await asyncio.sleep(timing.drain_poll_s)
 
@@ -46,7 +49,7 @@ def busy():
     try:
         text = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
     except Exception:
-        return 0.0
+        return 1.0  # unknown is not idle: wait to the grace period
     names = ("{RUNNING}", "{WAITING}")
     return sum(float(ln.rsplit(" ", 1)[-1]) for ln in text.splitlines() if ln.startswith(names))
 while time.monotonic() < end and busy() > 0:

@@ -40,11 +40,13 @@ async def listed(client: httpx.AsyncClient, url: str, served: str) -> bool:
     return models.status_code == 200 and any(m.get("id") == served for m in models.json().get("data", []))
 
 
-async def requests_in_engine(client: httpx.AsyncClient, url: str) -> int:
-    """vllm:num_requests_running + waiting, or 0 when the replica does not answer."""
+async def requests_in_engine(client: httpx.AsyncClient, url: str) -> int | None:
+    """vllm:num_requests_running + waiting; None when the replica does not answer (unknown, not idle)."""
     try:
         r = await client.get(f"{url}/metrics", timeout=2.0)
     except (httpx.HTTPError, OSError):
-        return 0
+        return None
+    if r.status_code != 200:
+        return None
     running, waiting = running_and_waiting(r.content)
     return running + waiting

@@ -105,7 +105,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         upstream_headers=[(k.encode(), v.encode()) for k, v in upstream_auth.items()],
         index=index,
         affinity=ResponseAffinity(redis, keys, settings.responses_ttl_s),
-        lora=AdapterStore(redis, keys, fleet.models),
+        lora=AdapterStore(redis, keys, fleet.models, table),
     )
 
 

@@ -150,6 +150,12 @@ class GatewayMetrics:
             ["tenant", "model", "kind"],
             registry=r,
         )
+        self.stream_stalled = Counter(
+            "llmgw_stream_stalled",
+            "Streams ended because their client made no write progress for stream_write_timeout_s.",
+            ["model"],
+            registry=r,
+        )
         self.stream_errors = Counter(
             "llmgw_stream_errors",
             "Streams ended by an SSE error event after they started.",

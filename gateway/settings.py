@@ -32,6 +32,8 @@ class GatewaySettings(BaseSettings):
     # request line and headers together (over it: 431), and the time to read them (past it: 408).
     max_head_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024
     header_timeout_s: Seconds = 10.0
+    # A stream whose client makes no write progress for this long is ended (its slot released).
+    stream_write_timeout_s: Seconds = 30.0
     # Media URLs (images, audio, video, files) whose host is one of these domains (or under one) are
     # passed on unchecked; any other that resolves to an internal address is refused (400).
     media_domains: list[str] = []

@@ -12,6 +12,10 @@ from gateway.endpoints import ROUTES, Route
 from gateway.errors import GatewayError
 from gateway.replicas.table import Endpoint
 
+FLOW = "llmgw.flow"
+"""The scope key of the server's write flow control (``write_paused``: the client is not reading)."""
+ABORT = "llmgw.abort"
+"""The scope key of a callable that drops the client's connection at once (unsent bytes too)."""
 GONE = "llmgw.gone"
 """The ASGI scope key under which the server (gateway/edge/one_write.py) puts a future resolved when
 the client's connection is lost."""
@@ -105,8 +109,9 @@ class RequestContext:
     """The request's media URLs (images, audio, video, files), checked before it is forwarded."""
     woken_at: float | None = None
     """When an on-demand request began to wait for its wake (set once granted during a wake)."""
-    preferred: frozenset[str] = frozenset()
-    """Replica ids to prefer when they are ready (those with the requested LoRA adapter loaded)."""
+    holders: frozenset[tuple[str, str]] | None = None
+    """(replica id, instance) of the replicas that loaded the requested runtime LoRA adapter: the only
+    ones that may serve it (None: not an adapter request)."""
 
     @property
     def upstream_path(self) -> bytes:

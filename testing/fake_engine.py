@@ -20,7 +20,8 @@ Faults, per request (header ``x-fake-fault``) or for every request (``--fault``)
 ``die-after-N`` (close the connection after N chunks), ``die-mid-N`` (after N chunks, half an event,
 then close), ``stall-after-N`` (after N chunks, nothing more), ``slow-first-MS`` (wait before the first byte),
 ``slow-500-MS`` (wait, then answer 500), ``503`` and ``slow-503-MS`` (refuse, as a draining or
-overloaded vLLM does). ``/stats`` counts generations started and served.
+overloaded vLLM does); ``--fault metrics-500``: ``/metrics`` answers 500. ``/stats`` counts generations
+started and served.
 With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
 ``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
 """
@@ -264,6 +265,8 @@ class FakeEngine(asyncio.Protocol):
             status, obj = self.apis.stored(path.split("/")[3], cancel=False)
             return self.send(status, json.dumps(obj).encode())
         if path == "/metrics":
+            if self.cfg.fault == "metrics-500":
+                return self.send(500, b"")
             text = (
                 f'vllm:num_requests_running{{model_name="{self.cfg.model}"}} {s.inflight}\n'
                 f'vllm:num_requests_waiting{{model_name="{self.cfg.model}"}} 0\n'

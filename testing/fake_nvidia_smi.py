@@ -1,6 +1,6 @@
-"""FAKE nvidia-smi: answers the three queries the supervisor makes (workers/gpu.py) for one fake GPU, from
-the memory files the FAKE GPU ENGINE writes (testing/fake_gpu_engine.py, ``FAKE_GPU_MEMORY_DIR``: one file
-per engine, ``<pid> <MiB>``). Card used = their sum + ``FAKE_GPU_BASELINE_MIB`` (default 0); total
+"""FAKE nvidia-smi: answers the three queries the supervisor makes (workers/host/gpu.py) for one fake GPU,
+from the memory files the FAKE GPU ENGINE writes (testing/fake_gpu_engine.py, ``FAKE_GPU_MEMORY_DIR``: one
+file per engine, ``<pid> <MiB>``). Card used = their sum + ``FAKE_GPU_BASELINE_MIB`` (default 0); total
 ``FAKE_GPU_TOTAL_MIB`` (default 143771). A file whose process is gone counts nothing. Installed on PATH as
 ``nvidia-smi`` by a wrapper script for dry runs (bench/gpu/sleep.sh dry)."""
 

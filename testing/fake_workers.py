@@ -12,7 +12,7 @@ import os
 import sys
 
 from workers.cli import LOG_FORMAT, parse_args, serve
-from workers.launch import Launch, ReplicaSpec, sleep_mode_args
+from workers.replica.launch import Launch, ReplicaSpec, sleep_mode_args
 
 
 def fake_launch(spec: ReplicaSpec) -> Launch:
@@ -31,12 +31,12 @@ def fake_gpu_launch(spec: ReplicaSpec) -> Launch:
     return Launch([*argv, *spec.model.engine.extra_args], sleep_env)
 
 
-def main() -> None:
+def main() -> int:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     launch = fake_gpu_launch if os.environ.get("LLMGW_FAKE_GPU") == "1" else fake_launch
-    asyncio.run(serve(parse_args(sys.argv[1:]), launch))
+    return asyncio.run(serve(parse_args(sys.argv[1:]), launch))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from testing.poll import wait_until
-from workers.process import redis_server_argv
+from tools.stack.redis import redis_server_argv
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,26 +13,25 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from contract.fleet import Fleet, FleetError, load_fleet
+from contract.fleet import Fleet, FleetError
+from contract.fleet_file import FleetWatch, read_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
+from contract.supervision import EXIT_TASK_DIED
 from contract.vllm_probe import probe_client
-from workers.activator import Activator
-from workers.adopt import StateFile, check_entries
-from workers.budgets import BudgetError, PlannedBudgets, arithmetic, needs_plan, planned_budgets
-from workers.control import stop_loops
-from workers.gpu import ProbeError, gpu_memory, nvidia_smi_probe
-from workers.headroom import cpu_need_bytes, headroom_probe, host_available_bytes, weights_bytes
-from workers.launch import Launch, ReplicaSpec, build_launch
-from workers.observe import Observer
-from workers.oom import needed_bytes
+from workers.converge.headroom import cpu_need_bytes, headroom_probe, host_available_bytes, weights_bytes
+from workers.host.gpu import ProbeError, gpu_memory, nvidia_smi_probe
+from workers.life.adopt import StateFile
+from workers.life.owner import Replica, RestartBackoff, SupervisorOptions
 from workers.planner import make_config_loader
+from workers.planner.budgets import BudgetError, PlannedBudgets, arithmetic, needs_plan, planned_budgets
 from workers.planner.model_shape import shape_from_config
 from workers.planner.plan import estimate_model
-from workers.reconciler import FleetWatch, Reconciler
-from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions
-from workers.weights import weights_for
+from workers.replica.launch import Launch, ReplicaSpec, build_launch
+from workers.replica.oom import needed_bytes
+from workers.replica.weights import weights_for
+from workers.wiring import build_control_plane, running
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 log = logging.getLogger("llmgw.workers")
@@ -135,9 +134,10 @@ def weights_sizer(args: argparse.Namespace) -> Callable[[Replica], int]:
     return size
 
 
-async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], Launch] | None = None) -> None:
-    """Adopt what a previous supervisor left running, converge to the fleet file, drain on SIGTERM.
-    ``launch_for`` builds each replica's command (vLLM's, from the fleet, unless given)."""
+async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], Launch] | None = None) -> int:
+    """Adopt what a previous supervisor left running, converge to the fleet file, drain on SIGTERM or
+    SIGINT, re-read the file on SIGHUP. ``launch_for`` builds each replica's command (vLLM's, from the
+    fleet, unless given). Returns the exit status: non-zero when a long-lived task died."""
     redis = aioredis.Redis.from_url(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     timing = RegistryTiming(drain_grace_s=args.drain_grace)
     backoff = RestartBackoff(max_s=args.restart_max_delay, give_up_after=args.restart_give_up_after)
@@ -146,43 +146,27 @@ async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], La
     server = await serve_metrics(metrics, "127.0.0.1", args.metrics_port)
     registry = RegistryWriter(redis, RedisKeys(args.redis_prefix), timing)
     async with probe_client() as client:
-        observer, state = Observer(metrics, args.sd_file), StateFile(args.state_file)
-
-        def on_change(r: Replica) -> None:
-            observer(r)
-            state.save(rec.entries())
-
-        sup = Supervisor([], registry, client, options, on_change, metrics=metrics)
         watch = FleetWatch(args.fleet)
-        headroom = headroom_probe(args.models_dir, nvidia_smi_probe, options.gpu_reserve_bytes)
-        launch = launch_for or launcher(args)
-        rec = Reconciler(sup, watch, launch, headroom, args.log_dir, args.devices, metrics)
-        rec.budgets = lambda fleet: auto_budgets(fleet, args.models_dir)
-        await rec.adopt(await check_entries(state.load(), client))
-        loop = asyncio.get_running_loop()
-        drained = asyncio.Event()
-        reconciling = asyncio.create_task(rec.run())
-        keys = RedisKeys(args.redis_prefix)
-        act = Activator(
-            sup, keys, lambda: rec.fleet, estimator(args, options.gpu_reserve_bytes), host_available_bytes,
-            metrics, weights=weights_sizer(args),
+        plane = build_control_plane(
+            registry, client, options, watch, launch_for or launcher(args),
+            headroom_probe(args.models_dir, nvidia_smi_probe, options.gpu_reserve_bytes),
+            args.log_dir, args.devices, estimator(args, options.gpu_reserve_bytes), host_available_bytes,
+            metrics=metrics, state=StateFile(args.state_file), sd_file=args.sd_file,
+            weights=weights_sizer(args),
         )  # fmt: skip
-        activating = asyncio.create_task(act.run())
-
-        async def drain() -> None:
-            await stop_loops(sup, act, [reconciling, activating])
-            drained.set()
-
+        plane.rec.budgets = lambda fleet: auto_budgets(fleet, args.models_dir)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(
-                sig, lambda: asyncio.ensure_future(drain()) if not sup.stopping.is_set() else None
-            )
+            loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: watch.request("SIGHUP"))
-        await sup.run()
-        await drained.wait()
-        state.save([])
+        async with running(plane) as tasks:
+            died = await tasks.wait_died_or(stop)
+        if died:
+            log.error("a control-plane task died (%s): exiting %d", ",".join(tasks.dead), EXIT_TASK_DIED)
     server.close()
     await redis.aclose()
+    return EXIT_TASK_DIED if died else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,12 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
     try:
-        auto_budgets(load_fleet(args.fleet), args.models_dir)
+        auto_budgets(read_fleet(args.fleet), args.models_dir)
     except (FleetError, BudgetError) as exc:
         print(f"llmgw-workers: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(args))
-    return 0
+    return asyncio.run(serve(args))
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ import httpx
 from bench.gpu import memory
 from bench.gpu.loadgen import Load, RunResult, client_for, closed_loop
 from contract.fleet import load_fleet
-from workers.gpu import ProbeError, parse_gpu_memory
-from workers.launch import plan_replicas
+from workers.host.gpu import ProbeError, parse_gpu_memory
+from workers.replica.launch import plan_replicas
 
 FIELDS = ["level", "path", "mode", "model", "output_tok_s", "req_s", "completed", "errors", "p50_s", "p99_s"]
 

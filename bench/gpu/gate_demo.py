@@ -18,10 +18,10 @@ import redis.asyncio as aioredis
 from contract.fleet import load_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter
-from workers.gpu import nvidia_smi_probe
-from workers.launch import build_launch, plan_replicas
-from workers.supervisor import Replica, Supervisor, SupervisorOptions
-from workers.weights import weights_for
+from workers.host.gpu import nvidia_smi_probe
+from workers.life.owner import Replica, Supervisor, SupervisorOptions
+from workers.replica.launch import build_launch, plan_replicas
+from workers.replica.weights import weights_for
 
 
 async def main_async(a: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """Measured GPU memory against the planner's prediction.
 
-* per process: ``nvidia-smi --query-compute-apps`` (through workers.gpu), each pid traced up its parents
+* per process: ``nvidia-smi --query-compute-apps`` (through workers.host.gpu), each pid traced up its parents
   to the vLLM server whose ``--served-model-name`` names the model;
 * per replica, a second way: the supervisor logs the device's used memory before each start and after
   each replica is ready (``gpu:0 after ready: used_mib=...``); the difference is what that start took;
@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from workers.gpu import MIB, gpu_memory, process_memory
+from workers.host.gpu import MIB, gpu_memory, process_memory
 
 GIB = 1 << 30
 _AFTER_READY = re.compile(r"replica=(\S+)-0 gpu:\d+ after ready: used_mib=(\d+)")

@@ -20,6 +20,7 @@ import yaml
 from contract.fleet import load_fleet, parse_fleet
 from workers.planner import Plan, make_config_loader, plan_fleet
 from workers.planner.cli import H200_BYTES
+from workers.planner.report import render
 
 HERE = Path(__file__).resolve().parent
 HEADER = """\
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     plan = plan_for(a.fleet_in, a.config_dir, a.target, a.device_mib << 20)
     if not plan.fits:
-        print(plan.explain())
+        print(render(plan))
         return 1
     doc = planned_fleet(yaml.safe_load(a.fleet_in.read_text()), plan)
     header = HEADER.format(
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parse_fleet(text, str(a.out))  # it must load
     a.out.write_text(text)
     a.results.mkdir(parents=True, exist_ok=True)
-    (a.results / "plan.txt").write_text(plan.explain() + "\n")
+    (a.results / "plan.txt").write_text(render(plan) + "\n")
     (a.results / "plan.json").write_text(json.dumps(plan_numbers(plan), indent=2) + "\n")
     print(f"wrote {a.out} and {a.results}/plan.{{txt,json}}")
     for r in plan.replicas:

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from contract.fleet import ModelName
 from gateway.admin.auth import check_admin
 from gateway.errors import Conflict, InvalidRequest, NotFound, UpstreamError
-from gateway.lora.adapters import AdapterStore, RuntimeAdapter, load, unload
+from gateway.lora.adapters import AdapterStore, RuntimeAdapter, holder_of, load, unload
 from gateway.state import Gateway
 
 log = logging.getLogger("llmgw.admin")
@@ -37,7 +37,7 @@ async def adapter_request(request: Request) -> AdapterRequest:
 def listing(store: AdapterStore) -> dict[str, Any]:
     return {
         "data": [
-            {"name": a.name, "model": a.model, "path": a.path, "replicas": sorted(a.replicas)}
+            {"name": a.name, "model": a.model, "path": a.path, "replicas": a.replicas}
             for a in sorted(store.adapters.values(), key=lambda a: a.name)
         ]
     }
@@ -59,7 +59,8 @@ async def add_adapter(gw: Gateway, store: AdapterStore, req: AdapterRequest) -> 
         raise UpstreamError(
             f"no replica of '{model.name}' loaded the adapter: {result.failed or 'none ready'}"
         )
-    await store.save(RuntimeAdapter(req.name, model.name, req.path, frozenset(result.done)))
+    holders = frozenset(holder_of(e) for e in replicas if e.id in result.done)
+    await store.save(RuntimeAdapter(req.name, model.name, req.path, holders))
     log.info(
         "lora adapter=%s model=%s loaded on %s failed=%s", req.name, model.name, result.done, result.failed
     )
@@ -70,7 +71,8 @@ async def remove_adapter(gw: Gateway, store: AdapterStore, name: str) -> dict[st
     adapter = store.adapters.get(name)
     if adapter is None:
         raise NotFound(f"no runtime adapter '{name}'", param="name")
-    replicas = [e for e in gw.table.pool(adapter.model).endpoints if e.id in adapter.replicas]
+    pool = gw.table.find(adapter.model)
+    replicas = [e for e in pool.endpoints if adapter.holds(e)] if pool is not None else []
     result = await unload(gw.client, replicas, name)
     await store.drop(adapter)
     log.info(

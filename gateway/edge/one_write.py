@@ -27,7 +27,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from gateway.errors import GatewayError, HeadTimeout, HeadTooLarge, error_bytes
 from gateway.settings import GatewaySettings
-from gateway.values import GONE
+from gateway.values import ABORT, FLOW, GONE
 
 LINGER_S = 2.0
 """How long a refused connection's further input is read and dropped before it is closed."""
@@ -178,6 +178,8 @@ class OneWriteProtocol(HttpToolsProtocol):
         cycle.__class__ = OneWriteCycle
         cycle.transport = HeldHead(cycle.transport)  # type: ignore[assignment]
         cycle.scope[GONE] = self.loop.create_future()  # type: ignore[literal-required]
+        cycle.scope[FLOW] = self.flow  # type: ignore[literal-required]
+        cycle.scope[ABORT] = self.transport.abort  # type: ignore[literal-required]
         super()._start_asgi_task(cycle, app)
 
 

@@ -1,12 +1,15 @@
 """LoRA adapters loaded at run time: across a model's replicas through vLLM's runtime LoRA endpoints,
 recorded in Redis (:meth:`RedisKeys.lora`, one hash per model: adapter name → JSON) so every gateway
-learns the name without a restart, and which replicas loaded it, so routing prefers those.
+learns the name without a restart, and which replicas loaded it, each as (replica id, instance): an
+adapter request goes only to those. A replica that restarted (same id, another instance) lost its
+adapters: :meth:`AdapterStore.tick` takes it out of their sets.
 
 Only the admin API (gateway/admin/routes.py) calls vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter;
 the request path never forwards them (gateway/endpoints.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,27 +21,52 @@ import redis.asyncio as aioredis
 from contract.fleet import Model
 from contract.redis_keys import RedisKeys
 from gateway.redis_clients import REDIS_DOWN
-from gateway.replicas.table import Endpoint
+from gateway.replicas.table import Endpoint, ReplicaTable
 
 log = logging.getLogger("llmgw.lora")
 
 
+Holder = tuple[str, str]
+"""(replica id, instance) of a replica that loaded an adapter."""
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeAdapter:
-    """An adapter of ``model`` loaded at run time on the replicas ``replicas`` (their ids)."""
+    """An adapter of ``model`` loaded at run time on the replicas ``holders``."""
 
     name: str
     model: str
     path: str
-    replicas: frozenset[str] = frozenset()
+    holders: frozenset[Holder] = frozenset()
+
+    @property
+    def replicas(self) -> list[str]:
+        return sorted(replica for replica, _ in self.holders)
+
+    def holds(self, ep: Endpoint) -> bool:
+        return (ep.id, ep.record.instance) in self.holders
 
     def to_json(self) -> bytes:
-        return orjson.dumps({"path": self.path, "replicas": sorted(self.replicas)})
+        return orjson.dumps({"path": self.path, "replicas": sorted(self.holders)})
 
     @classmethod
     def from_json(cls, name: str, model: str, raw: bytes | str) -> RuntimeAdapter:
         data = orjson.loads(raw)
-        return cls(name, model, str(data["path"]), frozenset(data.get("replicas", [])))
+        holders = {
+            (h, "") if isinstance(h, str) else (str(h[0]), str(h[1])) for h in data.get("replicas", [])
+        }
+        return cls(name, model, str(data["path"]), frozenset(holders))
+
+
+def holder_of(ep: Endpoint) -> Holder:
+    return ep.id, ep.record.instance
+
+
+def restarted(adapter: RuntimeAdapter, table: ReplicaTable) -> frozenset[Holder]:
+    """The holders whose replica is in the table with another instance (its adapters are gone)."""
+    pool = table.find(adapter.model)
+    now = {ep.id: ep.record.instance for ep in pool.endpoints} if pool is not None else {}
+    return frozenset(h for h in adapter.holders if h[0] in now and now[h[0]] != h[1])
 
 
 @dataclass(slots=True)
@@ -56,8 +84,10 @@ def text(value: bytes | str) -> str:
 class AdapterStore:
     """The runtime adapters in Redis, and this gateway's copy of them (``adapters``, name → adapter)."""
 
-    def __init__(self, redis: aioredis.Redis, keys: RedisKeys, models: Iterable[Model]) -> None:
-        self.redis, self.keys = redis, keys
+    def __init__(
+        self, redis: aioredis.Redis, keys: RedisKeys, models: Iterable[Model], table: ReplicaTable
+    ) -> None:
+        self.redis, self.keys, self.table = redis, keys, table
         self.models = [m.name for m in models if m.engine.runtime_lora]
         self.adapters: dict[str, RuntimeAdapter] = {}
 
@@ -84,6 +114,14 @@ class AdapterStore:
             return
         try:
             fresh = await self.read()
+            for name, adapter in list(fresh.items()):
+                gone = restarted(adapter, self.table)
+                if gone:
+                    fresh[name] = dataclasses.replace(adapter, holders=adapter.holders - gone)
+                    await self.redis.hset(self.keys.lora(adapter.model), name, fresh[name].to_json())
+                    log.warning(
+                        "lora adapter=%s left restarted replica(s) %s", name, sorted(r for r, _ in gone)
+                    )
         except REDIS_DOWN as exc:
             log.warning("runtime LoRA adapters not refreshed (Redis: %s)", exc)
             return

@@ -43,6 +43,12 @@ async def attempt_on(gw: Gateway, ctx: RequestContext, pool: ModelPool, tried: l
     """One attempt: pick among the candidates not tried yet, send, wait for the answer's head."""
     choices = candidates(ctx, pool, tried)
     if not choices:
+        if ctx.upstream_error is None and ctx.holders is not None:
+            raise NoReadyReplica(
+                f"no ready replica of model '{pool.model}' has the adapter '{ctx.model_name}' loaded; an"
+                " admin loads it again (POST /admin/lora)",
+                retry_after=2.0,
+            )
         raise ctx.upstream_error or NoReadyReplica(
             f"no ready replica of model '{pool.model}'", retry_after=2.0
         )
@@ -93,13 +99,13 @@ def wait_s(gw: Gateway, ctx: RequestContext) -> float:
 
 
 def candidates(ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> list[Endpoint]:
-    """The holder of a stored response alone; else the ready replicas, those that loaded the requested
-    runtime LoRA adapter first."""
+    """The holder of a stored response alone; else the ready replicas (for a runtime LoRA adapter only
+    those that loaded it, by replica and instance)."""
     if ctx.pinned is not None:
         return pinned_candidates(ctx, pool, tried)
     ready = pool.candidates(exclude=tried)
-    if ctx.preferred:
-        return [e for e in ready if e.id in ctx.preferred] or ready
+    if ctx.holders is not None:
+        return [e for e in ready if (e.id, e.record.instance) in ctx.holders]
     return ready
 
 

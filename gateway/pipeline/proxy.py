@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope
@@ -77,10 +78,23 @@ class Proxy:
             left = "the client disconnected before the answer was ready"
             first = await watched(anext(parts), watch, left, gw.open_requests)
         if streaming(ctx):
-            headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
-            return RelayResponse(parts, 200, headers, media_type="text/event-stream")
+            return self.relayed(ctx, parts)
         await parts.aclose()
         return WholeResponse(first, ctx.status, ctx.request_id, ctx.reply_type)
+
+    def relayed(self, ctx: RequestContext, parts: AsyncIterator[bytes]) -> RelayResponse:
+        """The stream's response; a client that stops reading for ``stream_write_timeout_s`` ends it."""
+        headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
+        response = RelayResponse(parts, 200, headers, media_type="text/event-stream")
+        response.write_timeout_s = self.gw.settings.stream_write_timeout_s
+
+        def stalled() -> None:
+            self.gw.metrics.stream_stalled.labels(ctx.model_label).inc()
+            ctx.error = f"the client read nothing for {response.write_timeout_s:g} s: stream ended"
+            log.warning("request_id=%s model=%s %s", ctx.request_id, ctx.model_label, ctx.error)
+
+        response.on_stalled = stalled
+        return response
 
     async def fail(self, ctx: RequestContext, err: GatewayError) -> Response:
         """The failure's answer in the API's shape; what the request was charged is refunded."""

@@ -10,11 +10,13 @@ Starlette's StreamingResponse unchanged.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.flow_control import FlowControl
 
-from gateway.values import GONE
+from gateway.values import ABORT, FLOW, GONE
 
 
 class WholeResponse(Response):
@@ -33,8 +35,14 @@ class WholeResponse(Response):
 
 
 class RelayResponse(StreamingResponse):
-    """A stream whose client, when it leaves, cancels the sending (the relay's generator ends at
-    its current await: the upstream request is closed and the lease released)."""
+    """A stream whose client, when it leaves, cancels the sending (the relay's generator ends at its
+    current await: the upstream request is closed and the lease released). A client that makes no write
+    progress for ``write_timeout_s`` (the server's flow control holds the send) is treated the same: its
+    connection is dropped and ``on_stalled`` called. While a send waits, nothing more is read from the
+    replica (gateway/upstream/http1.py stops reading past a bounded buffer)."""
+
+    write_timeout_s: float = 30.0
+    on_stalled: Callable[[], None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = scope.get(GONE)
@@ -53,14 +61,32 @@ class RelayResponse(StreamingResponse):
 
         gone.add_done_callback(leave)
         try:
-            await self.stream_response(send)
+            await self.relay(send, scope.get(FLOW))
         except asyncio.CancelledError:
             if not cut or task.uncancel() > 0:  # cancelled from outside too: let that through
                 raise
+        except TimeoutError:  # no write progress: drop the client, end the stream
+            cut = True
+            scope[ABORT]()
+            if self.on_stalled is not None:
+                self.on_stalled()
         finally:
             over = True
             gone.remove_done_callback(leave)
-        if cut:  # cancelled while sending, not inside the generator: end it (its cleanup runs)
+            # cut, failed or done: end the generator (its cleanup releases the lease; a no-op once done)
             aclose = getattr(self.body_iterator, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+    async def relay(self, send: Send, flow: FlowControl | None) -> None:
+        """Starlette's ``stream_response`` (the chunks are bytes), with each send that has to wait for
+        the client bounded by ``write_timeout_s``."""
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async for chunk in self.body_iterator:
+            message = {"type": "http.response.body", "body": chunk, "more_body": True}
+            if flow is not None and flow.write_paused:
+                async with asyncio.timeout(self.write_timeout_s):
+                    await send(message)
+            else:
+                await send(message)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -18,7 +18,7 @@ def resolve(
     adapter = adapters.get(ctx.model_name) if model is None and adapters else None
     if adapter is not None:
         model = names.get(adapter.model)
-        ctx.preferred = adapter.replicas
+        ctx.holders = adapter.holders
     if model is None:
         raise ModelNotFound(f"The model '{ctx.model_name}' does not exist", param="model")
     if not ctx.caller.may_use(model.name):

@@ -10,10 +10,8 @@ request that fails before it is admitted is refunded by :func:`refund` alone."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import orjson
@@ -57,17 +55,24 @@ async def refund(
         await gw.auth.refund(ctx.caller, charged, unused(charged.tokens, ctx.cost, prompt, completion))
 
 
-@contextlib.asynccontextmanager
-async def holding(gw: Gateway, ctx: RequestContext, lease: Lease) -> AsyncIterator[Usage]:
-    """The lease held for the body of the ``async with``; released, refunded and recorded on leaving."""
-    usage = Usage()
-    try:
-        yield usage
-    finally:
-        await lease.release()
-        await refund(gw, ctx, usage.prompt, usage.completion, lease)
+class holding:
+    """The lease held for the body of the ``async with``; released, refunded and recorded on leaving.
+    (A class, not a generator-based context manager: it is entered once per request.)"""
+
+    __slots__ = ("ctx", "gw", "lease", "usage")
+
+    def __init__(self, gw: Gateway, ctx: RequestContext, lease: Lease) -> None:
+        self.gw, self.ctx, self.lease, self.usage = gw, ctx, lease, Usage()
+
+    async def __aenter__(self) -> Usage:
+        return self.usage
+
+    async def __aexit__(self, *_: object) -> None:
+        usage = self.usage
+        await self.lease.release()
+        await refund(self.gw, self.ctx, usage.prompt, usage.completion, self.lease)
         if usage.answered:
-            finish(ctx, gw.metrics, usage.prompt, usage.completion)
+            finish(self.ctx, self.gw.metrics, usage.prompt, usage.completion)
 
 
 def usage_of(body: bytes) -> tuple[int, int]:

@@ -9,22 +9,13 @@ gateway keeps the fleet it has.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from contract.fleet import Fleet, FleetError
+from contract.fleet_file import FleetFile, file_stamp
 from gateway.replicas.discovery import Discovery
-from gateway.routing import load_routable_fleet
 from gateway.state import Gateway
 
 log = logging.getLogger("llmgw.fleet")
-
-
-def file_stamp(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 class FleetReload:
@@ -32,16 +23,14 @@ class FleetReload:
 
     def __init__(self, gw: Gateway, discovery: Discovery) -> None:
         self.gw, self.discovery = gw, discovery
-        self.path = gw.settings.fleet_file
-        self.seen = file_stamp(self.path)
+        self.file = FleetFile(gw.settings.fleet_file)
+        self.file.seen = file_stamp(self.file.path)
 
     async def tick(self) -> None:
-        stamp = file_stamp(self.path)
-        if stamp is None or stamp == self.seen:
+        if not self.file.changed():
             return
-        self.seen = stamp
         try:
-            fleet = load_routable_fleet(self.path)
+            fleet = self.file.read()
         except FleetError as exc:
             log.error("fleet change refused, keeping the current fleet: %s", exc)
             return

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from contract.fleet import Fleet, FleetError, load_fleet
+from contract.fleet_file import check_policies, read_fleet
 from gateway.routing.base import Policy, PolicyOptions
 from gateway.routing.least_inflight import LeastInflight
 from gateway.routing.power_of_two import PowerOfTwo
@@ -28,15 +26,6 @@ def build_policy(name: str, options: PolicyOptions) -> Policy:
     return policy(options)
 
 
-def check_policies(fleet: Fleet, origin: str = "<fleet>") -> Fleet:
-    """The fleet, once every model's policy is a registered one; else FleetError naming the field."""
-    unknown = [f"  models.{i}.policy: unknown routing policy {m.policy!r}; known: {sorted(POLICIES)}"
-               for i, m in enumerate(fleet.models) if m.policy not in POLICIES]  # fmt: skip
-    if unknown:
-        raise FleetError(f"{origin}: invalid fleet file:\n" + "\n".join(unknown))
-    return fleet
-
-
-def load_routable_fleet(path: Path) -> Fleet:
-    """:func:`load_fleet` plus the routing check: what the gateway and ``llmgw-fleet`` accept."""
-    return check_policies(load_fleet(path), str(path))
+load_routable_fleet = read_fleet
+""":func:`contract.fleet_file.read_fleet`: what the gateway, ``llmgw-fleet`` and the workers accept."""
+__all__ = ["POLICIES", "build_policy", "check_policies", "load_routable_fleet"]

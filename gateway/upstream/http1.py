@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+BUFFER_HIGH = 64 * 1024  # unread body bytes past which a connection stops reading (vLLM's flow control holds)
+
 
 class UpstreamClosed(ConnectionError):
     """The upstream closed the connection before the response was complete."""
@@ -44,6 +46,8 @@ class _Conn(asyncio.Protocol):
     error: Exception | None = None
     got_bytes: bool = False
     spoiled: bool = False
+    buffered: int = 0
+    paused: bool = False
 
     def __post_init__(self) -> None:
         self.parser = httptools.HttpResponseParser(self)
@@ -96,7 +100,18 @@ class _Conn(asyncio.Protocol):
         if self.spoiled:
             return
         self.chunks.append(body)
+        self.buffered += len(body)
+        if self.buffered > BUFFER_HIGH and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
         self._wake()
+
+    def taken(self) -> None:
+        """The reader took every buffered chunk: read from the upstream again if paused."""
+        self.buffered = 0
+        if self.paused and self.transport is not None and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()
 
     def on_message_complete(self) -> None:
         if self.spoiled:
@@ -118,6 +133,7 @@ class _Conn(asyncio.Protocol):
         self.status, self.head_done, self.complete, self.got_bytes = 0, False, False, False
         self.headers, self.error = [], None
         self.chunks.clear()
+        self.taken()
         self.parser = httptools.HttpResponseParser(self)
 
     async def wait(self) -> None:
@@ -155,7 +171,9 @@ class Response:
                 self._finish()
                 return b""
             await conn.wait()
-        return conn.chunks.popleft() if len(conn.chunks) == 1 else b"".join(self._drain())
+        chunk = conn.chunks.popleft() if len(conn.chunks) == 1 else b"".join(self._drain())
+        conn.taken()
+        return chunk
 
     def _drain(self) -> list[bytes]:
         parts = list(self._conn.chunks)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from contract.fleet import load_fleet
-from workers.deploy.common import REPO, slug
+from tools.deploy.common import REPO, slug
 
 COMPOSE = REPO / "compose.yaml"
 SCHEMA = REPO / "deploy" / "schemas" / "compose-spec.json"
@@ -125,7 +125,7 @@ def required(name: str) -> str:
 def test_secure_by_default_with_secrets_compose_insists_on(compose: Obj) -> None:
     """Keys on with an admin key, Redis with a password, vLLM with an API key: all three secrets come from
     .env, with `${NAME:?...}` so that compose refuses to start without them (no default secret)."""
-    from workers.process import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
+    from tools.stack.redis import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
 
     services = compose["services"]
     password = required("LLMGW_REDIS_PASSWORD")

@@ -21,7 +21,7 @@ import yaml
 from contract.drain import DRAIN_SCRIPT
 from contract.fleet import load_fleet
 from contract.registry import RegistryTiming, ReplicaRecord
-from workers.deploy.common import REPO
+from tools.deploy.common import REPO
 
 K8S = REPO / "deploy" / "k8s"
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
@@ -353,7 +353,7 @@ def redis_args(objects: list[Obj], name: str) -> list[str]:
 
 
 def test_redis_has_a_password_and_only_the_key_store_persists(objects: list[Obj]) -> None:
-    from workers.process import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
+    from tools.stack.redis import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
 
     state = redis_args(objects, "redis")
     assert state[1 : 1 + len(EPHEMERAL_REDIS_ARGS)] == list(EPHEMERAL_REDIS_ARGS)
@@ -376,7 +376,12 @@ def pod_labels(objects: list[Obj]) -> dict[str, dict[str, str]]:
 def admitted(policies: list[Obj], dest: dict[str, str], src: dict[str, str], port: int) -> bool:
     """NetworkPolicy semantics for ingress within the namespace: open unless a policy selects the pod,
     then only what one of the selecting policies allows."""
-    selecting = [p for p in policies if p["spec"]["podSelector"]["matchLabels"].items() <= dest.items()]
+    selecting = [
+        p
+        for p in policies
+        if "Ingress" in p["spec"]["policyTypes"]
+        and p["spec"]["podSelector"]["matchLabels"].items() <= dest.items()
+    ]
     if not selecting:
         return True
     for p in selecting:
@@ -405,6 +410,21 @@ def test_network_policies_fence_vllm_and_redis(objects: list[Obj]) -> None:
     supervisor = {"app.kubernetes.io/name": "llmgw-workers"}
     assert admitted(policies, pods["redis"], supervisor, 6379)
     assert not admitted(policies, pods["redis-keys"], supervisor, 6379)
+
+
+def test_vllm_pods_reach_out_to_dns_and_the_state_redis_only(objects: list[Obj]) -> None:
+    """A media URL must not make a worker fetch anything (the gateway refuses internal addresses; the
+    pod itself may open nothing but DNS and its sidecar's Redis)."""
+    egress = [p for p in of_kind(objects, "NetworkPolicy").values() if "Egress" in p["spec"]["policyTypes"]]
+    pods = pod_labels(objects)
+    model = pods[min(n for n in pods if n.startswith("vllm-"))]
+    selecting = [p for p in egress if p["spec"]["podSelector"]["matchLabels"].items() <= model.items()]
+    assert len(selecting) == 1
+    rules = selecting[0]["spec"]["egress"]
+    ports = {(x["protocol"], x["port"]) for rule in rules for x in rule["ports"]}
+    assert ports == {("UDP", 53), ("TCP", 53), ("TCP", 6379)}
+    redis_rule = next(r for r in rules if ("TCP", 6379) in {(x["protocol"], x["port"]) for x in r["ports"]})
+    assert redis_rule["to"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "redis"}}}]
 
 
 def test_nginx_service_keeps_the_clients_address(objects: list[Obj]) -> None:

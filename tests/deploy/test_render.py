@@ -15,11 +15,11 @@ import yaml
 
 from contract.fleet import Fleet, load_fleet, parse_fleet
 from contract.registry import ReplicaRecord
-from workers.deploy import cli
-from workers.deploy.common import REPO, container_launch, slug
-from workers.deploy.compose import render_compose
-from workers.deploy.k8s import render_k8s
-from workers.launch import engine_args
+from tools.deploy import cli
+from tools.deploy.common import REPO, container_launch, slug
+from tools.deploy.compose import render_compose
+from tools.deploy.k8s import render_k8s
+from workers.replica.launch import engine_args
 
 FLEET_FILE = REPO / "fleet.yaml"
 KUBECTL = str(Path(sys.executable).parent / "kubectl")

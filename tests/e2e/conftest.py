@@ -12,7 +12,7 @@ import yaml
 
 from bench.chaos import with_request_logs
 from testing.procs import REPO, free_port
-from workers.stack.stack import Stack, StackConfig
+from tools.stack.stack import Stack, StackConfig
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from bench.chaos import CUT, LOST, Plan, run_chaos
-from workers.stack.stack import Stack
+from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 

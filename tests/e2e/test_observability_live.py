@@ -39,7 +39,7 @@ from tests.observability.promql import (
     panels,
     variable_query,
 )
-from workers.stack.stack import Stack
+from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 CHAT = "smollm2-135m-instruct"

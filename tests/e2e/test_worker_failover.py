@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from testing.poll import until
-from workers.stack.stack import Stack
+from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 MODEL = "smollm2-135m-instruct"

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import redis.asyncio as aioredis
 
+from contract.fleet_file import FleetWatch
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
@@ -23,8 +24,8 @@ from testing.gateway import serve_gateway
 from testing.poll import until
 from testing.procs import free_port, start_redis
 from tests.workers.test_reconciler import fits, fleet_yaml
-from workers.reconciler import FleetWatch, Reconciler
-from workers.supervisor import RestartBackoff, Supervisor, SupervisorOptions
+from workers.converge.loop import Reconciler
+from workers.life.owner import RestartBackoff, Supervisor, SupervisorOptions
 
 OPTIONS = SupervisorOptions(
     ready_deadline_s=20,

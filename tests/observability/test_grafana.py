@@ -37,7 +37,7 @@ from tests.observability.promql import (
     variables_in,
     vllm_metric_names,
 )
-from workers.observe import SupervisorMetrics
+from workers.life.observe import SupervisorMetrics
 
 DASHBOARDS = {path.name: load_dashboard(path) for path in dashboard_files()}
 EXAMPLE_VALUES = {"model": "smollm2-135m-instruct"}  # a value for each dashboard variable

@@ -21,9 +21,9 @@ from contract.registry import RegistryWriter, ReplicaState, read_registry
 from testing.poll import until
 from testing.procs import Proc, free_port, running, spawn, start_fake_engine, wait_until
 from tests.workers.test_reconciler import OPTIONS, fleet_yaml
-from workers.adopt import StateFile, check_entries, entry_for, kill_group, pid_alive
-from workers.launch import Launch, ReplicaSpec
-from workers.supervisor import Replica, Supervisor
+from workers.life.adopt import StateFile, check_entries, entry_for, kill_group, pid_alive
+from workers.life.owner import Replica, Supervisor
+from workers.replica.launch import Launch, ReplicaSpec
 
 
 def supervisor(tmp: Path, redis_url: str, prefix: str, fleet: Path, state: Path) -> Proc:
@@ -81,9 +81,8 @@ async def test_a_supervisor_killed_with_9_is_restarted_and_adopts_its_replicas(
         ok, failed = await traffic
         assert failed == 0 and ok > 0
         assert await ready_ids(redis, keys) == before  # same ids, same instances: adopted, not restarted
-        assert {e["id"]: e["pid"] for e in json.loads(state.read_text())} == {
-            k: e["pid"] for k, e in entries.items()
-        }
+        pids = {k: e["pid"] for k, e in entries.items()}  # the log names a-1 before its adoption ends:
+        await until(lambda: {e["id"]: e["pid"] for e in json.loads(state.read_text())} == pids)  # poll
         second.kill(signal.SIGTERM)
         second = None
         wait_until(lambda: not any(pid_alive(e["pid"]) for e in entries.values()), 60, "replicas stopped")

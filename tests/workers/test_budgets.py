@@ -10,15 +10,15 @@ import pytest
 import yaml
 
 from contract.fleet import Fleet
-from workers.budgets import BudgetError, PlannedBudgets, arithmetic, needs_plan, planned_budgets
+from tools.deploy.common import GpuSizing
+from tools.deploy.compose import ComposeOptions, render_compose
+from tools.deploy.k8s import K8sOptions, render_k8s
 from workers.cli import launcher
-from workers.deploy.common import GpuSizing
-from workers.deploy.compose import ComposeOptions, render_compose
-from workers.deploy.k8s import K8sOptions, render_k8s
-from workers.launch import BUDGET_FLAG, ReplicaSpec, plan_replicas
+from workers.converge.loop import with_plan
+from workers.life.owner import Replica
 from workers.planner import make_config_loader
-from workers.reconciler import with_plan
-from workers.supervisor import Replica
+from workers.planner.budgets import BudgetError, PlannedBudgets, arithmetic, needs_plan, planned_budgets
+from workers.replica.launch import BUDGET_FLAG, ReplicaSpec, plan_replicas
 
 CONFIGS = Path(__file__).parent / "planner" / "configs"
 H200 = 143_771 << 20
@@ -41,7 +41,7 @@ def args(tmp_path: Path) -> argparse.Namespace:
 
 
 def replica(spec: ReplicaSpec, planned: PlannedBudgets, a: argparse.Namespace) -> Replica:
-    """What the reconcile loop makes of a spec (workers.reconciler.Reconciler.new_replica)."""
+    """What the reconcile loop makes of a spec (workers.converge.loop.Reconciler.new_replica)."""
     spec, floor = with_plan(spec, spec.index, planned)
     return Replica(spec, launcher(a)(spec), a.log_dir, floor=floor)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers import gpu
-from workers.gpu import DeviceMemory, ProbeError, parse_compute_apps, parse_gpu_memory, parse_uuids
+from workers.host import gpu
+from workers.host.gpu import DeviceMemory, ProbeError, parse_compute_apps, parse_gpu_memory, parse_uuids
 
 MIB = 1 << 20
 

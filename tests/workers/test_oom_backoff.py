@@ -23,9 +23,10 @@ from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from testing.fake_gpu_engine import fail_text
 from testing.poll import until
 from testing.procs import free_port
-from workers.gpu import DeviceMemory
-from workers.launch import Launch, ReplicaSpec, with_budget
-from workers.oom import (
+from workers.host.gpu import DeviceMemory
+from workers.life.owner import Replica, RestartBackoff, Supervisor, SupervisorOptions, start_groups
+from workers.replica.launch import Launch, ReplicaSpec, with_budget
+from workers.replica.oom import (
     Oom,
     OomKind,
     StartReport,
@@ -34,7 +35,6 @@ from workers.oom import (
     needed_bytes,
     next_budget,
 )
-from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions, start_groups
 
 GIB = 1 << 30
 OPTIONS = SupervisorOptions(

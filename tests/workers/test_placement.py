@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from contract.fleet import Fleet
-from workers.deploy.compose import ComposeOptions, plan
-from workers.launch import build_launch, plan_replicas
-from workers.placement import place_replicas, take
+from tools.deploy.compose import ComposeOptions, plan
+from workers.replica.launch import build_launch, plan_replicas
+from workers.replica.placement import place_replicas, take
 
 
 def fleet(device: str = "gpu") -> Fleet:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from contract.fleet import Fleet, parse_fleet
 from contract.registry import ReplicaState
-from workers.headroom import GIB, Headroom, cpu_need_bytes, parse_meminfo
-from workers.launch import ReplicaSpec
-from workers.reconcile import (
+from workers.converge.actions import (
     Action,
     PortLedger,
     Refusal,
@@ -18,6 +16,8 @@ from workers.reconcile import (
     fingerprint,
     plan,
 )
+from workers.converge.headroom import GIB, Headroom, cpu_need_bytes, parse_meminfo
+from workers.replica.launch import ReplicaSpec
 
 BASE = """
 defaults: {base_port: 8100}

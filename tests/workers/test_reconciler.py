@@ -20,16 +20,17 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from contract.fleet_file import FleetWatch
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, read_registry
 from contract.replica_metrics import SupervisorMetrics
 from testing.fake_workers import fake_launch
 from testing.poll import until
 from testing.procs import free_port, start_redis
-from workers.headroom import Headroom
-from workers.launch import Launch, ReplicaSpec
-from workers.reconciler import FleetWatch, Reconciler
-from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions
+from workers.converge.headroom import Headroom
+from workers.converge.loop import Reconciler
+from workers.life.owner import Replica, RestartBackoff, Supervisor, SupervisorOptions
+from workers.replica.launch import Launch, ReplicaSpec
 
 OPTIONS = SupervisorOptions(
     ready_deadline_s=20,
@@ -174,7 +175,7 @@ async def test_a_replace_that_cannot_start_leaves_the_old_replica_serving(
         pid = old.process.pid
         lp.write({"a": (1, ["--no-such-flag"])})
         await until(lambda: lp.actions("replace", "a", "failed") == 1)
-        await until(lambda: not lp.rec.watch.changed.is_set() and lp.rec.passes >= 2)
+        await until(lambda: not lp.rec.watch.wanted.is_set() and lp.rec.passes >= 2)
         assert [r.spec.id for r in lp.sup.replicas] == ["a-0"]
         assert old.state is ReplicaState.READY and old.process.pid == pid
         rec = (await lp.published())["a-0"]
@@ -253,7 +254,7 @@ async def test_a_crash_loop_is_bounded_and_ends_failed(
         await until(watcher.done)  # it sets FAILED (published to Redis), then returns
         assert watcher.exception() is None
         lp.rec.watch.request("SIGHUP")  # the operator asks again: a new replica in its slot
-        await until(lambda: list(lp.ready()) == ["a-1"] and lp.sup.replicas == [lp.ready()["a-1"]])
+        await until(lambda: list(lp.ready()) == ["a-1"] and list(lp.sup.replicas) == [lp.ready()["a-1"]])
         assert lp.ready()["a-1"].slot == 0  # a new id and port: a-0's may still be held by a gateway
 
 

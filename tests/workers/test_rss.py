@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from workers.rss import tree_rss_bytes
+from workers.host.rss import tree_rss_bytes
 
 
 def test_a_tree_counts_its_children_and_a_gone_process_counts_nothing() -> None:

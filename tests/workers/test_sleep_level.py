@@ -5,9 +5,9 @@ sleep keeps too much to be worth it, and the GPU ledger (predicted card use, roo
 from __future__ import annotations
 
 from contract.fleet import parse_fleet
-from workers.gpu_ledger import UNMEASURED_ASLEEP_BYTES, DeviceBook, Slot
-from workers.launch import build_launch, plan_replicas
-from workers.sleepers.level import choose_level, keeps_most
+from workers.ondemand.ledger import UNMEASURED_ASLEEP_BYTES, DeviceBook, Slot
+from workers.ondemand.sleepers.level import choose_level, keeps_most
+from workers.replica.launch import build_launch, plan_replicas
 
 GIB = 1 << 30
 W = 13 * GIB  # a 7B model's bf16 weights

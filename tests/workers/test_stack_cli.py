@@ -29,7 +29,9 @@ def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path) -> Non
     flags = [x for k, v in ports.items() for x in (f"--{k}", str(v))]
     run_dir = str(tmp_path / "run")
     argv = [
-        str(Path(sys.executable).parent / "llmgw-stack"),
+        sys.executable,
+        "-m",
+        "tools.stack.cli",
         "--fleet",
         str(fleet),
         "--run-dir",

@@ -14,8 +14,8 @@ import pytest
 
 from testing.poll import until
 from testing.procs import free_port
-from workers.stack.keeper import KeepPolicy, keep
-from workers.stack.services import Service, http_probe
+from tools.stack.keeper import KeepPolicy, keep
+from tools.stack.services import Service, http_probe
 
 POLICY = KeepPolicy(base_s=0.1, max_s=0.4, healthy_after_s=60, ready_deadline_s=15)
 

@@ -19,8 +19,8 @@ from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState
 from testing.poll import until
 from testing.procs import free_port
-from workers.launch import Launch, ReplicaSpec
-from workers.supervisor import Replica, RestartBackoff, Supervisor, SupervisorOptions
+from workers.life.owner import Replica, RestartBackoff, Supervisor, SupervisorOptions
+from workers.replica.launch import Launch, ReplicaSpec
 
 
 def fake_replica(tmp: Path, name: str = "fake", *extra: str, argv: list[str] | None = None) -> Replica:

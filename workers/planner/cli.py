@@ -11,6 +11,7 @@ from contract.fleet import FleetError, load_fleet
 from workers.planner import memory as mem
 from workers.planner.model_shape import make_config_loader
 from workers.planner.plan import DEFAULT_TARGET, plan_fleet
+from workers.planner.report import render
 
 H200_BYTES = 143_771 * mem.MIB
 """What an H200 reports as total memory (140.4 GiB)."""
@@ -80,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = plan_fleet(
         fleet, devices, loader, target=args.target, reserve_bytes=round(args.reserve_gib * mem.GIB)
     )
-    print(plan.explain())
+    print(render(plan))
     return 0 if plan.fits else 1
 
 

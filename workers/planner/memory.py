@@ -214,14 +214,6 @@ def split_budgets(needs: Sequence[float], shares: Sequence[float], available: fl
     return out
 
 
-def next_backoff_budget(current: float, floor: float, step: float = 0.05) -> float | None:
-    """The budget to retry with after an out-of-memory start, or None once it would go below ``floor``."""
-    if step <= 0:
-        raise ValueError("step must be positive")
-    nxt = round(current - step, 6)
-    return nxt if nxt >= floor - 1e-9 and nxt > 0 else None
-
-
 def rule_of_thumb_gb(params: int, bits: float) -> float:
     """The seed documents' rule, memory GB = params in billions x (2 + 8/k), read with k = weight bits."""
     return params / GB * (2 + 8 / bits)

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from workers.planner import memory as mem
-
-if TYPE_CHECKING:
-    from workers.planner.plan import DevicePlan, ModelEstimate, Plan, ReplicaPlan
+from workers.planner.result import DevicePlan, ModelEstimate, Plan, ReplicaPlan
 
 _HEAD = (
     "replica",

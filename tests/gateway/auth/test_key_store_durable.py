@@ -22,11 +22,11 @@ from gateway.auth.redis_auth import RedisAuth
 from gateway.errors import Unauthorized
 from gateway.metrics import GatewayMetrics
 from testing.procs import Proc, free_port, port_open, spawn, wait_until
-from workers.process import redis_server_argv
+from tools.stack.redis import redis_server_argv
 
 
 def start(data: Path, port: int, persistent: bool) -> Proc:
-    """The production command line of either Redis role (workers.process), on a fixed port and folder."""
+    """The production command line of either Redis role (workers.life.process), on a fixed port and folder."""
     data.mkdir(parents=True, exist_ok=True)
     argv = redis_server_argv("redis-server", port, data, persistent=persistent)
     proc = spawn(argv, port, data / "redis.log")

@@ -138,3 +138,29 @@ async def test_no_replica_loads_it(gateways: list[str], http: httpx.AsyncClient)
     r = await http.post(f"{gateways[0]}/admin/lora", json={**ADAPTER, "path": ""}, headers=BEARER)
     assert r.status_code == 400  # an empty path is refused before any replica is asked
     assert "base-sql" not in await model_ids(http, gateways[0])
+
+
+async def test_an_adapter_leaves_a_restarted_replica_and_is_never_routed_to_one_without_it(
+    tmp_path: Path, redis_url: str, engines: list[Proc], http: httpx.AsyncClient
+) -> None:
+    """Defect 7: adapter affinity was by replica id, so after a restart (same id, new instance, adapter
+    gone) adapter requests reached a replica without it."""
+    prefix = f"lr{uuid.uuid4().hex[:8]}"
+    await register(redis_url, prefix, "base", engines[0].url, "base-0", instance="one")
+    await register(redis_url, prefix, "base", engines[1].url, "base-1", instance="one")
+    async with serve_gateway(tmp_path, FLEET, redis_url, prefix, admin_key=ADMIN, lora_sync_s=0.1) as gw:
+        loaded = await http.post(f"{gw}/admin/lora", json=ADAPTER, headers=BEARER)
+        assert loaded.status_code == 200 and loaded.json()["loaded"] == ["base-0"], loaded.text
+        await register(redis_url, prefix, "base", engines[0].url, "base-0", instance="two")  # restarted
+
+        async def left() -> bool:
+            listed = (await http.get(f"{gw}/admin/lora", headers=BEARER)).json()["data"]
+            return listed[0]["replicas"] == []
+
+        await until(left, 10.0, "the adapter leaving the restarted replica")
+        started = (await http.get(f"{engines[0].url}/stats")).json()["started"]
+        body = {"model": "base-sql", "messages": [{"role": "user", "content": "hi"}]}
+        r = await http.post(f"{gw}/v1/chat/completions", json=body)
+        assert r.status_code == 503, r.text
+        assert "base-sql" in r.json()["error"]["message"] and "loaded" in r.json()["error"]["message"]
+        assert (await http.get(f"{engines[0].url}/stats")).json()["started"] == started

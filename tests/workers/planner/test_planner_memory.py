@@ -8,6 +8,7 @@ import pytest
 
 from workers.planner import memory as mem
 from workers.planner.model_shape import Quantization, shape_from_config
+from workers.replica.oom import next_backoff_budget
 
 H200 = 143_771 * mem.MIB
 MEASURED_WEIGHTS_GIB = {"llama": 12.81, "qwen2": 14.29, "gemma": 15.91}
@@ -115,12 +116,12 @@ def test_split_budgets_refuses_when_needs_exceed() -> None:
      (0.9, 0.5, 0.1, 0.8), (0.05, 0.01, 0.05, None)],
 )  # fmt: skip
 def test_next_backoff_budget(current: float, floor: float, step: float, expected: float | None) -> None:
-    assert mem.next_backoff_budget(current, floor, step) == expected
+    assert next_backoff_budget(current, floor, step) == expected
 
 
 def test_backoff_walks_down_to_the_floor_exactly() -> None:
     seen, b = [], 0.9
-    while (nxt := mem.next_backoff_budget(b, 0.6)) is not None:
+    while (nxt := next_backoff_budget(b, 0.6)) is not None:
         seen.append(nxt)
         b = nxt
     assert seen == [0.85, 0.8, 0.75, 0.7, 0.65, 0.6]
@@ -128,7 +129,7 @@ def test_backoff_walks_down_to_the_floor_exactly() -> None:
 
 def test_backoff_rejects_a_non_positive_step() -> None:
     with pytest.raises(ValueError):
-        mem.next_backoff_budget(0.5, 0.1, 0)
+        next_backoff_budget(0.5, 0.1, 0)
 
 
 def test_rule_of_thumb() -> None:

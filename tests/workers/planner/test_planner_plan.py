@@ -10,6 +10,7 @@ import pytest
 from contract.fleet import Fleet, Model
 from workers.planner import memory as mem
 from workers.planner.plan import plan_fleet
+from workers.planner.report import render
 
 H200 = 143_771 * mem.MIB
 Loader = Callable[[Model], Mapping[str, Any]]
@@ -30,7 +31,7 @@ def _three(entry: Entry, budget: float | None = None, **extra: Any) -> list[dict
 
 def test_the_measured_three_at_030_fit_one_h200(entry: Entry, make_fleet: MakeFleet, loader: Loader) -> None:
     plan = plan_fleet(make_fleet(*_three(entry, 0.30)), {0: H200}, loader)
-    assert plan.fits, plan.explain()
+    assert plan.fits, render(plan)
     measured = {"llama": 57_696, "qwen2": 492_464, "gemma": 56_752}
     for r in plan.replicas:
         assert r.gpu_memory_utilization == 0.30 and r.budget_from == "fleet"
@@ -51,12 +52,12 @@ def test_an_oversubscribed_device_is_refused(entry: Entry, make_fleet: MakeFleet
     assert "3 reserves" in problem and "> 140.40 GiB" in problem
     max_sum = mem.floor_step((H200 - 6 * mem.GIB) / H200)
     assert f"sum <= {max_sum:.3f}" in problem and "placement.devices" in problem
-    assert "REFUSED" in plan.explain() and "does NOT fit" in plan.explain()
+    assert "REFUSED" in render(plan) and "does NOT fit" in render(plan)
 
 
 def test_the_target_is_split_into_budgets(entry: Entry, make_fleet: MakeFleet, loader: Loader) -> None:
     plan = plan_fleet(make_fleet(*_three(entry)), {0: H200}, loader, target=0.85)
-    assert plan.fits, plan.explain()
+    assert plan.fits, render(plan)
     (dev,) = plan.devices
     assert dev.fraction == pytest.approx(0.85, abs=3 * mem.BUDGET_STEP)
     assert dev.fraction <= 0.85
@@ -119,7 +120,7 @@ def test_fixed_and_planned_budgets_share_a_device(
         entry("llama", "llama", budget={"gpu_memory_utilization": 0.40}), entry("qwen2", "qwen2")
     )
     plan = plan_fleet(fleet, {0: H200}, loader, target=0.80)
-    assert plan.fits, plan.explain()
+    assert plan.fits, render(plan)
     assert plan.replica("llama", 0).gpu_memory_utilization == 0.40
     assert plan.devices[0].fraction == pytest.approx(0.80, abs=0.002)
 
@@ -176,7 +177,7 @@ def test_endpoint_models_are_skipped_and_loader_errors_named(
 
 
 def test_explain_shows_the_arithmetic(entry: Entry, make_fleet: MakeFleet, loader: Loader) -> None:
-    text = plan_fleet(make_fleet(*_three(entry, 0.30)), {0: H200}, loader).explain()
+    text = render(plan_fleet(make_fleet(*_three(entry, 0.30)), {0: H200}, loader))
     assert "2 x 28 layers x 4 kv heads x 128 head_dim x 2 B (bfloat16) = 57,344 B" in text
     assert "1004 MiB + 1024 seqs x 256,000 vocab x 4 B" in text
     assert "(2 + 8/16)" in text and "no term for the asked KV cache" in text

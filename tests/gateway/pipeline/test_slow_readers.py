@@ -1,0 +1,88 @@
+"""Clients that stop reading a stream cost nothing for long (real gateway, FAKE ENGINE replicas, real
+Redis): a stream that makes no write progress for ``stream_write_timeout_s`` is ended, its upstream
+closed, its slot released and counted, and the gateway holds a bounded amount per stream meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from testing.gateway import fleet_yaml, register, serve_gateway
+from testing.poll import until
+from testing.procs import free_port_run, start_fake_engine
+
+FLEET = fleet_yaml([{"name": "m", "source": {"path": "/nonexistent"}, "max_queue_wait_s": 5}])
+MIB = 1 << 20
+READERS = 8  # two replicas of four slots each: every slot of the model
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    port = free_port_run(2)
+    proc = start_fake_engine(tmp_path_factory.mktemp("fake"), "--ports", "2", port=port)
+    yield [f"http://127.0.0.1:{p}" for p in (port, port + 1)]
+    proc.stop()
+
+
+async def never_reading(host: str, port: int) -> socket.socket:
+    """A client that asks for a long stream (about 7 MB) and never reads a byte of it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    body = b'{"model":"m","stream":true,"max_tokens":50000,"messages":[{"role":"user","content":"hi"}]}'
+    head = "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+    head += f"content-length: {len(body)}\r\n\r\n"
+    await asyncio.get_running_loop().sock_sendall(sock, head.encode() + body)
+    return sock
+
+
+def stalled(metrics: str) -> float:
+    found = re.search(r'llmgw_stream_stalled_total\{model="m"\} ([0-9.]+)', metrics)
+    return float(found.group(1)) if found else 0.0
+
+
+async def test_streams_whose_clients_stop_reading_give_their_slots_back(
+    tmp_path: Path, redis_url: str, prefix: str, engines: list[str], http: httpx.AsyncClient
+) -> None:
+    """Defect 2: eight sockets that stopped reading held every slot of the model for ever (a normal
+    request got 429 after its queue limit) while the gateway buffered their whole generations."""
+    for i, url in enumerate(engines):
+        await register(redis_url, prefix, "m", url, f"m-{i}", concurrency=4)
+    me = psutil.Process()
+    async with serve_gateway(
+        tmp_path, FLEET, redis_url, prefix, stream_write_timeout_s=1.0, health_interval_s=60
+    ) as gw:
+        host, port = gw.removeprefix("http://").split(":")
+        before = peak = me.memory_info().rss
+        readers = [await never_reading(host, int(port)) for _ in range(READERS)]
+        try:
+
+            async def all_admitted() -> bool:
+                nonlocal peak
+                peak = max(peak, me.memory_info().rss)
+                started = [(await http.get(f"{url}/stats")).json()["started"] for url in engines]
+                return sum(started) == READERS
+
+            await until(all_admitted, 30.0, "the readers admitted")
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+            r = await http.post(f"{gw}/v1/chat/completions", json=body)
+            assert r.status_code == 200, r.text
+
+            async def every_reader_ended() -> bool:
+                nonlocal peak
+                peak = max(peak, me.memory_info().rss)
+                return stalled((await http.get(f"{gw}/metrics")).text) == READERS
+
+            await until(every_reader_ended, 30.0, "every non-reading stream ended")
+        finally:
+            for sock in readers:
+                sock.close()
+    assert peak - before < 48 * MIB, f"RSS grew {(peak - before) / MIB:.0f} MiB"

@@ -1,0 +1,328 @@
+"""Models on demand, the supervisor's side: wake a model when a gateway asks, put it to sleep when idle
+or to make room.
+
+Every ``tick_s`` the activator reads, per on-demand model, the wake request and the demand the gateways
+leave in Redis (:mod:`workers.ondemand.demand`). An asleep model that is asked for is woken: the room's
+ledger (:mod:`workers.ondemand.room`, on a GPU :mod:`workers.ondemand.gpu_room`) says which idle models
+must sleep first for it to fit (a busy one never does); then the owner wakes the replica
+(:meth:`workers.life.owner.Supervisor.wake`: WAKING, started or resumed, one token decoded, READY) and
+the model is announced on :attr:`RedisKeys.state_channel`. An awake on-demand model with nothing in
+flight or queued for ``idle_timeout_s`` is drained and put to sleep (``Supervisor.sleep``), by one
+strategy of :mod:`workers.ondemand.sleepers`: on a CPU the process stops; on a GPU a replica launched
+with ``--enable-sleep-mode`` sleeps in place at the level that :mod:`workers.ondemand.sleepers.level`
+picks (stopped instead once it keeps half or more of its memory asleep). Each wake and
+sleep is one log line and one count; wake latency is a histogram.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from contract.fleet import Fleet, Model
+from contract.redis_keys import RedisKeys
+from contract.registry import ROUTABLE, ReplicaState
+from contract.replica_metrics import SupervisorMetrics
+from contract.supervision import guarded
+from workers.converge.actions import device_key
+from workers.host.gpu import GpuReader, nvidia_smi_reading
+from workers.host.rss import tree_rss_bytes
+from workers.life.owner import Replica, Supervisor
+from workers.life.process import StartFailed
+from workers.ondemand.demand import AWOKEN, AWOKEN_MS, in_engine, is_wake_request, requested, warm_up
+from workers.ondemand.gpu_room import GpuRoom
+from workers.ondemand.ledger import Holding
+from workers.ondemand.room import Resident, Room, idle_expired, make_room
+from workers.ondemand.sleepers.level import SleepLevel, keeps_most
+from workers.ondemand.sleepers.process_stop import ProcessStop
+from workers.ondemand.sleepers.vllm_sleep import VllmSleep
+from workers.ondemand.sleeping import SleepChoice, model_of
+
+log = logging.getLogger("llmgw.ondemand")
+REDIS_ERRORS = (RedisError, OSError, TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class ActivatorOptions:
+    tick_s: float = 0.1
+    retry_wake_s: float = 5.0
+    """After a failed wake, the model's wake request is dropped and a new one waits this long."""
+    warmup_timeout_s: float = 120.0
+
+
+class Activator:
+    """Wakes and puts to sleep the supervisor's on-demand replicas."""
+
+    def __init__(
+        self,
+        sup: Supervisor,
+        keys: RedisKeys,
+        fleet: Callable[[], Fleet | None],
+        estimate: Callable[[Replica], int],
+        free_bytes: Callable[[], int | None],
+        metrics: SupervisorMetrics,
+        options: ActivatorOptions = ActivatorOptions(),
+        measure: Callable[[int], int] = tree_rss_bytes,
+        gpu_reading: GpuReader = nvidia_smi_reading,
+        weights: Callable[[Replica], int] = lambda r: 0,
+    ) -> None:
+        self.measure, self.gpu_reading, self.weights = measure, gpu_reading, weights
+        self.sup, self.keys, self.fleet, self.estimate = sup, keys, fleet, estimate
+        self.free_bytes, self.metrics, self.options = free_bytes, metrics, options
+        self.last_used: dict[str, float] = {}
+        self.measured: dict[str, int] = {}
+        """Bytes each model's replica took when last awake (its process tree's resident memory)."""
+        self.wakes: dict[str, asyncio.Task[bool]] = {}
+        self.sleeping: dict[str, asyncio.Task[bool]] = {}
+        """Idle sleeps in progress (a level-1 sleep copies the weights out for seconds): the tick goes on."""
+        self.retry_at: dict[str, float] = {}
+        self.closing = asyncio.Event()
+        """Set by :meth:`close`: the loop ends by it even if a Redis call swallowed a cancellation."""
+        self.room = asyncio.Lock()
+        self.busy_models: set[str] = set()
+        self.unmeasured: dict[str, str] = {}
+        """Woken GPU replicas to measure once announced: replica id -> the step."""
+        """On-demand models with requests in flight or queued, read at the last GPU room decision."""
+        self.gpu = GpuRoom(self)
+        """The GPU ledgers and their measurements."""
+        deadline = sup.options.ready_deadline_s
+        self.choice = SleepChoice(
+            ProcessStop(sup.client, deadline),
+            VllmSleep(sup.client, deadline),
+            weights,
+            fleet,
+            lambda: sup.replicas,
+        )
+        self.levels, self.stop_instead = self.choice.levels, self.choice.stop_instead
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        return self.sup.registry.redis
+
+    def model(self, r: Replica) -> Model:
+        return model_of(self.fleet(), r)
+
+    def budget(self) -> int | None:
+        """The fleet's ``defaults.memory_budget_gib`` in bytes; None: the host's available memory decides."""
+        fleet = self.fleet()
+        gib = fleet.defaults.memory_budget_gib if fleet is not None else None
+        return None if gib is None else int(gib * (1 << 30))
+
+    def close(self) -> None:
+        """End :meth:`run` (call it before cancelling the task)."""
+        self.closing.set()
+
+    async def run(self) -> None:
+        """Tick until the supervisor stops or :meth:`close`; wakes in flight are cancelled at the end."""
+        try:
+            while not (self.sup.stopping.is_set() or self.closing.is_set()):
+                try:
+                    await guarded("tick", self.tick(), self.failed)
+                except REDIS_ERRORS as exc:
+                    log.warning("on-demand tick skipped: redis unreachable (%s)", exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.closing.wait(), self.options.tick_s)
+        finally:
+            tasks = [*self.wakes.values(), *self.sleeping.values()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def failed(self, action: str, model: str) -> None:
+        self.metrics.actions.labels(action, model, "failed").inc()
+
+    def groups(self) -> dict[str, list[Replica]]:
+        out: dict[str, list[Replica]] = {}
+        for r in self.sup.replicas:
+            if not r.retired:
+                out.setdefault(r.spec.model.name, []).append(r)
+        return out
+
+    async def busy(self, model: str) -> bool:
+        """Anything running or waiting for the model, or a wake asked for (:mod:`workers.ondemand.demand`)."""
+        mine = [r for r in self.sup.replicas if r.spec.model.name == model and not r.retired]
+        if await requested(self.redis, self.keys, model, [r.spec.id for r in mine]):
+            return True
+        return await in_engine(self.sup.client, [r.spec.url for r in mine if r.state in ROUTABLE])
+
+    async def tick(self) -> None:
+        now = time.monotonic()
+        for name, replicas in self.groups().items():
+            if name in self.wakes or name in self.sleeping:
+                continue
+            model = self.model(replicas[0])
+            asleep = [r for r in replicas if r.state is ReplicaState.ASLEEP]
+            awake = [r for r in replicas if r.state in ROUTABLE]
+            if not model.on_demand:
+                if asleep:  # the fleet made it an always model: wake it for good
+                    self.spawn_wake(name, asleep, "activation is always")
+                continue
+            self.metrics.show_on_demand(name)
+            busy = await self.busy(name)
+            if busy or name not in self.last_used:
+                self.last_used[name] = now
+            asked = is_wake_request(await self.redis.get(self.keys.wake_request(name)))
+            if asleep and asked:
+                if now >= self.retry_at.get(name, 0.0):
+                    self.spawn_wake(name, asleep, "a request waits")
+            elif awake and asked:  # asked by a gateway that had not heard yet: already awake
+                await self.redis.delete(self.keys.wake_request(name))
+                await self.announce(name)
+            elif awake and idle_expired(busy, self.last_used[name], now, model.idle_timeout_s):
+                self.spawn_sleep(name, awake, f"idle for {now - self.last_used[name]:.0f} s")
+
+    def spawn_sleep(self, model: str, replicas: list[Replica], why: str) -> None:
+        """Put the model's awake replicas to sleep in a task of its own (the tick keeps serving wakes)."""
+
+        async def sleep_all() -> None:
+            for r in replicas:
+                await self.sleep(r, why)
+
+        task = asyncio.create_task(guarded("sleep", sleep_all(), self.failed, model))
+        self.sleeping[model] = task
+        task.add_done_callback(lambda _: self.sleeping.pop(model, None))
+
+    def spawn_wake(self, model: str, replicas: list[Replica], why: str) -> None:
+        task = asyncio.create_task(guarded("wake", self.wake(model, replicas, why), self.failed, model))
+        self.wakes[model] = task
+        task.add_done_callback(lambda _: self.wakes.pop(model, None))
+
+    async def wake(self, model: str, replicas: list[Replica], why: str) -> None:
+        """Make room, start each replica, warm it up, publish it READY and announce the model ready."""
+        started = time.monotonic()
+        ok = True
+        for r in replicas:
+            ok = await self.wake_replica(r, why) and ok
+        took = time.monotonic() - started
+        outcome = "ok" if ok else "failed"
+        self.metrics.wakes.labels(model, outcome).inc()
+        self.metrics.wake_seconds.labels(model).observe(took)
+        if not ok:
+            self.retry_at[model] = time.monotonic() + self.options.retry_wake_s
+            with contextlib.suppress(*REDIS_ERRORS):
+                await self.redis.delete(self.keys.wake_request(model))  # the next request asks again
+            log.error("model=%s wake failed after %.2f s; next attempt on demand in %.0f s or more",
+                      model, took, self.options.retry_wake_s)  # fmt: skip
+            return
+        self.last_used[model] = time.monotonic()
+        await self.announce(model)
+        try:  # a gateway that has not heard yet would ask again: the marker makes its SET NX fail
+            await self.redis.set(self.keys.wake_request(model), AWOKEN, px=AWOKEN_MS)
+        except REDIS_ERRORS as exc:
+            log.warning("model=%s wake request not cleared (%s): it expires by itself", model, exc)
+        log.info("model=%s awake in %.2f s (%s)", model, took, why)
+        for r in replicas:  # measured once the gateways were told: off the waiting requests' path
+            if r.spec.id in self.unmeasured:
+                await self.gpu.measure_gpu(r, "awake", self.unmeasured.pop(r.spec.id))
+
+    async def announce(self, model: str) -> None:
+        """Tell every gateway the model's state changed, so none waits for its next registry poll."""
+        await self.sup.registry.announce(model)
+
+    async def wake_replica(self, r: Replica, why: str) -> bool:
+        async with self.room:
+            room = await self.make_room(r)
+            if not room.fits and self.sleeping:  # memory on its way back: wait for it, then look again
+                await asyncio.gather(*self.sleeping.values(), return_exceptions=True)
+                room = await self.make_room(r)
+            if not room.fits:
+                log.error("replica=%s cannot wake: %s", r.spec.id, room.refused)
+                return False
+            for victim in room.evict:
+                v = self.sup.find(victim)
+                await self.sleep(v, f"room for {r.spec.id}", reason="room")
+            return await self.start(r, why)
+
+    async def make_room(self, r: Replica) -> Room:
+        """The ledger's answer for waking ``r`` on its device."""
+        if r.on_gpu:
+            return await self.gpu.gpu_room(r)
+        lane = device_key(r.spec.device_kind, r.spec.device)
+        residents = []
+        for x in self.sup.replicas:
+            same = device_key(x.spec.device_kind, x.spec.device) == lane
+            if x is r or not same or not x.process.alive:
+                continue
+            m = self.model(x)
+            busy = not m.on_demand or m.name in self.sleeping or await self.busy(m.name)
+            size = self.measured.get(m.name) or self.estimate(x)
+            residents.append(
+                Resident(x.spec.id, m.name, size, m.priority, self.last_used.get(m.name, 0), busy)
+            )
+        need = self.measured.get(r.spec.model.name) or self.estimate(r)
+        budget = self.budget()
+        if budget is not None:
+            free = budget - sum(x.bytes for x in residents)
+        else:
+            host = self.free_bytes()
+            if host is None:
+                return Room()
+            free = host
+        return make_room(residents, need, free, self.model(r).priority)
+
+    async def start(self, r: Replica, why: str) -> bool:
+        """WAKING, the process, its first token, then READY (and watched for crashes from then on)."""
+        log.info("replica=%s waking (%s)", r.spec.id, why)
+        level = self.levels.get(r.spec.id, 0)
+
+        async def bring_up(r: Replica) -> None:
+            await self.choice.sleeper(r, level).wake(r, level)
+            await warm_up(self.sup.client, r, self.options.warmup_timeout_s)
+
+        if not await self.sup.wake(r, bring_up):
+            self.levels[r.spec.id] = 0
+            return False
+        self.levels.pop(r.spec.id, None)
+        if r.on_gpu:
+            self.unmeasured[r.spec.id] = f"wake from level {level}"
+        if r.spec.device_kind == "cpu" and r.process.pid is not None:
+            size = await asyncio.to_thread(self.measure, r.process.pid)
+            self.measured[r.spec.model.name] = size
+            self.metrics.resident.labels(r.spec.model.name, r.spec.id).set(size)
+        return True
+
+    async def sleep(self, r: Replica, why: str, reason: str = "idle") -> None:
+        """Drain (DRAINING: gateways stop sending, what runs finishes), stop the process, publish ASLEEP."""
+        log.info("replica=%s going to sleep: %s", r.spec.id, why)
+        levels: list[SleepLevel] = []
+
+        async def put_to_sleep(r: Replica) -> None:
+            levels.append(await self.put_to_sleep(r))
+
+        if not await self.sup.sleep(r, put_to_sleep, lambda r: self.announce(r.spec.model.name)):
+            return
+        self.metrics.sleeps.labels(r.spec.model.name, reason).inc()
+        log.info(
+            "replica=%s asleep (%s)", r.spec.id, f"level {levels[0]}" if levels[0] else "process stopped"
+        )
+
+    async def put_to_sleep(self, r: Replica, level: SleepLevel | None = None) -> SleepLevel:
+        """The drained replica asleep by its strategy, measured on a GPU; returns the level it sleeps at.
+        A failed sleep in place stops the process; one that keeps most of its memory is stopped too."""
+        level = self.choice.level_for(r) if level is None else level
+        try:
+            await self.choice.sleeper(r, level).sleep(r, level)
+        except (StartFailed, httpx.HTTPError) as exc:
+            log.error("replica=%s sleep at level %d failed (%s): stopping its process", r.spec.id, level, exc)
+            await r.process.stop()
+            level = 0
+        self.levels[r.spec.id] = level
+        if not r.on_gpu:
+            return level
+        holding: Holding = "asleep" if level else "stopped"
+        held = await self.gpu.measure_gpu(r, holding, f"sleep at level {level}")
+        awake = self.gpu.book(r).awake.get(r.spec.id, 0)
+        if level and held is not None and keeps_most(held, awake):
+            log.warning("replica=%s keeps %d of %d MiB asleep: stopped instead, from now on",
+                        r.spec.id, held >> 20, awake >> 20)  # fmt: skip
+            self.stop_instead.add(r.spec.model.name)
+            return await self.put_to_sleep(r, 0)
+        return level

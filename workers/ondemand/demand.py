@@ -1,0 +1,66 @@
+"""What asks for an on-demand model, and what keeps it busy: the gateways' wake request, its leases
+(running) and tickets (waiting) in the shared queue, what the gateways have in flight on its replicas
+(the shared in-flight hash: counted with admission off too) and what vLLM reports running and waiting;
+and the one warm-up request a woken replica must answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import httpx
+import redis.asyncio as aioredis
+
+from contract.inflight_share import fresh_counts
+from contract.redis_keys import RedisKeys
+from contract.vllm_probe import requests_in_engine
+from workers.life.process import StartFailed
+from workers.life.replica import Replica
+
+AWOKEN = "awoken"
+"""The wake request's value for a while after the wake: the model is awake, nobody asks."""
+AWOKEN_MS = 3000
+"""How long the marker stays: the gateways' ready notice and registry re-read happen well within it."""
+WARMUP_PROMPT = "Hello"
+
+
+def is_wake_request(value: bytes | str | None) -> bool:
+    """A gateway's wake request: the key is set and is not the supervisor's just-awoken marker."""
+    if isinstance(value, bytes):
+        value = value.decode()
+    return value is not None and value != AWOKEN
+
+
+async def requested(redis: aioredis.Redis, keys: RedisKeys, model: str, replicas: Sequence[str] = ()) -> bool:
+    """Requests running or waiting for ``model`` in the shared queue, in flight on one of ``replicas``
+    through a gateway, or a wake asked for."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.zcard(keys.leases(model))
+    pipe.zcard(keys.queue(model))
+    pipe.get(keys.wake_request(model))
+    pipe.hvals(keys.inflight)
+    pipe.time()
+    leases, queued, asked, shares, (seconds, micros) = await pipe.execute()
+    inflight = fresh_counts(shares, int(seconds) * 1000 + int(micros) // 1000)
+    return bool(leases or queued or is_wake_request(asked) or any(inflight[r] for r in replicas))
+
+
+async def in_engine(client: httpx.AsyncClient, urls: Sequence[str]) -> bool:
+    """True when vLLM reports a request running or waiting on one of ``urls`` (an unreadable
+    ``/metrics`` counts nothing here: a replica that does not answer may be put to sleep)."""
+    counts = await asyncio.gather(*(requests_in_engine(client, u) for u in urls))
+    return any(counts)
+
+
+async def warm_up(client: httpx.AsyncClient, r: Replica, timeout_s: float) -> None:
+    """One token decoded (or one embedding) before the replica takes traffic: /health answering does
+    not prove the engine decodes."""
+    name = r.spec.model.name
+    body: dict[str, str | int] = {"model": name}
+    if r.spec.model.kind == "embedding":
+        path, body["input"] = "/v1/embeddings", WARMUP_PROMPT
+    else:
+        path, body["prompt"], body["max_tokens"] = "/v1/completions", WARMUP_PROMPT, 1
+    resp = await client.post(r.spec.url + path, json=body, timeout=timeout_s)
+    if resp.status_code != 200:
+        raise StartFailed(f"warm-up request answered {resp.status_code}: {resp.text[:200]}")

@@ -1,0 +1,135 @@
+"""The GPU side of models on demand: one ledger per card (:class:`workers.ondemand.ledger.DeviceBook`),
+every wake and sleep measured with nvidia-smi (per process) and logged beside the ledger's prediction of
+the card, and the ledger's answer to "does this replica fit if it wakes now"."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from contract.fleet import Model
+from contract.registry import ReplicaState
+from contract.replica_metrics import SupervisorMetrics
+from workers.host.gpu import GpuReader, GpuReading
+from workers.host.rss import tree_pids
+from workers.life.replica import Replica
+from workers.ondemand.ledger import DeviceBook, Holding, Slot
+from workers.ondemand.room import Room
+from workers.ondemand.sleeping import SleepChoice
+
+log = logging.getLogger("llmgw.ondemand")
+
+
+class Replicas(Protocol):
+    @property
+    def replicas(self) -> Sequence[Replica]: ...
+
+
+class OnDemand(Protocol):
+    """What the GPU ledgers read of the activator."""
+
+    @property
+    def sup(self) -> Replicas: ...
+
+    @property
+    def choice(self) -> SleepChoice: ...
+
+    estimate: Callable[[Replica], int]
+    last_used: dict[str, float]
+    busy_models: set[str]
+    sleeping: dict[str, asyncio.Task[bool]]
+    wakes: dict[str, asyncio.Task[bool]]
+    gpu_reading: GpuReader
+    metrics: SupervisorMetrics
+
+    def model(self, r: Replica) -> Model: ...
+    def budget(self) -> int | None: ...
+    async def busy(self, model: str) -> bool: ...
+
+
+class GpuRoom:
+    """The ledgers of the activator's GPUs."""
+
+    def __init__(self, act: OnDemand) -> None:
+        self.act = act
+        self.books: dict[int, DeviceBook] = {}
+        """GPU index -> its ledger."""
+
+    def book(self, r: Replica) -> DeviceBook:
+        return self.books.setdefault(r.spec.device, DeviceBook())
+
+    def slots(self, r: Replica) -> list[Slot]:
+        """Every live-or-asleep replica on ``r``'s GPU as the ledger sees it."""
+        out = []
+        for x in self.act.sup.replicas:
+            if x.retired or not x.on_gpu or x.spec.device != r.spec.device:
+                continue
+            holding: Holding = "stopped"
+            if x.process.alive:
+                holding = "asleep" if x.state is ReplicaState.ASLEEP else "awake"
+            m = self.act.model(x)
+            used = self.act.last_used.get(m.name, 0.0)
+            out.append(Slot(
+                x.spec.id, m.name, holding, self.act.estimate(x), m.priority, used,
+                busy=not m.on_demand or m.name in self.act.busy_models or m.name in self.act.sleeping,
+                sleeps_in_place=self.act.choice.sleep_mode(x),
+            ))  # fmt: skip
+        return out
+
+    async def read_gpu(self, r: Replica) -> GpuReading | None:
+        """nvidia-smi for ``r``'s GPU; refreshes the ledger's baseline (the card beyond our processes)."""
+        reading = await asyncio.to_thread(self.act.gpu_reading, r.spec.device)
+        if reading is not None:
+            ours = await asyncio.to_thread(self.our_pids)
+            self.book(r).baseline = max(0, reading.card.used_bytes - reading.held_by(ours))
+        return reading
+
+    def our_pids(self) -> set[int]:
+        """The processes of every supervised GPU replica (servers and engine cores)."""
+        return set().union(*(self.pids(x) for x in self.act.sup.replicas if x.on_gpu))
+
+    @staticmethod
+    def pids(r: Replica) -> set[int]:
+        pid = r.process.pid
+        return tree_pids(pid) if pid is not None and r.process.alive else set()
+
+    async def measure_gpu(self, r: Replica, holding: Holding, step: str) -> int | None:
+        """Measure what ``r`` holds now (nvidia-smi, its process tree) and record it in the ledger; log the
+        ledger's prediction of the card at that moment (every replica at what it last measured in its
+        holding, ``r`` too, or the estimate before its first measurement) beside the card's reading, and
+        which other models were changing then (waking or going to sleep: not settled). Returns the bytes
+        (None: no reading)."""
+        predicted = self.book(r).predicted_used(self.slots(r), {r.spec.id: holding})
+        changing = sorted({*self.act.wakes, *self.act.sleeping} - {r.spec.model.name})
+        reading = await asyncio.to_thread(self.act.gpu_reading, r.spec.device)
+        if reading is None:
+            log.warning("replica=%s %s: nvidia-smi did not answer, ledger not updated", r.spec.id, step)
+            return None
+        held = reading.held_by(await asyncio.to_thread(self.pids, r))
+        ours = await asyncio.to_thread(self.our_pids)
+        self.book(r).record(r.spec.id, holding, held, reading.card.used_bytes, reading.held_by(ours))
+        self.act.metrics.resident.labels(r.spec.model.name, r.spec.id).set(held)
+        card = reading.card.used_bytes
+        off = f"{(predicted - card) / reading.card.total_bytes * 100:+.2f} %"
+        log.info(
+            "ledger gpu:%d after %s of replica=%s: it holds %d MiB; predicted %d MiB, card %d MiB "
+            "(%s of %d MiB); changing: %s", r.spec.device, step, r.spec.id, held >> 20, predicted >> 20,
+            card >> 20, off, reading.card.total_bytes >> 20, ",".join(changing) or "none",
+        )  # fmt: skip
+        return held
+
+    async def gpu_room(self, r: Replica) -> Room:
+        """The GPU ledger's answer for waking ``r``: room on the card (``defaults.memory_budget_gib`` when
+        set, else the card's total), what the others hold, what each idle one gives back asleep."""
+        reading = await self.read_gpu(r)
+        if reading is None:
+            return Room()  # no reading: vLLM's own start-up check decides
+        self.act.busy_models = {
+            m for m in {x.spec.model.name for x in self.act.sup.replicas} if await self.act.busy(m)
+        }
+        capacity = self.act.budget() or reading.card.total_bytes
+        slots = self.slots(r)
+        waking = next(s for s in slots if s.replica == r.spec.id)
+        return self.book(r).room(slots, waking, capacity)

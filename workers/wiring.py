@@ -1,0 +1,124 @@
+"""The one wiring of the control plane: the owner of the replicas (``Supervisor``), the reconcile loop,
+the activator, their metrics and the state file, built by :func:`build_control_plane` and run by
+:func:`running` with one start and one shutdown order. ``llmgw-workers`` (and through it the embedded
+stack), the tests and the benchmarks all run it this way.
+
+Every long-lived task runs in one :class:`contract.supervision.TaskGroup`: one that ends while the
+control plane runs is logged and counted, and ``llmgw-workers`` exits non-zero. The shutdown order: the
+activator is told to close, the activator's and the reconciler's loops are cancelled, the owner drains
+every replica (within the grace period) and stops them, its own loop ends, the state file is emptied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from contract.fleet_file import FleetWatch
+from contract.registry import RegistryWriter
+from contract.replica_metrics import SupervisorMetrics
+from contract.supervision import Failed, TaskGroup
+from workers.converge.loop import HeadroomProbe, LaunchFor, Reconciler
+from workers.host.gpu import GpuReader, MemoryProbe, nvidia_smi_probe, nvidia_smi_reading
+from workers.life.adopt import StateFile, check_entries
+from workers.life.observe import Observer
+from workers.life.owner import Replica, Supervisor, SupervisorOptions
+from workers.ondemand.activator import Activator, ActivatorOptions
+
+__all__ = ["ControlPlane", "build_control_plane", "control_loops", "running"]
+
+
+def failure_counter(metrics: SupervisorMetrics) -> Failed:
+    """Count a failed action (or a dead task) as ``llmgw_supervisor_actions_total{outcome="failed"}``."""
+    return lambda action, subject: metrics.actions.labels(action, subject, "failed").inc()
+
+
+@dataclass
+class ControlPlane:
+    sup: Supervisor
+    rec: Reconciler
+    act: Activator
+    metrics: SupervisorMetrics
+    state: StateFile | None = None
+    tasks: TaskGroup = field(default_factory=TaskGroup)
+
+
+def build_control_plane(
+    registry: RegistryWriter,
+    client: httpx.AsyncClient,
+    options: SupervisorOptions,
+    watch: FleetWatch,
+    launch_for: LaunchFor,
+    headroom: HeadroomProbe,
+    log_dir: Path,
+    n_devices: int,
+    estimate: Callable[[Replica], int],
+    free_bytes: Callable[[], int | None],
+    *,
+    metrics: SupervisorMetrics | None = None,
+    state: StateFile | None = None,
+    sd_file: Path | None = None,
+    activator: ActivatorOptions | None = None,
+    memory_probe: MemoryProbe = nvidia_smi_probe,
+    gpu_reading: GpuReader = nvidia_smi_reading,
+    weights: Callable[[Replica], int] = lambda r: 0,
+) -> ControlPlane:
+    """The owner, the reconcile loop and the activator over one registry, one metrics registry and (when
+    given) one state file that every replica change rewrites."""
+    metrics = metrics or SupervisorMetrics()
+    observer = Observer(metrics, sd_file)
+
+    def on_change(r: Replica) -> None:
+        observer(r)
+        if state is not None:
+            state.save(rec.entries())
+
+    sup = Supervisor([], registry, client, options, on_change, memory_probe, metrics)
+    rec = Reconciler(sup, watch, launch_for, headroom, log_dir, n_devices, metrics)
+    keys = registry.keys
+    act = Activator(
+        sup, keys, lambda: rec.fleet, estimate, free_bytes, metrics, activator or ActivatorOptions(),
+        gpu_reading=gpu_reading, weights=weights,
+    )  # fmt: skip
+    return ControlPlane(sup, rec, act, metrics, state, TaskGroup(failure_counter(metrics)))
+
+
+@asynccontextmanager
+async def running(plane: ControlPlane) -> AsyncIterator[TaskGroup]:
+    """Adopt what the state file names, then run the three loops while the block runs; the shutdown
+    order (module doc) when it ends. Yields the task group (``wait_died_or``)."""
+    if plane.state is not None:
+        await plane.rec.adopt(await check_entries(plane.state.load(), plane.sup.client))
+    tasks = plane.tasks
+    tasks.spawn("supervisor", plane.sup.run())
+    tasks.spawn("reconciler", plane.rec.run())
+    tasks.spawn("activator", plane.act.run())
+    try:
+        yield tasks
+    finally:
+        await shutdown(plane)
+
+
+async def shutdown(plane: ControlPlane) -> None:
+    """The one shutdown order (module doc)."""
+    tasks = plane.tasks
+    plane.act.close()
+    await tasks.close("activator", "reconciler")
+    tasks.expect_end("supervisor")
+    await plane.sup.drain()
+    await tasks.join("supervisor")
+    await tasks.close()
+    if plane.state is not None:
+        plane.state.save([])
+
+
+@asynccontextmanager
+async def control_loops(sup: Supervisor, rec: Reconciler, act: Activator) -> AsyncIterator[TaskGroup]:
+    """:func:`running` for parts built apart (tests, benchmarks): the same tasks and shutdown order."""
+    plane = ControlPlane(sup, rec, act, sup.metrics, None, TaskGroup(failure_counter(sup.metrics)))
+    async with running(plane) as tasks:
+        yield tasks
