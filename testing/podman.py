@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import time
@@ -106,3 +107,31 @@ class Containers:
         ids = podman("ps", "-aq", "--filter", f"label=llmgw.test={self.run_id}", check=False).split()
         if ids:
             podman("rm", "-f", "-t", "2", *ids, check=False, timeout=120)
+
+
+def free_subnet() -> str:
+    """A /24 under 10.0.0.0/8 that no host route, address or podman network uses, for a test's own network."""
+    taken = subprocess.run(["ip", "-4", "-o", "route"], capture_output=True, text=True, check=False).stdout
+    taken += podman("network", "ls", "--format", "{{range .Subnets}}{{.Subnet}} {{end}}", check=False)
+    for _ in range(200):
+        prefix = f"10.{random.randrange(100, 250)}.{random.randrange(0, 256)}."
+        if prefix not in taken:
+            return f"{prefix}0/24"
+    raise RuntimeError("no free 10.x.y.0/24 for a test network")
+
+
+@dataclass
+class TestNetwork:
+    """A podman network with its own subnet, made for one test run and removed after it."""
+
+    name: str
+    subnet: str
+
+    @classmethod
+    def create(cls, name: str) -> TestNetwork:
+        subnet = free_subnet()
+        podman("network", "create", "--subnet", subnet, name)
+        return cls(name, subnet)
+
+    def remove(self) -> None:
+        podman("network", "rm", "-f", self.name, check=False)

@@ -257,7 +257,11 @@ def nginx(o: ComposeOptions) -> Obj:
         "volumes": [f"./{CONFIG_DIR}/nginx.conf:/etc/nginx/nginx.conf:ro", f"tls:{CONTAINER_TLS_DIR}:ro"],
         "tmpfs": ["/tmp"],
         "read_only": True,
-        "ports": [f"{HTTP_PORT}:{HTTP_PORT}", f"{HTTPS_PORT}:{HTTPS_PORT}"],
+        # The host side from a variable ([ADDRESS:]PORT), the container's ports fixed.
+        "ports": [
+            f"${{LLMGW_HTTP_PUBLISH:-{HTTP_PORT}}}:{HTTP_PORT}",
+            f"${{LLMGW_HTTPS_PUBLISH:-{HTTPS_PORT}}}:{HTTPS_PORT}",
+        ],
         "depends_on": depends,
         "healthcheck": healthcheck(wget_check(f"http://127.0.0.1:{HTTP_PORT}/nginx-health")),
         "restart": "unless-stopped",
@@ -278,7 +282,7 @@ def prometheus(o: ComposeOptions) -> Obj:
             "./deploy/prometheus/rules:/etc/prometheus/rules:ro",
             "prometheus-data:/prometheus",
         ],
-        "ports": ["127.0.0.1:9090:9090"],
+        "ports": ["127.0.0.1:${PROMETHEUS_PORT:-9090}:9090"],
         "healthcheck": healthcheck(wget_check("http://127.0.0.1:9090/-/ready")),
         "restart": "unless-stopped",
     }
@@ -293,7 +297,7 @@ def grafana(o: ComposeOptions) -> Obj:
             "./grafana/dashboards:/var/lib/grafana/dashboards:ro",
             "grafana-data:/var/lib/grafana",
         ],
-        "ports": ["127.0.0.1:3000:3000"],
+        "ports": ["127.0.0.1:${GRAFANA_PORT:-3000}:3000"],
         "depends_on": {"prometheus": HEALTHY},
         "healthcheck": healthcheck(wget_check("http://127.0.0.1:3000/api/health")),
         "restart": "unless-stopped",
