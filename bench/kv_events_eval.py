@@ -150,9 +150,9 @@ def long_chat(rng: random.Random, target_tokens: int = 2000) -> list[dict[str, s
 
 
 def prose_chat(target_bytes: int = 9000) -> list[dict[str, str]]:
-    """Real prose and code (the start of this repository's README), ~2k tokens: a tokenizer's word cache
-    helps less than on the small vocabulary above."""
-    text = (REPO / "README.md").read_text()[:target_bytes]
+    """Real prose and code (the start of this repository's docs page on the shared prefix index), ~2k
+    tokens: a tokenizer's word cache helps less than on the small vocabulary above."""
+    text = (REPO / "docs" / "gateway" / "prefix-index.md").read_text()[:target_bytes]
     return [{"role": "system", "content": text[:1500]}, {"role": "user", "content": text[1500:]}]
 
 

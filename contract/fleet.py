@@ -19,16 +19,20 @@ PolicyName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class Source(Strict):
     """Where the weights come from: exactly one of package, path or hf."""
 
     package: str | None = None
+    """A Python package that ships a model file; `llmgw-prepare` turns it into a folder vLLM serves."""
     path: Path | None = None
+    """A local model folder (in a container: a path inside it, under `/models`)."""
     hf: str | None = None
+    """A Hugging Face model id, read from the cache under `$LLMGW_MODELS_DIR/hf` (offline)."""
     tokenizer: str | None = None
+    """A tokenizer to use instead of the model's own (a folder or a Hugging Face id)."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Source:
@@ -42,15 +46,24 @@ class Engine(Strict):
     """vLLM engine arguments for each replica of the model."""
 
     max_model_len: Annotated[int, Field(gt=0)] | None = None
+    """The longest context in tokens (vLLM's `--max-model-len`); unset: the model's own."""
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    """The weights' and activations' data type (vLLM's `--dtype`)."""
     tensor_parallel_size: Annotated[int, Field(ge=1)] = 1
+    """GPUs per replica (vLLM's `--tensor-parallel-size`); a replica takes this many devices."""
     enforce_eager: bool = False
+    """No CUDA graphs / torch.compile (vLLM's `--enforce-eager`): faster start, slower decode."""
     load_format: str | None = None
+    """vLLM's `--load-format`, e.g. `dummy` (random weights, for benchmarks)."""
     tokenizer_mode: str | None = None
+    """vLLM's `--tokenizer-mode` (e.g. `mistral`)."""
     tool_call_parser: str | None = None
+    """vLLM's `--tool-call-parser` (e.g. `hermes`); switches on automatic tool choice."""
     chat_template: str | None = Field(default=None, description="a file path, or the Jinja template itself")
     runner: Literal["generate", "pooling"] = "generate"
+    """`generate` (chat and completions) or `pooling` (embeddings, rerank, score, classify)."""
     lora_modules: dict[str, str] = Field(default_factory=dict)
+    """LoRA adapters loaded with every replica: adapter name -> path; each name is routable."""
     runtime_lora: bool = Field(
         default=False, description="let the gateway's admin API load and unload LoRA adapters at run time"
     )
@@ -59,6 +72,7 @@ class Engine(Strict):
         description="vLLM keeps Responses-API responses for follow-ups, in memory, unbounded",
     )
     extra_args: list[str] = Field(default_factory=list)
+    """Any other vLLM flag, appended last to the command line."""
 
 
 class Budget(Strict):
@@ -69,8 +83,13 @@ class Budget(Strict):
     """
 
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | Literal["auto"] | None = None
+    """GPU: the share of each of the replica's GPUs vLLM may take (`--gpu-memory-utilization`); `auto`:
+    the planner's budget, taken at start; unset: vLLM's default (compose splits 0.9 on a shared GPU)."""
     kv_cache_gib: Annotated[float, Field(gt=0)] | None = None
+    """CPU: the replica's KV cache in GiB (`VLLM_CPU_KVCACHE_SPACE`)."""
     min_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.1
+    """The floor of the out-of-memory back-off: a start that fails for lack of memory is retried 0.05
+    lower, down to this."""
 
     @property
     def auto(self) -> bool:
@@ -87,6 +106,8 @@ class Placement(Strict):
     """Which device (GPU index or CPU core) each replica is bound to, in order."""
 
     devices: list[int] = Field(default_factory=list)
+    """GPU indices (or CPU cores); replica r takes devices[r*tp : r*tp+tp], wrapping around; empty: round
+    robin."""
 
 
 class SleepMode(Strict):
@@ -98,21 +119,36 @@ class SleepMode(Strict):
     reloaded: ``engine.load_format: dummy``)."""
 
     level: Literal[1, 2, "auto"] = "auto"
+    """1 (weights to host RAM), 2 (weights dropped) or `auto`."""
 
 
 class Model(Strict):
     name: ModelName
+    """The public name clients send as `model` (also vLLM's `--served-model-name`)."""
     aliases: list[ModelName] = Field(default_factory=list)
+    """More public names for the same replicas."""
     source: Source | None = None
+    """Where the weights come from (supervised replicas); give either this or `endpoints`."""
     endpoints: list[Annotated[str, Field(pattern=r"^https?://")]] = Field(default_factory=list)
+    """Servers run elsewhere (an existing vLLM, a Kubernetes Service): routed to and health-checked, never
+    supervised."""
     replicas: Annotated[int, Field(ge=0, le=64)] = 1
+    """How many replicas the supervisor runs (Kubernetes: the Deployment's minimum)."""
     engine: Engine = Field(default_factory=Engine)
+    """vLLM engine arguments of each replica."""
     budget: Budget = Field(default_factory=Budget)
+    """The memory budget of each replica."""
     placement: Placement = Field(default_factory=Placement)
+    """The devices the replicas are bound to."""
     concurrency: Annotated[int, Field(ge=1, le=4096)] = 8
+    """Requests one replica runs at once: vLLM's `--max-num-seqs`, the admission capacity and the
+    autoscaling target."""
     policy: PolicyName = "prefix_affinity"
-    epsilon: Annotated[float, Field(ge=0)] | None = None  # prefix affinity's load bound; None: the gateway's
+    """The routing policy: `round_robin`, `least_inflight`, `power_of_two`, `session` or `prefix_affinity`."""
+    epsilon: Annotated[float, Field(ge=0)] | None = None
+    """Prefix affinity's balance bound ε; unset: the gateway's `LLMGW_PREFIX_EPSILON`."""
     max_queue: Annotated[int, Field(ge=0)] = 256
+    """Longest admission queue for the model; past it: 429 `queue_full` with Retry-After."""
     max_queue_wait_s: Annotated[float, Field(gt=0)] = 30.0
     """Counts once the model is awake: an on-demand model's wake has its own ``wake_timeout_s``."""
     activation: Literal["always", "on_demand"] = "always"
@@ -124,6 +160,7 @@ class Model(Strict):
     priority: Annotated[int, Field(ge=0, le=100)] = 50
     """To make room for a wake, idle models of lower or equal priority are put to sleep (LRU first)."""
     sleep: SleepMode = Field(default_factory=SleepMode)
+    """vLLM sleep mode of an on-demand model on a GPU."""
 
     @model_validator(mode="after")
     def _sleep_level_can_wake(self) -> Model:
@@ -177,8 +214,11 @@ class Model(Strict):
 
 class Defaults(Strict):
     base_port: Annotated[int, Field(ge=1024, le=65000)] = 8100
+    """Replicas get consecutive ports from here (the lowest free above it)."""
     host: str = "127.0.0.1"
+    """The address vLLM replicas bind to."""
     device: Literal["cpu", "gpu"] = "cpu"
+    """`cpu` (budget: `kv_cache_gib`) or `gpu` (budget: `gpu_memory_utilization`)."""
     memory_budget_gib: Annotated[float, Field(gt=0)] | None = None
     """What the awake replicas of one device may take together (the on-demand ledger); None: the host's
     available RAM on a CPU."""
@@ -189,7 +229,9 @@ class Defaults(Strict):
 
 class Fleet(Strict):
     defaults: Defaults = Field(default_factory=Defaults)
+    """Settings for every model."""
     models: Annotated[list[Model], Field(min_length=1)]
+    """Every model the gateway serves (at least one)."""
 
     @field_validator("models")
     @classmethod

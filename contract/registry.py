@@ -58,6 +58,7 @@ class ReplicaRecord(BaseModel):
     device: str = ""
     budget: str = ""
     instance: str = Field(default="", description="changes on every start of the replica")
+    detail: str = Field(default="", description="why a failed replica failed (empty otherwise)")
 
     @property
     def routable(self) -> bool:

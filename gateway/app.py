@@ -113,14 +113,14 @@ def start_background(gw: Gateway, discovery: Discovery, notices: ReadyNotices) -
     s = gw.settings
     monitor = Monitor(gw.client, gw.table, gw.ejection, gw.metrics)
     reload = FleetReload(gw, discovery)
-    bg = Background()
-    bg.start(s.registry_poll_s, reload.tick)
-    bg.start(s.registry_poll_s, discovery.tick)
-    bg.start(s.health_interval_s, monitor.health_tick)
-    bg.start(s.load_scrape_interval_s, monitor.load_tick)
-    bg.start(s.load_share_interval_s, gw.inflight.tick)
-    bg.start(s.lora_sync_s, gw.lora.tick)
-    bg.start(0.0, notices.step)
+    bg = Background(failed=lambda task, _: gw.metrics.task_failures.labels(task).inc())
+    bg.start(s.registry_poll_s, reload.tick, "fleet_reload")
+    bg.start(s.registry_poll_s, discovery.tick, "discovery")
+    bg.start(s.health_interval_s, monitor.health_tick, "health")
+    bg.start(s.load_scrape_interval_s, monitor.load_tick, "load_scrape")
+    bg.start(s.load_share_interval_s, gw.inflight.tick, "inflight_share")
+    bg.start(s.lora_sync_s, gw.lora.tick, "lora_sync")
+    bg.start(0.0, notices.step, "ready_notices")
     return bg
 
 

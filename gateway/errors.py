@@ -123,6 +123,12 @@ class NoReadyReplica(GatewayError):
     code = "no_ready_replica"
 
 
+class ModelUnavailable(NoReadyReplica):
+    """Every replica of the model is failed: answered at once, naming the failure."""
+
+    code = "model_unavailable"
+
+
 class WakeTimeout(NoReadyReplica):
     """An on-demand model did not wake within its ``wake_timeout_s``."""
 

@@ -150,6 +150,12 @@ class GatewayMetrics:
             ["tenant", "model", "kind"],
             registry=r,
         )
+        self.task_failures = Counter(
+            "llmgw_task_failures",
+            "Background steps of the lifespan that raised (logged with their traceback; the loop went on).",
+            ["task"],
+            registry=r,
+        )
         self.stream_stalled = Counter(
             "llmgw_stream_stalled",
             "Streams ended because their client made no write progress for stream_write_timeout_s.",

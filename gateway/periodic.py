@@ -1,27 +1,27 @@
 """Background loops owned by the lifespan: run a step every interval until told to stop.
 
-Stopping is by an event, not only by cancellation, so a library that swallows a
-CancelledError (redis-py has done so) cannot keep a loop alive past shutdown.
+Each loop is a long-lived task of a :class:`contract.supervision.TaskGroup` and each step runs
+:func:`contract.supervision.guarded`: a step that raises is logged with its traceback and counted
+(``failed(name, "")``; the gateway wires it to ``llmgw_task_failures_total``) and the loop goes on at its
+next interval; a loop that ends while the gateway runs is logged and counted too. Stopping is by an
+event, not only by cancellation, so a library that swallows a CancelledError (redis-py has done so)
+cannot keep a loop alive past shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Awaitable, Callable
 
-log = logging.getLogger("llmgw.tasks")
+from contract.supervision import Failed, TaskGroup, guarded, no_count
 
 
-async def every(interval_s: float, step: Callable[[], Awaitable[None]], stop: asyncio.Event) -> None:
+async def every(
+    name: str, interval_s: float, step: Callable[[], Awaitable[None]], stop: asyncio.Event, failed: Failed
+) -> None:
     while not stop.is_set():
-        try:
-            await step()
-        except Exception:
-            log.exception(
-                "background step %s failed; it runs again next interval", getattr(step, "__name__", step)
-            )
+        await guarded(name, step(), failed)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval_s)
 
@@ -29,16 +29,22 @@ async def every(interval_s: float, step: Callable[[], Awaitable[None]], stop: as
 class Background:
     """Starts the loops, and on close sets the stop event, then waits (cancelling past a deadline)."""
 
-    def __init__(self) -> None:
+    def __init__(self, failed: Failed = no_count) -> None:
         self.stop = asyncio.Event()
-        self.tasks: list[asyncio.Task[None]] = []
+        self.failed = failed
+        self.group = TaskGroup(failed)
 
-    def start(self, interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
-        self.tasks.append(asyncio.create_task(every(interval_s, step, self.stop)))
+    def start(self, interval_s: float, step: Callable[[], Awaitable[None]], name: str = "") -> None:
+        """Run ``step`` every ``interval_s`` as the loop ``name`` (its qualified name by default)."""
+        name = name or getattr(step, "__qualname__", "step")
+        while name in self.group.tasks:
+            name += "'"
+        self.group.spawn(name, every(name, interval_s, step, self.stop, self.failed))
 
     async def close(self, deadline_s: float = 3.0) -> None:
         self.stop.set()
-        _, pending = await asyncio.wait(self.tasks, timeout=deadline_s) if self.tasks else (set(), set())
-        for t in pending:
-            t.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        tasks = list(self.group.tasks.values())
+        self.group.expect_end(*self.group.tasks)
+        if tasks:
+            await asyncio.wait(tasks, timeout=deadline_s)
+        await self.group.close()  # cancels what is still running past the deadline

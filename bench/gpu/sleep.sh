@@ -3,7 +3,7 @@
 # models on one card, only two fit awake (fleet-sleep.yaml), under the real supervisor (vLLM sleep mode:
 # llama-a, llama-b at level 1 with dummy weights; llama-c at level 2 with random safetensors written here),
 # two gateways and Redis; python -m bench.gpu.sleep_bench drives the load and writes the results.
-# Prepared HERE first (README, GPU section): .c1/ .c2/ (../shared/gpu/build_carry.sh), .whl2/
+# Prepared HERE first (bench/gpu/README.md): .c1/ .c2/ (../shared/gpu/build_carry.sh), .whl2/
 # (bench/gpu/prepare.sh), and this branch's code copied to .g17/ (`run` sends /work/main's tree):
 #   git archive HEAD | tar -x -C /work/main/.g17/     (with /.g17/ in /work/main/.git/info/exclude)
 # Then, calls back to back (a machine goes back 30 s after a call):

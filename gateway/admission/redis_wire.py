@@ -1,7 +1,7 @@
 """A lean, pipelined Redis connection for the admission scripts on the hot path.
 
 Every admitted request runs two scripts (acquire, release). Through redis-py each call cost more
-CPU than the rest of the request path together (see README "Performance"); here one connection
+CPU than the rest of the request path together (docs/decisions/0010-own-upstream-client.md); here one
 carries every call of the gateway, pipelined: the commands of one event-loop tick leave in one write
 and replies are matched to callers in order. A call's deadline is one timer (not a timeout context),
 and a caller that need not wait (a release) gets the reply's future without a task. Only what

@@ -11,10 +11,10 @@ request path can watch the client without a task of its own.
 The protocol is also the door (:func:`door_protocol`): before a request reaches the application (and
 authentication), its request line and headers together may take at most ``max_head_bytes`` (more: 431,
 and never more than that is given to the parser, so nothing past the limit is buffered) and must arrive
-within ``header_timeout_s`` of the request's first byte (or of the connection) (late: 408). Both answers
-are the API's error shape, with ``connection: close``; what the client still sends is read and dropped
-for a moment (a lingering close, as nginx's), so that it can read the answer. Everything else
-(keep-alive, pipelining, flow control, disconnects, the graceful shutdown) is uvicorn's own code.
+within ``header_timeout_s`` of the read that left it incomplete, or of the connection (late: 408).
+Both answers are the API's error shape, with ``connection: close``; what the client still sends is read
+and dropped for a moment (a lingering close, as nginx's), so that it can read the answer. Everything
+else (keep-alive, pipelining, flow control, disconnects, the graceful shutdown) is uvicorn's own code.
 """
 
 from __future__ import annotations
@@ -106,18 +106,17 @@ class OneWriteProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._start_head()
+        self._arm()  # a connection that sends nothing gets its 408 too
 
-    def _start_head(self) -> None:
-        self.head_bytes, self.head_done = 0, False
-        if self.head_timer is not None:
-            self.head_timer.cancel()
-        self.head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
+    def _arm(self) -> None:
+        """Start the head's clock (a head that arrives whole in one read never needs one)."""
+        if self.head_timer is None:
+            self.head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if self.head_done:  # the next request on this connection: its own head, its own clock
-            self._start_head()
+        if self.head_done:  # the next request on this connection: its own head
+            self.head_bytes, self.head_done = 0, False
 
     def on_headers_complete(self) -> None:
         self.head_done = True
@@ -131,11 +130,15 @@ class OneWriteProtocol(HttpToolsProtocol):
             return  # lingering: read and dropped
         if self.head_done:
             super().data_received(data)
+            if not self.head_done:  # the next request's head began in this read and is not whole
+                self._arm()
             return
         room = self.max_head_bytes - self.head_bytes
         if len(data) <= room:
             self.head_bytes += len(data)
             super().data_received(data)
+            if not self.head_done:
+                self._arm()
             return
         self.head_bytes = self.max_head_bytes
         super().data_received(data[:room])  # the parser never holds more than the limit

@@ -9,8 +9,9 @@ import dataclasses
 import logging
 import time
 
+from contract.registry import ReplicaState
 from gateway.admission.base import Lease, Ticket
-from gateway.errors import ClientClosedRequest, NoReadyReplica, WakeTimeout
+from gateway.errors import ClientClosedRequest, ModelUnavailable, NoReadyReplica, WakeTimeout
 from gateway.pipeline.watch import watched
 from gateway.replicas.table import ModelPool
 from gateway.state import Gateway
@@ -32,6 +33,10 @@ async def admit(gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asynci
     """The request's lease; leaves the queue at once if the client disconnects (``watch`` ends)."""
     assert ctx.model is not None
     if not pool.candidates():
+        failed = [e.record for e in pool.endpoints]
+        if failed and all(r.state is ReplicaState.FAILED for r in failed):
+            why = "; ".join(f"{r.id}: {r.detail or 'failed'}" for r in failed)
+            raise ModelUnavailable(f"model '{ctx.model.name}' is unavailable: every replica failed ({why})")
         if ctx.model.on_demand:
             return await admit_waking(gw, ctx, pool, watch)
         raise NoReadyReplica(f"no ready replica of model '{ctx.model.name}'; retry later", retry_after=2.0)

@@ -1,9 +1,9 @@
 """A small HTTP/1.1 client for the hot path: keep-alive pools per upstream, httptools parsing.
 
 The gateway's cost per request is dominated by its upstream client (httpx spent more CPU per
-request than all the rest of the gateway together, see README "Performance").  This client does
-only what forwarding needs: a POST (or GET) with a byte body, the status, the headers, and the body as the
-chunks arrive (Content-Length or chunked), with TCP_NODELAY and connection reuse.
+request than all the rest of the gateway together: docs/decisions/0010-own-upstream-client.md).
+This client does only what forwarding needs: a POST (or GET) with a byte body, the status, the
+headers, and the body as the chunks arrive (Content-Length or chunked), with TCP_NODELAY and connection reuse.
 """
 
 from __future__ import annotations

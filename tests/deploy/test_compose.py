@@ -119,7 +119,7 @@ def test_project_dockerfile_passes_hadolint() -> None:
 
 
 def required(name: str) -> str:
-    return f"${{{name}:?set {name} in .env, see README Deploy}}"
+    return f"${{{name}:?set {name} in .env, see docs/deployment/index.md}}"
 
 
 def test_secure_by_default_with_secrets_compose_insists_on(compose: Obj) -> None:

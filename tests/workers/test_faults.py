@@ -32,7 +32,7 @@ from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from contract.supervision import TaskGroup
 from testing.fake_workers import fake_launch
-from testing.gateway import serve_gateway
+from testing.gateway import serve_app, serve_gateway
 from testing.poll import until
 from testing.procs import free_port
 from workers.converge.headroom import Headroom
@@ -284,3 +284,32 @@ async def test_steady_traffic_with_admission_off_keeps_an_on_demand_model_awake(
         assert set(statuses) == {200}
         assert h.plane.metrics.sleeps.labels("od", "idle")._value.get() == 0  # never put to sleep
         assert h.state("od-0") is ReplicaState.READY
+
+
+async def test_a_model_whose_every_replica_failed_answers_503_at_once_naming_the_failure(
+    tmp_path: Path, redis_url: str
+) -> None:
+    models = [{"name": "od", "activation": "on_demand", "idle_timeout_s": 60, "wake_timeout_s": 60}]
+    body = {"model": "od", "messages": [{"role": "user", "content": "hi"}]}
+    async with control_plane(tmp_path, redis_url, models, launcher(set())) as h:
+        await until(lambda: h.state("od-0") is ReplicaState.ASLEEP)
+        async with (
+            serve_app(tmp_path, h.path.read_text(), redis_url, h.keys.prefix) as (gw, app),
+            httpx.AsyncClient(timeout=5) as c,  # far below the model's wake_timeout_s of 60 s
+        ):
+            await h.ask("od")
+            await until(lambda: h.state("od-0") is ReplicaState.READY)
+            r = h.replica("od-0")
+            pid = r.process.pid
+            assert pid is not None
+            r.process.launch = Launch([sys.executable, "-c", "raise SystemExit(1)"])  # every restart fails
+            os.killpg(pid, signal.SIGKILL)
+            await until(lambda: h.state("od-0") is ReplicaState.FAILED)
+
+            pool = app.state.gateway.table.pool("od")
+            await until(lambda: [e.record.state for e in pool.endpoints] == [ReplicaState.FAILED])
+            answer = await c.post(f"{gw}/v1/chat/completions", json=body)
+        assert answer.status_code == 503, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "model_unavailable"
+        assert "every replica failed" in error["message"] and "restarts in a row failed" in error["message"]

@@ -9,6 +9,7 @@ a wrong wake fails the warm-up."""
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -38,6 +39,8 @@ from workers.wiring import control_loops
 
 GIB = 1 << 30
 H200 = 143771 << 20
+SETTLE_S = 0.5
+"""A reading is booked once the other replicas of the card were still this long (short for the test)."""
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +80,8 @@ async def gpu_stack(
         sup = Supervisor([], RegistryWriter(redis, keys, OPTIONS.timing), client, OPTIONS, metrics=metrics)
         rec = Reconciler(sup, FleetWatch(path, poll_s=0.05), fake_gpu_launch, fits, tmp, 1, metrics)
         act = Activator(
-            sup, keys, lambda: rec.fleet, estimate, lambda: 1 << 40, metrics, ActivatorOptions(tick_s=0.05),
+            sup, keys, lambda: rec.fleet, estimate, lambda: 1 << 40, metrics,
+            ActivatorOptions(tick_s=0.05, gpu_settle_s=SETTLE_S),
             gpu_reading=nvidia_smi_reading, weights=lambda r: 13 * GIB,
         )  # fmt: skip
         try:
@@ -168,7 +172,7 @@ async def test_dummy_weights_without_host_ram_are_stopped_not_put_to_level_2(
 
 
 async def test_a_wake_without_room_puts_the_least_recently_used_to_sleep_in_place_and_the_ledger_holds(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     models = [{"name": n} for n in ("a", "b", "c")]  # 0.42 of the card each: two fit awake
     async with gpu_stack(tmp_path, redis_url, models, host_ram_gib=100) as st:
@@ -182,6 +186,12 @@ async def test_a_wake_without_room_puts_the_least_recently_used_to_sleep_in_plac
         assert st.state("b-0") is ReplicaState.ASLEEP and st.state("c-0") is ReplicaState.READY
         assert card_used() <= H200
         await until(lambda: ledger_matches_card(st))  # measured once the gateways were told
+        # a's wake reading came right after b's sleep: it was booked only once b had been still
+        woke = "after wake from level 1 of replica=a-0"
+        await until(lambda: woke in caplog.text)
+        line = next(x for x in caplog.text.splitlines() if woke in x)
+        still = float(re.search(r"the others still for ([0-9.]+) s", line).group(1))  # type: ignore[union-attr]
+        assert still >= SETTLE_S, line
 
 
 async def test_a_sleep_that_keeps_most_of_the_memory_stops_the_replica_from_then_on(

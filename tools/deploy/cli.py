@@ -12,7 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from contract.fleet import FleetError, load_fleet
+from contract.fleet import FleetError
+from contract.fleet_file import read_fleet
 from tools.deploy.common import REPO, GpuSizing
 from tools.deploy.compose import ComposeOptions, render_compose
 from tools.deploy.k8s import MODELS_DIR, K8sOptions, render_k8s
@@ -80,7 +81,7 @@ def sizing(args: argparse.Namespace) -> GpuSizing:
 
 def renderings(args: argparse.Namespace) -> list[tuple[Path, dict[str, str], bool]]:
     """(root, files, prune stale model files) for each target asked for."""
-    fleet = load_fleet(args.fleet)
+    fleet = read_fleet(args.fleet)
     out: list[tuple[Path, dict[str, str], bool]] = []
     if args.target in ("k8s", "all"):
         k8s = K8sOptions(sizing=sizing(args), trusted_proxies=tuple(args.trusted_proxy))

@@ -1,4 +1,5 @@
-"""``llmgw-stack``: the embedded default stack in the foreground; Ctrl-C or SIGTERM stops all of it."""
+"""``llmgw-stack``: the embedded default stack in the foreground; Ctrl-C or SIGTERM stops all of it, SIGHUP
+re-reads the fleet file, and a kill -9 of it takes its services with it (not the vLLM replicas)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import time
 from pathlib import Path
 
 from contract.fleet import FleetError
+from contract.supervision import EXIT_TASK_DIED, TaskGroup
+from tools.stack.keeper import KeepPolicy, keep
 from tools.stack.stack import REPO, Stack, StackConfig
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -52,21 +55,30 @@ def ready_line(stack: Stack, took_s: float) -> str:
 
 
 async def run(config: StackConfig) -> int:
+    """Bring the stack up, keep it (each service restarted when it dies, one supervised task each) until
+    SIGINT or SIGTERM, then stop it. SIGHUP re-reads the fleet file and stops nothing. Its services die
+    with it even when it is killed (their parent-death signal). Returns the exit status: 1 when it could
+    not come up, :data:`EXIT_TASK_DIED` when a keeper died."""
     stack, started = Stack(config), time.monotonic()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, stack.reload)
+    tasks = TaskGroup()
     up = asyncio.create_task(stack.up())
     waiter = asyncio.create_task(stop.wait())
-    keeper: asyncio.Task[None] | None = None
     try:
         await asyncio.wait({up, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if up.done():
-            up.result()
-            print(ready_line(stack, time.monotonic() - started), flush=True)
-            keeper = asyncio.create_task(stack.keep())
-            await waiter
+        if not up.done():
+            return 0
+        up.result()
+        print(ready_line(stack, time.monotonic() - started), flush=True)
+        for service in stack.services:
+            tasks.spawn(f"keep {service.name}", keep(service, KeepPolicy()))
+        if await tasks.wait_died_or(stop):
+            logging.getLogger("llmgw.stack").error("a keeper died (%s): stopping", ",".join(tasks.dead))
+            return EXIT_TASK_DIED
         return 0
     except RuntimeError as exc:
         logging.getLogger("llmgw.stack").error("%s", exc)
@@ -74,9 +86,7 @@ async def run(config: StackConfig) -> int:
     finally:
         up.cancel()
         waiter.cancel()
-        if keeper is not None:
-            keeper.cancel()
-            await asyncio.gather(keeper, return_exceptions=True)
+        await tasks.close()
         await stack.down()
 
 

@@ -4,6 +4,7 @@ on the one process lifecycle of :mod:`workers.life.process`, with the probes tha
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,12 +48,15 @@ class Service(ManagedProcess):
         env: dict[str, str] | None = None,
         stop_grace_s: float = 10.0,
         quit_signal: int | None = None,
+        death_signal: int = signal.SIGTERM,
     ) -> None:
-        super().__init__(argv, env or {}, log_file, stop_grace_s)
+        super().__init__(argv, env or {}, log_file, stop_grace_s, death_signal)
         self.name, self.probe = name, probe
         self.quit_signal = quit_signal
         """The signal that makes what is left of the service's group finish its work and exit (nginx's
-        workers: SIGQUIT, a graceful shutdown) when its main process died; None: they are stopped."""
+        workers: SIGQUIT, a graceful shutdown) when its main process died; None: they are stopped.
+        ``death_signal``: what the service gets when llmgw-stack dies, even by SIGKILL (SIGTERM: it stops
+        cleanly; the supervisor gets SIGKILL, so that its vLLM replicas live on to be adopted)."""
 
     async def wait_until_ready(self, deadline_s: float) -> None:
         try:

@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 
-from contract.fleet import Fleet, load_fleet
+from contract.fleet import Fleet
+from contract.fleet_file import read_fleet
 from contract.vllm_probe import API_KEY_ENV
 from tools.stack.keeper import KeepPolicy, keep
 from tools.stack.redis import redis_server_argv
@@ -74,7 +75,7 @@ def script(name: str) -> str:
 class Stack:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
-        self.fleet: Fleet = load_fleet(config.fleet_file)
+        self.fleet: Fleet = read_fleet(config.fleet_file)
         self.services: list[Service] = []
 
     @property
@@ -123,8 +124,9 @@ class Stack:
         probe = tcp_probe(c.host, c.supervisor_metrics_port)
         env = {API_KEY_ENV: c.vllm_api_key}  # vLLM reads it as its --api-key; the supervisor's probes send it
         return Service(
-            "workers", argv, self.logs / "workers.log", probe, env, stop_grace_s=c.drain_grace_s + 20
-        )
+            "workers", argv, self.logs / "workers.log", probe, env, stop_grace_s=c.drain_grace_s + 20,
+            death_signal=signal.SIGKILL,  # its replicas outlive it, adopted by the next supervisor
+        )  # fmt: skip
 
     def gateway(self, index: int, port: int) -> Service:
         c = self.config
@@ -263,6 +265,14 @@ class Stack:
         """After READY: restart any service that dies (:func:`tools.stack.keeper.keep`), until
         cancelled (``down`` cancels it first)."""
         await asyncio.gather(*(keep(s, policy or KeepPolicy()) for s in self.services))
+
+    def reload(self) -> None:
+        """SIGHUP: the supervisor re-reads the fleet file (the gateways follow the file by themselves);
+        no service is restarted."""
+        for s in self.services:
+            if s.name == "workers" and s.alive:
+                s.signal_group(signal.SIGHUP)
+        log.info("SIGHUP: the supervisor re-reads %s; every service keeps running", self.config.fleet_file)
 
     async def down(self) -> None:
         for service in reversed(self.services):

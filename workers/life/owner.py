@@ -79,11 +79,12 @@ class Supervisor:
 
     # --- the one state change, the one instance id -------------------------------------------------
 
-    async def move(self, r: Replica, state: ReplicaState) -> None:
+    async def move(self, r: Replica, state: ReplicaState, why: str = "") -> None:
         """Change ``r``'s state (checked against the table), tell the observers, publish it (a STARTING
-        replica is withdrawn: nothing routes to or wakes it)."""
+        replica is withdrawn: nothing routes to or wakes it). ``why``: what a FAILED replica failed of,
+        published with it (the gateways name it in their 503)."""
         check_move(r.spec.id, r.state, state)
-        r.state = state
+        r.state, r.detail = state, why if state is ReplicaState.FAILED else ""
         self.on_change(r)
         if state is ReplicaState.STARTING:
             await self.registry.remove(r.record())
@@ -112,7 +113,8 @@ class Supervisor:
                 return True
             await r.process.stop(1.0)
             if not self.ended(r):
-                await self.move(r, ReplicaState.FAILED)
+                why = r.failure.message() if r.failure is not None else "its start failed (see its log)"
+                await self.move(r, ReplicaState.FAILED, why)
             return False
 
     async def start_with_retries(self, r: Replica) -> bool:
@@ -138,7 +140,7 @@ class Supervisor:
         async with r.lock:
             await r.process.stop(1.0)
             if r.state is not ReplicaState.FAILED:
-                await self.move(r, ReplicaState.FAILED)
+                await self.move(r, ReplicaState.FAILED, "an action on it failed (see the supervisor's log)")
 
     def watch(self, r: Replica) -> None:
         """Restart ``r`` each time it dies, from now on until it is retired or the owner stops."""
@@ -154,7 +156,7 @@ class Supervisor:
             log.exception("replica=%s watch failed: the replica is left failed", r.spec.id)
             self.metrics.actions.labels("restart", r.spec.model.name, "failed").inc()
             await r.process.stop(1.0)
-            await self.move(r, ReplicaState.FAILED)
+            await self.move(r, ReplicaState.FAILED, "its watch failed (see the supervisor's log)")
 
     async def unwatch(self, r: Replica) -> None:
         if r.watcher is not None:

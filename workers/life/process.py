@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -41,23 +42,52 @@ def tail(path: Path, lines: int = 30) -> str:
         return ""
 
 
-async def spawn_logged(argv: list[str], env: dict[str, str], log_file: Path) -> asyncio.subprocess.Process:
-    """A child in its own process group (so that it can be stopped whole), its output appended to a log."""
+async def spawn_logged(
+    argv: list[str], env: dict[str, str], log_file: Path, death_signal: int | None = None
+) -> asyncio.subprocess.Process:
+    """A child in its own process group (so that it can be stopped whole), its output appended to a log.
+    With ``death_signal`` the child gets that signal when this process dies, even by SIGKILL (Linux's
+    parent-death signal): the embedded stack's services die with it; vLLM replicas are started without
+    one, so that a new supervisor adopts them."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as out:
         return await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, env={**os.environ, **env},
-            start_new_session=True,
+            start_new_session=True, preexec_fn=None if death_signal is None else die_with(death_signal),
         )  # fmt: skip
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with(sig: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child asks the kernel for ``sig`` when its parent dies; if the parent died
+    before that (the child was re-parented), the child exits at once."""
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def arm() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
 
 
 class ManagedProcess:
     """One child process: start, probe until ready, signal its group, stop within a grace period."""
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], log_file: Path, stop_grace_s: float = 10.0
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log_file: Path,
+        stop_grace_s: float = 10.0,
+        death_signal: int | None = None,
     ) -> None:
         self.argv, self.env, self.log_file, self.stop_grace_s = argv, env, log_file, stop_grace_s
+        self.death_signal = death_signal
+        """Sent to the process when its parent dies (:func:`spawn_logged`); None for vLLM replicas."""
         self.proc: asyncio.subprocess.Process | None = None
 
     @property
@@ -72,7 +102,7 @@ class ManagedProcess:
         return self.proc.returncode if self.proc else None
 
     async def start(self) -> None:
-        self.proc = await spawn_logged(self.argv, self.env, self.log_file)
+        self.proc = await spawn_logged(self.argv, self.env, self.log_file, self.death_signal)
 
     async def wait_exit(self) -> None:
         """Return once the process has exited (at once when there is none)."""

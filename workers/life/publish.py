@@ -36,11 +36,13 @@ class Publisher:
             await asyncio.sleep(self.options.timing.heartbeat_s)
 
     async def publish_all(self) -> int:
-        """Publish every live replica's record now; returns how many."""
+        """Publish every live, asleep or failed replica's record now (a failed one stays published so that
+        the gateways answer at once with its failure); returns how many."""
+        kept = (ReplicaState.ASLEEP, ReplicaState.FAILED)
         live = [
             r
             for r in self.replicas()
-            if r.state is ReplicaState.ASLEEP or (r.state is not ReplicaState.STARTING and r.process.alive)
+            if r.state in kept or (r.state is not ReplicaState.STARTING and r.process.alive)
         ]
         for r in live:
             await self.registry.publish(r.record())

@@ -87,6 +87,8 @@ class Replica:
         self.budgets_tried: list[float] = []
         self.failure: StartReport | None = None
         self.instance = ""
+        self.detail = ""
+        """Why it is FAILED (published with it; empty in every other state)."""
         """Set by the owner at each start of a process (``Supervisor.launched``), or by adoption."""
 
     @property
@@ -113,6 +115,7 @@ class Replica:
             device=f"{s.device_kind}:{s.device}",
             budget=s.budget_label,
             instance=self.instance,
+            detail=self.detail,
         )
 
 

@@ -50,7 +50,8 @@ class Restarts:
                         r.spec.id, consecutive - 1,
                     )  # fmt: skip
                     self.metrics.actions.labels("restart", r.spec.model.name, "gave_up").inc()
-                    await self.move(r, ReplicaState.FAILED)
+                    why = f"it died and {consecutive - 1} restarts in a row failed"
+                    await self.move(r, ReplicaState.FAILED, why)
                     return
                 if await self.restart(r, policy.delay(consecutive)):
                     break

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 import httpx
 
@@ -27,7 +28,12 @@ from workers.life.replica import Replica, SupervisorOptions
 from workers.replica.oom import Oom, StartReport, detect_oom, needed_bytes, next_budget
 
 log = logging.getLogger("llmgw.workers")
-Move = Callable[[Replica, ReplicaState], Awaitable[None]]
+
+
+class Move(Protocol):
+    """The owner's one state change (``Supervisor.move``)."""
+
+    def __call__(self, r: Replica, state: ReplicaState, why: str = "") -> Awaitable[None]: ...
 
 
 class NotEnoughMemory(Exception):

@@ -56,6 +56,9 @@ class ActivatorOptions:
     retry_wake_s: float = 5.0
     """After a failed wake, the model's wake request is dropped and a new one waits this long."""
     warmup_timeout_s: float = 120.0
+    gpu_settle_s: float = 2.0
+    """A GPU reading is booked once every other replica of the card has been still this long."""
+    gpu_settle_deadline_s: float = 30.0
 
 
 class Activator:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -15,16 +16,25 @@ from contract.replica_metrics import SupervisorMetrics
 from workers.host.gpu import GpuReader, GpuReading
 from workers.host.rss import tree_pids
 from workers.life.replica import Replica
-from workers.ondemand.ledger import DeviceBook, Holding, Slot
+from workers.ondemand.ledger import DeviceBook, Holding, Slot, Stillness
 from workers.ondemand.room import Room
 from workers.ondemand.sleeping import SleepChoice
 
 log = logging.getLogger("llmgw.ondemand")
+CHANGING = (ReplicaState.WAKING, ReplicaState.DRAINING)
 
 
 class Replicas(Protocol):
     @property
     def replicas(self) -> Sequence[Replica]: ...
+
+
+class ActivatorOptionsView(Protocol):
+    @property
+    def gpu_settle_s(self) -> float: ...
+
+    @property
+    def gpu_settle_deadline_s(self) -> float: ...
 
 
 class OnDemand(Protocol):
@@ -46,6 +56,9 @@ class OnDemand(Protocol):
 
     def model(self, r: Replica) -> Model: ...
     def budget(self) -> int | None: ...
+
+    @property
+    def options(self) -> ActivatorOptionsView: ...
     async def busy(self, model: str) -> bool: ...
 
 
@@ -56,6 +69,44 @@ class GpuRoom:
         self.act = act
         self.books: dict[int, DeviceBook] = {}
         """GPU index -> its ledger."""
+        self.still: dict[int, Stillness] = {}
+        """GPU index -> when its replicas last changed (a reading is booked once they are still)."""
+        self.settling: set[str] = set()
+        """Replicas whose change is over, waiting for the others to be still before their reading."""
+
+    def stillness(self, r: Replica) -> Stillness:
+        return self.still.setdefault(r.spec.device, Stillness(self.act.options.gpu_settle_s))
+
+    def changed(self, r: Replica) -> None:
+        """``r``'s wake or sleep just ended (its memory may still move for a while)."""
+        self.stillness(r).changed(r.spec.id, time.monotonic())
+
+    def others_changing(self, r: Replica) -> list[str]:
+        """The other replicas of ``r``'s GPU in the middle of a wake or a sleep."""
+        return [
+            x.spec.id for x in self.act.sup.replicas
+            if x is not r and x.on_gpu and x.spec.device == r.spec.device and x.state in CHANGING
+            and x.spec.id not in self.settling
+        ]  # fmt: skip
+
+    async def until_still(self, r: Replica) -> float:
+        """Wait until every other replica of the GPU is still (:class:`Stillness`), at most
+        ``gpu_settle_deadline_s``; returns the seconds waited (logged with the reading)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + self.act.options.gpu_settle_deadline_s
+        self.settling.add(r.spec.id)
+        try:
+            while loop.time() < deadline:
+                wait = self.stillness(r).wait_s(r.spec.id, bool(self.others_changing(r)), time.monotonic())
+                if wait == 0.0:
+                    return loop.time() - started
+                await asyncio.sleep(min(wait or 0.1, deadline - loop.time(), 0.5))
+        finally:
+            self.settling.discard(r.spec.id)
+        log.warning("replica=%s gpu:%d not still after %.0f s: booked unsettled", r.spec.id, r.spec.device,
+                    self.act.options.gpu_settle_deadline_s)  # fmt: skip
+        return loop.time() - started
 
     def book(self, r: Replica) -> DeviceBook:
         return self.books.setdefault(r.spec.device, DeviceBook())
@@ -101,8 +152,10 @@ class GpuRoom:
         holding, ``r`` too, or the estimate before its first measurement) beside the card's reading, and
         which other models were changing then (waking or going to sleep: not settled). Returns the bytes
         (None: no reading)."""
+        self.changed(r)
+        waited = await self.until_still(r)
         predicted = self.book(r).predicted_used(self.slots(r), {r.spec.id: holding})
-        changing = sorted({*self.act.wakes, *self.act.sleeping} - {r.spec.model.name})
+        changing = self.others_changing(r)
         reading = await asyncio.to_thread(self.act.gpu_reading, r.spec.device)
         if reading is None:
             log.warning("replica=%s %s: nvidia-smi did not answer, ledger not updated", r.spec.id, step)
@@ -115,10 +168,15 @@ class GpuRoom:
         off = f"{(predicted - card) / reading.card.total_bytes * 100:+.2f} %"
         log.info(
             "ledger gpu:%d after %s of replica=%s: it holds %d MiB; predicted %d MiB, card %d MiB "
-            "(%s of %d MiB); changing: %s", r.spec.device, step, r.spec.id, held >> 20, predicted >> 20,
-            card >> 20, off, reading.card.total_bytes >> 20, ",".join(changing) or "none",
+            "(%s of %d MiB); changing: %s; the others still for %.2f s (waited %.2f s)", r.spec.device, step,
+            r.spec.id, held >> 20, predicted >> 20, card >> 20, off, reading.card.total_bytes >> 20,
+            ",".join(changing) or "none", self.still_for(r), waited,
         )  # fmt: skip
         return held
+
+    def still_for(self, r: Replica) -> float:
+        others = [t for x, t in self.stillness(r).changed_at.items() if x != r.spec.id]
+        return time.monotonic() - max(others) if others else float("inf")
 
     async def gpu_room(self, r: Replica) -> Room:
         """The GPU ledger's answer for waking ``r``: room on the card (``defaults.memory_budget_gib`` when

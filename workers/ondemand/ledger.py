@@ -87,3 +87,25 @@ class DeviceBook:
             if s.holding == "awake"
         ]  # fmt: skip
         return make_room(residents, need, free, waking.priority)
+
+
+@dataclass(slots=True)
+class Stillness:
+    """When a reading of one GPU may be booked as settled: only once every other replica on it has been
+    still (no wake or sleep going on, none ended) for ``settle_s``. vLLM's allocations go on for a while
+    after a wake returns: a reading taken 0.27 s after another model's wake was 1.22 % of the card off."""
+
+    settle_s: float
+    changed_at: dict[str, float] = field(default_factory=dict)
+    """Replica id -> when its last wake or sleep ended (monotonic seconds)."""
+
+    def changed(self, replica: str, now: float) -> None:
+        self.changed_at[replica] = now
+
+    def wait_s(self, replica: str, others_changing: bool, now: float) -> float | None:
+        """Seconds to wait before a reading of ``replica`` is settled: 0 when it is now; None while
+        another replica is changing (no bound is known yet)."""
+        if others_changing:
+            return None
+        last = max((t for r, t in self.changed_at.items() if r != replica), default=None)
+        return 0.0 if last is None else max(0.0, self.settle_s - (now - last))

@@ -7,7 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from contract.fleet import FleetError, load_fleet
+from contract.fleet import FleetError
+from contract.fleet_file import read_fleet
 from workers.planner import memory as mem
 from workers.planner.model_shape import make_config_loader
 from workers.planner.plan import DEFAULT_TARGET, plan_fleet
@@ -69,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         devices = device_sizes(args.gpu_memory_gib, args.gpus)
-        fleet = load_fleet(args.fleet)
+        fleet = read_fleet(args.fleet)
         if not 0 < args.target <= 1:
             raise ValueError("--target must be in (0, 1]")
     except (ValueError, FleetError) as exc:

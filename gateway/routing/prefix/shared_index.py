@@ -35,7 +35,7 @@ APPROXIMATE = "approximate"
 """The key mode: the index's keys are chained hashes of the prompt text (:mod:`gateway.routing.prefix.chain`),
 placed when a request is routed and aged by an LRU bound. The exact mode (vLLM's own block hashes from its
 KV-cache events) was measured and not built: computing those keys costs the gateway the model's chat
-template and tokenizer on every request (README, "Exact mode from vLLM's KV-cache events")."""
+template and tokenizer on every request (docs/decisions/0005-no-exact-prefix-keys.md)."""
 
 
 def script(name: str) -> str:
