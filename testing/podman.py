@@ -121,14 +121,14 @@ def free_subnet() -> str:
 
 
 @dataclass
-class TestNetwork:
+class PodmanNetwork:
     """A podman network with its own subnet, made for one test run and removed after it."""
 
     name: str
     subnet: str
 
     @classmethod
-    def create(cls, name: str) -> TestNetwork:
+    def create(cls, name: str) -> PodmanNetwork:
         subnet = free_subnet()
         podman("network", "create", "--subnet", subnet, name)
         return cls(name, subnet)
