@@ -41,7 +41,7 @@ TOP_FOLDERS = (
     *("contract/", "gateway/", "workers/", "bench/", "tests/", "testing/"),
     *("deploy/", "grafana/", "docsgen/", "docs/"),
 )
-WRITTEN_ELSEWHERE = {"bench/gpu/README.md"}  # the GPU lab recipes, written on issue 30's branch
+WRITTEN_ELSEWHERE: set[str] = set()
 """Paths the docs name before the branch that writes them is merged; drop each once it exists."""
 
 
