@@ -17,7 +17,9 @@ HERMES = Model.model_validate(
 EXTRA = Model.model_validate(
     {"name": "extra", "source": {"path": "/m"}, "engine": {"extra_args": ["--tool-call-parser", "hermes"]}}
 )
-ELSEWHERE = Model.model_validate({"name": "elsewhere", "endpoints": ["http://127.0.0.1:9"]})
+ELSEWHERE = Model.model_validate(
+    {"name": "elsewhere", "endpoints": [{"url": "http://127.0.0.1:9", "auth": "none"}]}
+)
 NAMES = {m.name: m for m in (PLAIN, HERMES, EXTRA, ELSEWHERE)}
 
 
