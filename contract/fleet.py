@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 PolicyName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+MediaDomain = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")]
+"""A host name (lower case) or IPv4 address, as vLLM compares it with a media URL's parsed host."""
 """A routing policy's name; the gateway checks it against its one registry (``gateway.routing``)."""
 
 
@@ -71,6 +73,12 @@ class Engine(Strict):
         default=False,
         description="vLLM keeps Responses-API responses for follow-ups, in memory, unbounded",
     )
+    allowed_media_domains: list[MediaDomain] = Field(default_factory=list)
+    """The only hosts whose media URLs (image, audio, video) vLLM fetches (vLLM's `--allowed-media-domains`,
+    an exact host match; `data:` URLs are inline and always allowed). Empty: the supervisor passes no flag
+    (vLLM fetches from any host); rendered deployments (compose, Kubernetes) pass `no-media.invalid`
+    instead, a reserved host that never resolves, so vLLM refuses every media URL with a clear error
+    before any fetch (the Kubernetes egress policy, DNS and the model store only, would block one)."""
     extra_args: list[str] = Field(default_factory=list)
     """Any other vLLM flag, appended last to the command line."""
 

@@ -16,7 +16,7 @@ import yaml
 from contract.fleet import Fleet, load_fleet, parse_fleet
 from contract.registry import ReplicaRecord
 from tools.deploy import cli
-from tools.deploy.common import REPO, container_launch, slug
+from tools.deploy.common import NO_MEDIA_DOMAIN, REPO, container_launch, slug
 from tools.deploy.compose import render_compose
 from tools.deploy.k8s import render_k8s
 from workers.replica.launch import engine_args
@@ -205,3 +205,23 @@ def test_containers_never_serve_vllm_dev_mode_endpoints() -> None:
     for path in rendered:
         text = path.read_text()
         assert "--enable-sleep-mode" not in text and "VLLM_SERVER_DEV_MODE" not in text, path
+
+
+def test_rendered_workers_fetch_media_only_from_the_models_allow_list() -> None:
+    fleet = fleet_of([
+        {"name": "m", "source": {"path": "/m"}, "engine": {"allowed_media_domains": ["images.example.com"]}},
+        {"name": "n", "source": {"path": "/n"}},
+    ])  # fmt: skip
+    services = yaml.safe_load(render_compose(fleet)["compose.yaml"])["services"]
+    files = render_k8s(fleet, "")
+    for name, domains in (("m", ["images.example.com"]), ("n", [NO_MEDIA_DOMAIN])):
+        pod = next(
+            d for d in yaml.safe_load_all(files[f"models/{name}.yaml"]) if d and d["kind"] == "Deployment"
+        )
+        for argv in (
+            services[f"vllm-{name}-0"]["command"],
+            pod["spec"]["template"]["spec"]["containers"][0]["args"],
+        ):
+            flag = argv.index("--allowed-media-domains")
+            assert argv[flag + 1 : flag + 1 + len(domains)] == domains
+            assert all(a.startswith("--") for a in argv[flag + 1 + len(domains) :][:1])  # then a flag

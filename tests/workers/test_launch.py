@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from contract.fleet import load_fleet, parse_fleet
+import pytest
+
+from contract.fleet import FleetError, load_fleet, parse_fleet
 from testing.procs import REPO
 from workers.replica.launch import ReplicaSpec, build_launch, plan_replicas
 
@@ -92,3 +94,26 @@ def test_a_tensor_parallel_gpu_replica_sees_exactly_its_devices_with_multicast_o
     assert env["NVSHMEM_DISABLE_NVLS"] == "1"
     assert "--tensor-parallel-size" in (argv := build_launch(spec, "/m").argv)
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+
+
+def test_media_domain_allow_list_reaches_vllm_argv() -> None:
+    fleet = parse_fleet(
+        "models:\n - name: m\n   source: {path: /m}\n"
+        "   engine: {allowed_media_domains: [images.example.com, 10.0.0.7]}\n"
+        " - name: n\n   source: {path: /n}\n"
+    )
+    m, n = (build_launch(s, "/w").argv for s in plan_replicas(fleet.models, fleet.defaults, 2))
+    flag = m.index("--allowed-media-domains")
+    assert m[flag + 1 : flag + 3] == ["images.example.com", "10.0.0.7"]
+    assert "--allowed-media-domains" not in n  # none named: the supervisor leaves vLLM's default
+
+
+@pytest.mark.parametrize(
+    "domain", ["https://images.example.com", "example.com/path", "", "-x.org", "Images.example.com"]
+)
+def test_media_domain_must_be_a_bare_host(domain: str) -> None:
+    with pytest.raises(FleetError, match="allowed_media_domains"):
+        parse_fleet(
+            "models:\n - name: m\n   source: {path: /m}\n"
+            f"   engine: {{allowed_media_domains: ['{domain}']}}\n"
+        )

@@ -80,6 +80,8 @@ def engine_args(model: Model) -> list[str]:
         args.append("--enable-lora")
     if e.lora_modules:
         args += ["--lora-modules", *(f"{k}={v}" for k, v in e.lora_modules.items())]
+    if e.allowed_media_domains:
+        args += ["--allowed-media-domains", *e.allowed_media_domains]
     return args
 
 
