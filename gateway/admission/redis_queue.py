@@ -35,7 +35,10 @@ from gateway.periodic import Background
 log = logging.getLogger("llmgw.admission")
 T = TypeVar("T")
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
-PRESENCE_BEATS = 2  # a gateway's presence stamp for a model holds two beats
+# A gateway's presence stamp for a model holds four beats (4 s at the default 1 s beat): a gateway whose
+# event loop stalls for up to ~3 s keeps its leases (at two beats, a loaded 2-core machine saw a slow
+# gateway's leases dropped and the model run at 12 of 4 slots); a killed one's are reclaimed after ~4 s.
+PRESENCE_BEATS = 4
 
 
 async def guarded(aw: Awaitable[T]) -> T:

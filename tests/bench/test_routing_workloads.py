@@ -241,7 +241,9 @@ def test_policy_fleets_are_valid() -> None:
     session = parse_fleet(json.dumps(policy_fleet(base, "session", "http://127.0.0.1:18200")))
     assert session.models[0].policy == "session" and session.models[0].managed
     ideal = parse_fleet(json.dumps(policy_fleet(base, IDEAL, "http://127.0.0.1:18200")))
-    assert not ideal.models[0].managed and ideal.models[0].endpoints == ["http://127.0.0.1:18200"]
+    assert not ideal.models[0].managed and [e.url for e in ideal.models[0].endpoints] == [
+        "http://127.0.0.1:18200"
+    ]
     assert base["models"][0]["replicas"] == 2, "the base fleet is not modified"
     parse_fleet((REPO / "bench/fleet-routing.yaml").read_text())
 

@@ -26,7 +26,10 @@ def stack_argv(tmp: Path, fleet: Path, ports: dict[str, int]) -> list[str]:
 def setup(tmp: Path, *engine_args: str) -> tuple[Proc, Path, dict[str, int]]:
     engine = start_fake_engine(tmp, "--model", "ext-model", *engine_args)
     fleet = tmp / "fleet.yaml"
-    fleet.write_text(f"models:\n - name: ext-model\n   aliases: [ext]\n   endpoints: ['{engine.url}']\n")
+    fleet.write_text(
+        "models:\n - name: ext-model\n   aliases: [ext]\n"
+        f"   endpoints: [{{url: '{engine.url}', auth: none}}]\n"
+    )
     ports = {
         k: free_port() for k in ("port", "gateway-port", "redis-port", "keys-redis-port", "supervisor-port")
     }

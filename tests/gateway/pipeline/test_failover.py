@@ -21,7 +21,17 @@ from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.poll import until
 from testing.procs import Proc, free_port, start_fake_engine
 
-FLEET = fleet_yaml([{"name": "m", "source": {"path": "/x"}, "policy": "round_robin"}])
+# a tool-call parser: the hop-by-hop test sends tools, which the gateway refuses to a model without one
+FLEET = fleet_yaml(
+    [
+        {
+            "name": "m",
+            "source": {"path": "/x"},
+            "policy": "round_robin",
+            "engine": {"tool_call_parser": "hermes"},
+        }
+    ]
+)
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}
 
 
