@@ -489,6 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--awake-mib", type=int, default=10240)
     p.add_argument("--asleep-mib", type=int, default=1024)
     p.add_argument("--sleep-calls-file", default="", help="append every sleep-mode call here")
+    p.add_argument("--tool-strict-level", default="", help="vLLM's flag (the default fleet sets it): ignored")
     p.add_argument("--max-model-len", type=int, default=2048, help="what /v1/models says of the context")
     a = p.parse_args(argv)
     sleep = SleepConfig(
