@@ -108,7 +108,9 @@ async def test_frozen_replica_non_streamed_answer_is_byte_identical(
     request = {**body, **SAMPLING, "stream": False}
     replica = f"http://127.0.0.1:{stack.fleet.defaults.base_port + 1}/v1/{path}"
     async with httpx.AsyncClient(timeout=httpx.Timeout(120.0)) as client:
-        reference = (await client.post(replica, json=request)).json()  # vLLM's own non-streamed answer
+        key = stack.config.vllm_api_key  # the replicas take the workers' key (the shared e2e stack sets one)
+        auth = {"authorization": f"Bearer {key}"} if key else {}
+        reference = (await client.post(replica, json=request, headers=auth)).json()  # vLLM's own answer
         answer = json.loads(
             await frozen_while_generating(client, stack, f"{stack.config.nginx_url}/v1/{path}", request)
         )
