@@ -192,7 +192,7 @@ def orphan_group() -> tuple[int, int]:
     """A process group whose leader exited, leaving its child (vLLM's engine core) running; returns
     (leader pid, child pid). The leader is not our child, as for an adopted replica."""
     leader_code = (
-        "import os,time\nif os.fork()==0:\n  time.sleep(300)\nelse:\n  print(os.getpid(),flush=True)\n"
+        "import os,signal\nif os.fork()==0:\n  signal.pause()\nelse:\n  print(os.getpid(),flush=True)\n"
     )
     spawn = (
         "import subprocess,sys\n"
