@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bench.routing_sim import CHUNK, MAX_CHUNKS, MODEL, Loads, Req, hit_rate, views
+from bench.routing_sim import CHUNK, MAX_CHUNKS, MODEL, Req, hit_rate
 from bench.routing_workloads import chat_messages, conversations, templates
 from gateway.routing.prefix.chain import request_chain
 from gateway.routing.prefix.index import PickInput, PrefixIndex, ReplicaView, bound_ratio, capacity_keys
@@ -81,13 +81,51 @@ class Rule:
         return PickInput(req.chain, reps, bound_ratio(self.inflight), req.session, share, self.window)
 
 
-def replay(reqs: Sequence[Req], hold: int, rule: Rule) -> tuple[float, list[float], Counter[str]]:
-    """Hit rate as a share of the single replica's, each replica's share, the pick outcomes."""
-    loads, index, placed, outcomes = Loads(IDS, hold), PrefixIndex(), [], Counter[str]()
+class GatewayLoads:
+    """Simulated in-flight load as ``gateways`` gateways see it: a request holds its replica for the next
+    ``hold`` arrivals; each gateway knows its own in-flight counts exactly and the others' as they
+    published them, every ``refresh`` arrivals (the gateways' 0.1 s in-flight share)."""
+
+    def __init__(self, ids: Sequence[str], hold: int, gateways: int = 1, refresh: int = 1) -> None:
+        self.own = [dict.fromkeys(ids, 0) for _ in range(gateways)]
+        self.published = [dict.fromkeys(ids, 0) for _ in range(gateways)]
+        self.window: list[tuple[int, str]] = []
+        self.hold, self.refresh, self.arrivals = hold, refresh, 0
+
+    def view(self, gateway: int) -> dict[str, int]:
+        """Gateway ``gateway``'s load per replica: its own, plus the others' last published counts."""
+        others = [p for g, p in enumerate(self.published) if g != gateway]
+        return {r: n + sum(p[r] for p in others) for r, n in self.own[gateway].items()}
+
+    def place(self, gateway: int, rid: str) -> None:
+        self.own[gateway][rid] += 1
+        self.window.append((gateway, rid))
+        if len(self.window) > self.hold:
+            g, r = self.window.pop(0)
+            self.own[g][r] -= 1
+        self.arrivals += 1
+        if self.arrivals % self.refresh == 0:
+            self.published = [dict(own) for own in self.own]
+
+
+def replay(
+    reqs: Sequence[Req], hold: int, rule: Rule, gateways: int = 1, refresh: int = 1
+) -> tuple[float, list[float], Counter[str]]:
+    """Hit rate as a share of the single replica's, each replica's share, the pick outcomes; the
+    requests reach the ``gateways`` in turn (nginx's round robin), each deciding from its own view of
+    the loads (:class:`GatewayLoads`) and the one shared index."""
+    loads, index, placed, outcomes = (
+        GatewayLoads(IDS, hold, gateways, refresh),
+        PrefixIndex(),
+        [],
+        Counter[str](),
+    )
     cap = capacity_keys(65536, CHUNK)
-    for r in reqs:
-        d = index.pick(rule.input(r, views(IDS, loads, cap)))
-        loads.place(d.replica)
+    for n, r in enumerate(reqs):
+        g = n % gateways
+        view = loads.view(g)
+        d = index.pick(rule.input(r, tuple(ReplicaView(i, "i0", view[i], cap) for i in IDS)))
+        loads.place(g, d.replica)
         placed.append(d.replica)
         outcomes[d.outcome] += 1
     ideal = hit_rate(reqs, [IDS[0]] * len(reqs))

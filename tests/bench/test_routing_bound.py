@@ -33,3 +33,16 @@ def test_one_hot_system_prompt_is_spread_by_the_share_bound_only() -> None:
     hit, shares, outcomes = replay(reqs, 4, DEFAULT)
     assert all(abs(s - 0.5) <= 0.075 for s in shares)
     assert hit >= 0.98 and outcomes["moved"] >= 1
+
+
+@pytest.mark.parametrize("gateways", [1, 2, 4])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_eight_documents_split_evenly_through_several_gateways(gateways: int, seed: int) -> None:
+    """The 4-gateway run's 62/38 (8 documents × 12 questions): the cold placements of the 8 documents
+    came out 5 + 3, within the share bound's 62.5 %, so nothing corrected them. Every gateway here
+    decides from its own view of the loads (the others' published every 4 arrivals), the index shared."""
+    reqs = template_requests(8, 12, seed)
+    for hold in (2, 4, 8):
+        hit, shares, _ = replay(reqs, hold, DEFAULT, gateways, refresh=4)
+        assert all(abs(s - 0.5) <= 0.075 for s in shares), (hold, shares)
+        assert hit >= 0.98, (hold, hit)

@@ -44,6 +44,22 @@ def test_cold_prefix_goes_to_the_least_loaded_and_is_recorded() -> None:
     assert idx.lru["b"] == {"k1": 1, "k2": 1}
 
 
+def test_cold_prefix_goes_to_the_replica_holding_fewer_keys_whatever_the_loads() -> None:
+    """Placement by keys held (shared, read with the pick), not by a gateway's own view of the loads:
+    8 documents arriving while the loads swing still split 4 + 4."""
+    idx = PrefixIndex()
+    for d in range(8):
+        loads = {"a": d % 3, "b": (d + 1) % 2}  # whatever one gateway happens to see
+        pick(idx, (f"doc{d}", f"doc{d}q"), loads)
+    assert len(idx.lru["a"]) == len(idx.lru["b"]) == 8
+    same = {"a": "i1", "b": "i1"}
+    idx = PrefixIndex(lru={"a": {"x": 1, "y": 2}, "b": {"z": 3}}, instances=dict(same))
+    assert pick(idx, ("new",), {"a": 1, "b": 2}) == Decision("b", "cold", 0)
+    # b over the in-flight bound: a, though it holds more
+    idx = PrefixIndex(lru={"a": {"x": 1, "y": 2}, "b": {}}, instances=dict(same))
+    assert pick(idx, ("new",), {"a": 0, "b": 9}) == Decision("a", "cold", 0)
+
+
 def test_longest_match_wins() -> None:
     idx = PrefixIndex()
     pick(idx, ("s1", "s2"), {"a": 0, "b": 5})  # a holds the shared system prompt
