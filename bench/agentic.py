@@ -34,22 +34,15 @@ import random
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
-import redis.asyncio as aioredis
-import yaml
 
-from bench.routing import Counters, Sample, percentile, ratio, shares, stream_chat
-from bench.routing_sim import ready
+from bench.fake_fleet import FakeFleet, counters, fake_fleet
+from bench.routing import Sample, percentile, ratio, shares, stream_chat
 from bench.routing_workloads import document, question, sentence
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, publish
-from testing.poll import wait_until
-from testing.procs import Proc, free_port, free_port_run, http_ok, spawn, start_redis
-from tools.stack.stack import script
+from testing.procs import start_redis
 
 MODEL = "agent-model"
 POLICIES = ("round_robin", "least_inflight", "prefix_affinity")
@@ -150,51 +143,14 @@ async def replay(urls: list[str], trace: list[AgentSession], o: Options) -> list
     return [x for session in done for x in session]
 
 
-async def counters(urls: list[str]) -> list[Counters]:
-    async with httpx.AsyncClient(timeout=10) as http:
-        return [Counters.from_metrics((await http.get(f"{u}/metrics")).text) for u in urls]
-
-
 async def one_run(label: str, policy: str, replicas: int, gateways: int, redis_url: str,
                   trace: list[AgentSession], o: Options, tmp: Path) -> RunResult:  # fmt: skip
     """Fresh FAKE ENGINE replicas and gateways (a Redis key prefix of their own) serve the trace once."""
-    base, prefix = free_port_run(replicas), f"ag{uuid.uuid4().hex[:8]}"
-    engine = spawn(
-        [sys.executable, "-m", "testing.fake_engine", "--port", str(base), "--ports", str(replicas),
-         "--model", MODEL, "--tokens", str(o.max_tokens), "--delay-ms", "2",
-         "--prefix-cache-blocks", str(o.cache_blocks),
-         "--prefill-ms-per-block", str(o.prefill_ms_per_block)],
-        base, tmp / f"engine-{prefix}.log",
-    )  # fmt: skip
-    urls = [f"http://127.0.0.1:{base + i}" for i in range(replicas)]
-    procs: list[Proc] = []
-    r = aioredis.Redis.from_url(redis_url)
-    try:
-        wait_until(lambda: all(http_ok(f"{u}/health") for u in urls), 60, "fake engines")
-        for i, u in enumerate(urls):
-            rec = ReplicaRecord(id=f"{MODEL}-{i}", model=MODEL, url=u, concurrency=16, instance="i0")
-            await publish(r, RedisKeys(prefix), rec, ttl_s=3600)
-        fleet = tmp / f"fleet-{prefix}.yaml"
-        model = {"name": MODEL, "source": {"path": "/nonexistent"}, "policy": policy, "concurrency": 16,
-                 "max_queue": 4096, "max_queue_wait_s": 120}  # fmt: skip
-        fleet.write_text(yaml.safe_dump({"models": [model]}))
-        for g in range(gateways):
-            port = free_port()
-            env = {"LLMGW_FLEET_FILE": str(fleet), "LLMGW_REDIS_URL": redis_url, "LLMGW_REDIS_PREFIX": prefix,
-                   "LLMGW_GATEWAY_ID": f"{prefix}-gw{g}", "LLMGW_LOG_LEVEL": "WARNING"}  # fmt: skip
-            procs.append(
-                spawn([script("llmgw-gateway"), "--port", str(port)], port, tmp / f"gw-{prefix}-{g}.log", env)
-            )
-        for gw in procs:
-            wait_until(lambda gw=gw: ready(gw.url, replicas, MODEL), 60, f"gateway {gw.url}")  # type: ignore[misc]
-        before = await counters(urls)
-        samples = await replay([gw.url for gw in procs], trace, o)
-        deltas = [a - b for a, b in zip(await counters(urls), before, strict=True)]
-    finally:
-        await r.aclose()
-        for p in procs:
-            p.stop()
-        engine.stop()
+    fleet = FakeFleet(MODEL, policy, replicas, gateways, o.max_tokens, o.cache_blocks, o.prefill_ms_per_block)
+    async with fake_fleet(fleet, redis_url, tmp) as running:
+        before = await counters(running.engine_urls)
+        samples = await replay(running.gateway_urls, trace, o)
+        deltas = [a - b for a, b in zip(await counters(running.engine_urls), before, strict=True)]
     follow = [s.ttft_s for turn, s in samples if turn > 0 and s.ok]
     result = RunResult(
         label=label,

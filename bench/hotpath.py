@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import resource
 import statistics
 import sys
@@ -33,13 +34,17 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 
 from bench.loadgen import Result, Target, percentile, run
+from bench.routing_workloads import chat_messages, document, question
 from testing.poll import wait_until
 from testing.procs import REPO, Proc, free_port, http_ok, port_open, spawn
 from tools.stack.redis import redis_server_argv
 from tools.stack.render import nginx_conf
 
 PROXY_CORE, LOAD_CORE = "0", "1"
-SHAPES = {"non-stream": (False, 16), "stream": (True, 64)}
+SHAPES = {"non-stream": (False, 16), "stream": (True, 64), "followup-2k": (False, 16)}
+"""Per shape: streamed, tokens out. ``followup-2k`` is a later turn of a conversation of ~2,000 SmolLM2
+tokens (a document and four questions with their answers, then a fifth question): what the prefix
+index's chain costs on a long prompt (:func:`followup_messages`)."""
 TWO_REPLICAS = {"rr-2": "round_robin", "prefix-2": "prefix_affinity"}
 # vLLM Router (the Rust router of the vllm-router package), the peer every CPU figure is divided by:
 # round robin over one engine (beside nginx and the gateway), over two (beside rr-2), and its own
@@ -85,13 +90,20 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-def chat_body(stream: bool, tokens: int) -> bytes:
-    body = {
-        "model": "fake-model",
-        "messages": [{"role": "user", "content": "Hello there, benchmark."}],
-        "max_tokens": tokens,
-        "stream": stream,
-    }
+def followup_messages() -> list[dict[str, str]]:
+    """A conversation's fifth turn, ~2,000 SmolLM2 tokens in all (the routing benchmark's word list)."""
+    rng = random.Random("hotpath-followup")
+    history = [(question(rng), document(rng, 150)) for _ in range(4)]
+    return chat_messages(document(rng, 1150), history, question(rng))
+
+
+def chat_body(stream: bool, tokens: int, shape: str = "non-stream") -> bytes:
+    messages = (
+        followup_messages()
+        if shape == "followup-2k"
+        else [{"role": "user", "content": "Hello there, benchmark."}]
+    )
+    body = {"model": "fake-model", "messages": messages, "max_tokens": tokens, "stream": stream}
     return json.dumps(body).encode()
 
 
@@ -224,8 +236,10 @@ def row_of(name: str, shape: str, concurrency: int, runs: list[tuple[Result, flo
 
 def bench_target(name: str, proc: Proc | None, port: int, args: argparse.Namespace) -> list[Row]:
     rows = []
-    for shape, (stream, tokens) in SHAPES.items():
-        target = Target("127.0.0.1", port, "/v1/chat/completions", chat_body(stream, tokens), stream, tokens)
+    for shape in args.shapes:
+        stream, tokens = SHAPES[shape]
+        body = chat_body(stream, tokens, shape)
+        target = Target("127.0.0.1", port, "/v1/chat/completions", body, stream, tokens)
         for conc in args.concurrency:
             n = requests_for(stream, conc, args.scale)
             asyncio.run(run(target, min(conc, 32), min(n, 200), 30))  # warm-up
@@ -309,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32, 256])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
     p.add_argument("--scale", type=float, default=1.0, help="multiply request counts")
     p.add_argument(
         "--targets",

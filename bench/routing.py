@@ -70,6 +70,7 @@ from bench.routing_workloads import (
     chat_body,
     chat_messages,
     conversations,
+    perfect_split,
     templates,
 )
 from bench.vllm_serve import ServeBench, ServeResult, run_async
@@ -87,7 +88,8 @@ from workers.replica.launch import ReplicaSpec, plan_replicas
 POLICIES = tuple(REGISTERED_POLICIES)  # the one registry, in its order
 IDEAL = "single_replica"
 SERVE = "prefix_repetition"  # vllm bench serve's dataset of that name
-WORKLOADS = ("conversations", "templates", SERVE)
+PRESSURE = "pressure"  # bench/routing_pressure.py: overflows one replica's cache, fits both
+WORKLOADS = ("conversations", "templates", SERVE, PRESSURE)
 HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
 SUCCESS, PROMPT = "vllm:request_success_total", "vllm:prompt_tokens_total"
 START = time.monotonic()
@@ -503,6 +505,9 @@ class Options:
     serve_prefix_len: int = 512
     serve_suffix_len: int = 64
     serve_random: int = 0  # if > 0: once, vllm bench serve's random dataset with this many prompts
+    pressure_docs: int = 32
+    pressure_questions: int = 6
+    pressure_words: int = 1150  # ~1,300 SmolLM2 tokens a document
     rendezvous: bool = False
     ideal: bool = True
     workloads: tuple[str, ...] = WORKLOADS
@@ -533,6 +538,11 @@ class Options:
 
     def templates(self) -> list[TemplateRequest]:
         return templates(self.seed, self.docs, self.questions, self.doc_words)
+
+    def pressure(self, perfect: bool) -> list[TemplateRequest]:
+        """The pressure workload; for the ideal row its perfect split (half the documents, one replica)."""
+        reqs = templates(self.seed, self.pressure_docs, self.pressure_questions, self.pressure_words)
+        return perfect_split(reqs, self.pressure_docs) if perfect else reqs
 
     def serve_bench(self, base_url: str, result_file: Path) -> ServeBench:
         """The ``vllm bench serve`` run of the prefix_repetition workload, open-loop Poisson arrivals."""
@@ -785,7 +795,10 @@ class Bench:
         o = self.opts
         await self.reset_caches()
         before = await self.counters()
-        total = o.users * o.turns if workload == "conversations" else o.docs * o.questions
+        pressure = o.pressure(policy == IDEAL) if workload == PRESSURE else []
+        total = {"conversations": o.users * o.turns, PRESSURE: len(pressure)}.get(
+            workload, o.docs * o.questions
+        )
         client = Client(
             self.http,
             self.gateway_urls,
@@ -800,6 +813,8 @@ class Bench:
         else:
             if workload == "conversations":
                 await run_conversations(client, o.conversations())
+            elif workload == PRESSURE:
+                await run_templates(client, pressure, o.concurrency)
             else:
                 await run_templates(client, o.templates(), o.concurrency)
             wall = time.monotonic() - started
@@ -972,6 +987,12 @@ def setup(opts: Options) -> dict[str, Any]:
             "suffix_len": opts.serve_suffix_len,
             "output_len": opts.max_tokens,
         },
+        PRESSURE: {
+            "docs": opts.pressure_docs,
+            "questions_per_doc": opts.pressure_questions,
+            "doc_words": opts.pressure_words,
+            "ideal": "perfect split: replica 0 alone serving the requests of half the documents",
+        },
         "doc_words": opts.doc_words,
         "max_tokens": opts.max_tokens,
         "seed": opts.seed,
@@ -1062,6 +1083,9 @@ def parse_args(argv: list[str] | None) -> Options:
     p.add_argument(
         "--serve-random", type=int, default=d.serve_random, help="once, N prompts of vllm's random dataset"
     )
+    p.add_argument("--pressure-docs", type=int, default=d.pressure_docs, help="pressure: documents")
+    p.add_argument("--pressure-questions", type=int, default=d.pressure_questions, help="pressure: per doc")
+    p.add_argument("--pressure-words", type=int, default=d.pressure_words, help="pressure: words per doc")
     p.add_argument("--plot", type=Path, default=d.plot, help="the picture (PNG)")
     p.add_argument("--no-plot", action="store_true", help="draw no picture")
     p.add_argument("--plot-only", type=Path, default=None, help="redraw the picture from a results file")
@@ -1097,6 +1121,9 @@ def parse_args(argv: list[str] | None) -> Options:
         serve_prefix_len=a.serve_prefix_len,
         serve_suffix_len=a.serve_suffix_len,
         serve_random=a.serve_random,
+        pressure_docs=a.pressure_docs,
+        pressure_questions=a.pressure_questions,
+        pressure_words=a.pressure_words,
         plot=None if a.no_plot else a.plot,
         plot_only=a.plot_only,
     )

@@ -174,6 +174,12 @@ def templates(seed: int, docs: int, questions: int, doc_words: int = DOC_WORDS) 
     return out
 
 
+def perfect_split(requests: list[TemplateRequest], docs: int) -> list[TemplateRequest]:
+    """The requests of the first half of ``docs`` documents: what each replica of a perfect split of the
+    documents over two replicas serves (the pressure workload's reference)."""
+    return [r for r in requests if r.doc < docs // 2]
+
+
 def chat_messages(system: str, history: list[tuple[str, str]], question: str) -> list[dict[str, str]]:
     """The system document, the earlier (question, answer) pairs, then the new question."""
     messages = [{"role": "system", "content": system}]

@@ -41,6 +41,7 @@ from bench.routing_workloads import (
     chat_body,
     chat_messages,
     conversations,
+    perfect_split,
     templates,
 )
 from contract.fleet import parse_fleet
@@ -375,3 +376,10 @@ def test_the_picture_is_drawn_from_a_results_file(tmp_path: Path) -> None:
     doc = json.loads(json.dumps(jsonable({"results": [dataclasses.asdict(r) for r in rows]})))
     out = draw(doc, tmp_path / "routing.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_perfect_split_is_the_first_half_of_the_documents() -> None:
+    reqs = templates(3, 8, 5)
+    half = perfect_split(reqs, 8)
+    assert len(half) == 20 and {r.doc for r in half} == {0, 1, 2, 3}
+    assert [r for r in reqs if r.doc < 4] == half  # in the workload's order
