@@ -239,8 +239,9 @@ bench: install
 	$(BIN)/python -m bench.hotpath $(BENCH_ARGS)
 
 # Every routing policy on two real SmolLM2 CPU replicas behind 2 and 4 gateways behind nginx: conversations,
-# templates and `vllm bench serve` prefix_repetition (Poisson arrivals); the table, shares, hot-spot factor,
-# bench/results/routing.json and the picture bench/results/routing.png. About 30-40 minutes.
+# templates, `vllm bench serve` prefix_repetition (Poisson arrivals) and pressure (32 documents of ~1,300
+# tokens: overflows one replica's cache, fits both; against the perfect split); the table, shares, hot-spot
+# factor, bench/results/routing.json and the picture bench/results/routing.png. About 45-60 minutes.
 bench-routing: install
 	$(BIN)/python -m bench.routing $(BENCH_ARGS)
 

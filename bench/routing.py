@@ -13,6 +13,10 @@ prefix index (the default); ``--rendezvous`` adds a ``prefix_affinity rendezvous
 (``LLMGW_PREFIX_INDEX=false``: the stateless rendezvous ranking, the index's degraded mode).
 ``--simulate`` runs :mod:`bench.routing_sim` instead (no vLLM: the FAKE ENGINE, 32 replicas, 8 gateways).
 
+A fourth workload, ``pressure`` (:mod:`bench.routing_pressure`): 32 documents of ~1,300 tokens × 6
+questions, a working set that overflows one replica's 1 GiB KV cache (~23k tokens) but fits both; its
+ideal row is the *perfect split*, replica 0 alone serving the requests of half the documents.
+
 A third workload, ``prefix_repetition``, is vLLM's own serving benchmark (``vllm bench serve``, in-process
 through :mod:`bench.vllm_serve`) with its ``prefix_repetition`` dataset (``--serve-prefixes`` random
 prefixes of ``--serve-prefix-len`` tokens, each shared by its prompts' random suffixes) sent through nginx
@@ -96,6 +100,7 @@ START = time.monotonic()
 
 # Targets (issue item 6).
 TARGET_IDEAL_FRACTION = 0.98
+TARGET_PRESSURE_FRACTION = 0.95  # of the perfect split, under cache pressure
 TARGET_SHARE, TARGET_SHARE_TOLERANCE = 0.5, 0.075
 PREFIX_CHARS: int = GatewaySettings.model_fields["prefix_chars"].default
 DEFAULT_EPSILON: float = GatewaySettings.model_fields["prefix_epsilon"].default
@@ -259,7 +264,8 @@ def best_ttft_p90(results: Sequence[Result], workload: str, gateways: int) -> Re
 def targets(results: Sequence[Result], policy: str = AFFINITY, gateways: int = 2) -> list[tuple[str, bool]]:
     """The issue's targets for ``policy`` with that many gateways, per workload: (description, met).
 
-    Hit rate ≥ 98 % of the single replica's and every share within 50 % ± 7.5 %, with any gateway count;
+    Hit rate ≥ 98 % of the single replica's (pressure: ≥ 95 % of the perfect split's) and every share
+    within 50 % ± 7.5 %, with any gateway count;
     TTFT p90 at or below the best of round robin and least in-flight with 2 gateways only (with more
     gateways on two cores TTFT measures CPU contention more than routing: reported, no target)."""
     out: list[tuple[str, bool]] = []
@@ -269,12 +275,8 @@ def targets(results: Sequence[Result], policy: str = AFFINITY, gateways: int = 2
         if r is None:
             continue
         lo, hi = TARGET_SHARE - TARGET_SHARE_TOLERANCE, TARGET_SHARE + TARGET_SHARE_TOLERANCE
-        out.append(
-            (
-                f"{workload}: hit rate {pct(r.vs_ideal)} of ideal >= {TARGET_IDEAL_FRACTION:.0%}",
-                r.vs_ideal >= TARGET_IDEAL_FRACTION,
-            )
-        )
+        want = TARGET_PRESSURE_FRACTION if workload == PRESSURE else TARGET_IDEAL_FRACTION
+        out.append((f"{workload}: hit rate {pct(r.vs_ideal)} of ideal >= {want:.0%}", r.vs_ideal >= want))
         out.append(
             (
                 f"{workload}: shares {shares_text(r.shares)} within {lo:.1%}..{hi:.1%}",

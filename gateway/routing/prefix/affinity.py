@@ -5,7 +5,8 @@ the request's prefix chain, session key and candidates' loads to Redis, where on
 index, decides (:func:`gateway.routing.prefix.index.decide`: the session's replica, else the holder of
 the longest cached prefix, each within two bounds of the form below: ε on the replica's share of the
 model's last :func:`~gateway.routing.prefix.index.share_window` picks, ``options.inflight_epsilon`` on its
-in-flight load; else the least loaded, and the placement follows) and records, so every gateway decides
+in-flight load; else the replica holding the fewest keys, then the least loaded, and the placement
+follows) and records, so every gateway decides
 alike from the same state. Without the index, or while Redis is unreachable (degraded, counted in
 ``llmgw_prefix_index_picks{outcome="degraded"}``), the pick is the stateless rendezvous ranking described
 next, today's rule.
