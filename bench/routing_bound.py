@@ -4,6 +4,8 @@
 user's session) and templates, in the benchmark's order, through the reference
 :class:`gateway.routing.prefix.index.PrefixIndex` (the same decision as the Lua script) on two replicas,
 with :mod:`bench.routing_sim`'s load model (a request holds its replica for the next ``hold`` arrivals),
+through one or several gateways (``--gateways``: requests to each in turn, each deciding from its own
+view of the loads, the others' counts as published every ``--refresh`` arrivals, the index shared),
 for several in-flight depths and bounds (in flight only, as before, and the share bound of today's
 default). It prints, per row, the simulated prefix hit rate (matched
 chunks over all chunks, unbounded caches) as a share of one replica serving everything, the shares, and
@@ -150,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docs", type=int, default=4)
     p.add_argument("--questions", type=int, default=40)
     p.add_argument("--seeds", type=int, default=3, help="each row: the worst of this many seeds")
+    p.add_argument("--gateways", type=int, default=1, help="gateways, each with its own view of the loads")
+    p.add_argument("--refresh", type=int, default=4, help="arrivals between the gateways' load shares")
     a = p.parse_args(argv)
     workloads: dict[str, Callable[[int], list[Req]]] = {
         f"conversations {a.users}x{a.turns}": lambda s: conversation_requests(a.users, a.turns, s),
@@ -159,12 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(
         f"worst of seeds 1..{a.seeds} and in-flight depths 2, 4, 8 "
-        "(a request holds its replica for so many arrivals)"
+        f"(a request holds its replica for so many arrivals), {a.gateways} gateway(s)"
     )
     for name, make in workloads.items():
         reqs = [make(seed) for seed in range(1, a.seeds + 1)]
         for rule in RULES:
-            runs = [replay(r, hold, rule) for r in reqs for hold in (2, 4, 8)]
+            runs = [replay(r, hold, rule, a.gateways, a.refresh) for r in reqs for hold in (2, 4, 8)]
             worst_hit = min(h for h, _, _ in runs)
             worst_dev = max(abs(s[0] - 0.5) for _, s, _ in runs)
             moved = sum(o["moved"] for _, _, o in runs) / len(runs)
