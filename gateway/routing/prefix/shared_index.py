@@ -40,8 +40,9 @@ template and tokenizer on every request (docs/decisions/0005-no-exact-prefix-key
 
 
 def script(name: str) -> str:
-    lua = resources.files("gateway.routing") / "lua"
-    return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    common = resources.files("contract") / "lua" / "prefix_common.lua"
+    own = resources.files("gateway.routing") / "lua" / f"{name}.lua"
+    return common.read_text() + "\n" + own.read_text()
 
 
 def session_digest(session: str) -> str:
@@ -56,11 +57,12 @@ def pick_call(
     session_key = keys.prefix_session(model, session_digest(inp.session or ""))
     names = [keys.prefix_holders(model), keys.prefix_instances(model), keys.prefix_clock(model), session_key]
     names += [keys.prefix_recent(model), *(keys.prefix_lru(model, r.id) for r in inp.replicas)]
+    names += [keys.prefix_kv(model, r.id) for r in inp.replicas]
     (p, q), (sp, sq) = inp.ratio, inp.share_ratio
     args = [str(len(inp.replicas)), str(p), str(q), "1" if inp.session else "0", str(session_ttl_ms)]
     args += [str(sp), str(sq), str(inp.window)]
     for r in inp.replicas:
-        args += [r.id, r.instance, str(r.load), str(r.capacity)]
+        args += [r.id, r.instance, str(r.load), str(r.capacity), "1" if r.exact else "0"]
     return names, [*args, *inp.chain]
 
 
@@ -116,7 +118,8 @@ class SharedIndex:
         """Drop the entries of the model's replicas that left the registry; [] when Redis fails."""
         names = [self.keys.prefix_holders(model), self.keys.prefix_instances(model)]
         try:
-            gone = await self._forget(keys=names, args=[self.keys.prefix_lru(model, ""), *present])
+            prefixes = [self.keys.prefix_lru(model, ""), self.keys.prefix_kv(model, "")]
+            gone = await self._forget(keys=names, args=[*prefixes, *present])
         except REDIS_DOWN as exc:
             self.lost(exc)
             return []
