@@ -65,6 +65,9 @@ def as_int(h: int | bytes) -> int:
     return h if isinstance(h, int) else int.from_bytes(h, "big") & MASK64
 
 
+ANY = -2
+
+
 class Order(StrEnum):
     """What a batch's sequence number means for the mirror."""
 
@@ -128,9 +131,11 @@ class BlockMirror:
     held: dict[str, int] = field(default_factory=dict)
     """key -> how many blocks give it (a key is held while one does)."""
     last_seq: int = -1
+    """The last batch applied; -1: none yet (the next is 0); :data:`ANY`: whichever comes next (after a
+    loss that no replay could fill)."""
 
     def order(self, seq: int) -> Order:
-        if seq == self.last_seq + 1:
+        if seq == self.last_seq + 1 or (self.last_seq == ANY and seq >= 0):
             return Order.NEXT
         if seq == 0 and self.last_seq >= 0:
             return Order.RESTART

@@ -32,11 +32,10 @@ from gateway.routing.prefix.index import Decision, PickInput
 log = logging.getLogger("llmgw.prefix_index")
 
 SHARED, DEGRADED = "shared", "degraded"
-APPROXIMATE = "approximate"
-"""The key mode: the index's keys are chained hashes of the prompt text (:mod:`gateway.routing.prefix.chain`),
-placed when a request is routed and aged by an LRU bound. The exact mode (vLLM's own block hashes from its
-KV-cache events) was measured and not built: computing those keys costs the gateway the model's chat
-template and tokenizer on every request (docs/decisions/0005-no-exact-prefix-keys.md)."""
+"""The key modes, per replica (``kv_index`` in its :class:`contract.registry.ReplicaRecord`):
+``approximate``, the index's keys for a replica are the gateways' placements, aged by an LRU sized from an
+estimate of bytes per token; ``exact``, its managing agent also writes what its engine holds, from vLLM's
+KV events (:mod:`contract.kv_feed`), and the placements only bridge the time until the engine stores them."""
 
 
 def script(name: str) -> str:
@@ -91,10 +90,8 @@ class SharedIndex:
         self._forget = redis.register_script(script("forget"))
         self.retry_at = 0.0
         self.mode = SHARED
-        self.keys_mode = APPROXIMATE
         if metrics is not None:
             metrics.prefix_index_shared.set(1)
-            metrics.prefix_index_keys.labels(APPROXIMATE).set(1)
 
     def count(self, model: str, outcome: str) -> None:
         """One pick of ``model`` with that outcome (``degraded`` for a pick without the index)."""
