@@ -81,7 +81,7 @@ def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
     """Ready when this gateway can serve, whatever its models' states: a model without a ready replica
     gets the clear 503 (or waits for its wake) from here, not a proxy error from a Service with no pod
     left. The models' states are in the body (and in ``llmgw_model_state``)."""
-    models = {
+    models: dict[str, dict[str, Any]] = {
         p.model: {
             "ready_replicas": p.ready_count,
             "replicas": len(p.endpoints),
