@@ -27,6 +27,8 @@ for i = 1, n do
   if stored[i] ~= inst[i] and not exact[i] then
     purge(KEYS[5 + i], KEYS[5 + n + i], ids[i])
     redis.call('HSET', KEYS[2], ids[i], inst[i])
+  elseif not stored[i] then
+    redis.call('HSET', KEYS[2], ids[i], inst[i])  -- first seen (exact): known, so that its departure is seen
   end
 end
 

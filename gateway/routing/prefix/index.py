@@ -230,6 +230,8 @@ class PrefixIndex:
             if self.instances.get(r.id) != r.instance and not r.exact:
                 self.purge(r.id)
                 self.instances[r.id] = r.instance
+            elif r.id not in self.instances:
+                self.instances[r.id] = r.instance  # first seen (exact): known, so that its departure is seen
 
     def record(self, chain: Sequence[str], replica: ReplicaView) -> None:
         """The chosen replica first among each key's holders; LRU touch, then eviction over capacity."""
