@@ -43,9 +43,9 @@ local function qualifies(i)
   return load[i] * q * n < p * (total + 1) and recent[i] * sq * n < sp * (shares + 1)
 end
 local tie = chain[1] or ''
-local held = {}  -- keys each candidate holds (its LRU's size), read only for a new placement
+local keys_held = {}  -- keys each candidate holds (its LRU and KV set), read only for a new placement
 local function before(i, j)  -- least loaded: keys held, load, recent share, the tie hash, then id
-  if held[i] ~= held[j] then return held[i] < held[j] end
+  if keys_held[i] ~= keys_held[j] then return keys_held[i] < keys_held[j] end
   if load[i] ~= load[j] then return load[i] < load[j] end
   if recent[i] ~= recent[j] then return recent[i] < recent[j] end
   local hi, hj = redis.sha1hex(tie .. '\0' .. ids[i]), redis.sha1hex(tie .. '\0' .. ids[j])
@@ -55,7 +55,9 @@ end
 local function least_loaded()
   local any, best = false, nil
   for i = 1, n do any = any or qualifies(i) end
-  for i = 1, n do held[i] = any and redis.call('ZCARD', KEYS[5 + i]) or 0 end
+  for i = 1, n do
+    keys_held[i] = any and redis.call('ZCARD', KEYS[5 + i]) + redis.call('SCARD', KEYS[5 + n + i]) or 0
+  end
   for i = 1, n do
     if (not any or qualifies(i)) and (best == nil or before(i, best)) then best = i end
   end

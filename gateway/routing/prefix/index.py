@@ -128,9 +128,10 @@ def least_loaded(
     recent: Mapping[str, int],
     held: Mapping[str, int] | None = None,
 ) -> ReplicaView:
-    """Where a new placement goes: the replica holding the fewest keys (``held``: the size of its LRU, the
-    index's view of its cache), then the least loaded, then the smaller recent share, then
-    :func:`tie_hash` (so idle replicas share cold prefixes instead of all landing on the first), then id.
+    """Where a new placement goes: the replica holding the fewest keys (``held``: its placements' LRU and,
+    in exact mode, the keys its engine reported: the index's view of its cache), then the least loaded,
+    then the smaller recent share, then :func:`tie_hash` (so idle replicas share cold prefixes instead of
+    all landing on the first), then id.
 
     Keys held come first because they are shared state, read in the same atomic step as the placement,
     so every gateway places alike and the placements split the prefixes evenly; in-flight load is each
@@ -297,7 +298,7 @@ class PrefixIndex:
         self.check_instances(inp.replicas)
         holders = [self.holders.get(key, []) for key in inp.chain]
         session_replica = self.sessions.get(inp.session) if inp.session else None
-        held = {r.id: len(self.lru.get(r.id, {})) for r in inp.replicas}
+        held = {r.id: len(self.lru.get(r.id, {})) + len(self.kv.get(r.id, ())) for r in inp.replicas}
         decision = decide(inp, holders, session_replica, self.recent[: inp.window], held)
         chosen = next(r for r in inp.replicas if r.id == decision.replica)
         self.record(inp.chain, chosen)
