@@ -115,12 +115,15 @@ class Run:
     epsilon: float | None = None
     gateways: int = 2
     index: bool = True
+    kv_index: str = "approximate"  # the fleet's kv_index: exact feeds the index from vLLM's KV events
 
     @property
     def label(self) -> str:
         label = self.policy
         if self.epsilon is not None and self.epsilon != DEFAULT_EPSILON:
             label += f" ε={self.epsilon:g}"
+        if self.kv_index != "approximate" and self.policy == AFFINITY:
+            label += f" {self.kv_index}"
         return label if self.index else label + " rendezvous"
 
     @property
@@ -507,6 +510,7 @@ class Options:
     serve_prefix_len: int = 512
     serve_suffix_len: int = 64
     serve_random: int = 0  # if > 0: once, vllm bench serve's random dataset with this many prompts
+    kv_index: str = "approximate"  # the model's kv_index in the workers' and gateways' fleet
     pressure_docs: int = 32
     pressure_questions: int = 6
     pressure_words: int = 1150  # ~1,300 SmolLM2 tokens a document
@@ -529,7 +533,7 @@ class Options:
         for g in self.gateways:
             for policy in self.policies:
                 if policy == AFFINITY:
-                    runs += [Run(policy, eps, g) for eps in self.epsilons]
+                    runs += [Run(policy, eps, g, kv_index=self.kv_index) for eps in self.epsilons]
                     runs += [Run(policy, None, g, index=False)] if self.rendezvous else []
                 else:
                     runs.append(Run(policy, gateways=g))
@@ -600,7 +604,7 @@ def policy_fleet(base: dict[str, Any], policy: str, replica0_url: str) -> dict[s
     data: dict[str, Any] = json.loads(json.dumps(base))
     model = data["models"][0]
     if policy == IDEAL:
-        for key in ("source", "replicas", "placement"):
+        for key in ("source", "replicas", "placement", "kv_index"):
             model.pop(key, None)
         model["endpoints"] = [{"url": replica0_url, "auth": "none"}]
         model["policy"] = "round_robin"
@@ -621,6 +625,7 @@ class Bench:
         self.opts, self.http = opts, http
         opts.run_dir.mkdir(parents=True, exist_ok=True)
         self.base_fleet = fleet_data(opts.fleet)
+        self.base_fleet["models"][0]["kv_index"] = opts.kv_index
         workers_fleet = opts.run_dir / "fleet-workers.yaml"
         workers_fleet.write_text(yaml.safe_dump(self.base_fleet))
         self.config = StackConfig(
@@ -999,6 +1004,7 @@ def setup(opts: Options) -> dict[str, Any]:
         "max_tokens": opts.max_tokens,
         "seed": opts.seed,
         "prefix_affinity_epsilons": list(opts.epsilons),
+        "kv_index": opts.kv_index,
     }
 
 
@@ -1085,6 +1091,9 @@ def parse_args(argv: list[str] | None) -> Options:
     p.add_argument(
         "--serve-random", type=int, default=d.serve_random, help="once, N prompts of vllm's random dataset"
     )
+    p.add_argument(
+        "--kv-index", choices=("approximate", "exact"), default=d.kv_index, help="the prefix index's mode"
+    )
     p.add_argument("--pressure-docs", type=int, default=d.pressure_docs, help="pressure: documents")
     p.add_argument("--pressure-questions", type=int, default=d.pressure_questions, help="pressure: per doc")
     p.add_argument("--pressure-words", type=int, default=d.pressure_words, help="pressure: words per doc")
@@ -1123,6 +1132,7 @@ def parse_args(argv: list[str] | None) -> Options:
         serve_prefix_len=a.serve_prefix_len,
         serve_suffix_len=a.serve_suffix_len,
         serve_random=a.serve_random,
+        kv_index=a.kv_index,
         pressure_docs=a.pressure_docs,
         pressure_questions=a.pressure_questions,
         pressure_words=a.pressure_words,
