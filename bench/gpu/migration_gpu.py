@@ -109,24 +109,20 @@ def take(frame: dict[str, Any], out: Capture) -> None:
 
 
 async def stream(client: httpx.AsyncClient, url: str, req: dict[str, Any], rid: str, out: Capture) -> None:
+    """One chat stream through the gateway, read line by line (each ``data:`` line is one event)."""
     out.sent = time.perf_counter()
+    headers = {"x-request-id": rid}
     try:
-        async with client.stream(
-            "POST", f"{url}/v1/chat/completions", json=req, headers={"x-request-id": rid}
-        ) as r:
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=req, headers=headers) as r:
             if r.status_code != 200:
                 out.error = f"status {r.status_code}: {(await r.aread())[:200]!r}"
                 return
-            buf = ""
-            async for part in r.aiter_text():
-                buf += part
-                while "\n\n" in buf:
-                    event, buf = buf.split("\n\n", 1)
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
                     out.times.append(time.perf_counter())
-                    data = event.removeprefix("data: ")
-                    if data == "[DONE]":
+                    if line == "data: [DONE]":
                         return
-                    take(json.loads(data), out)
+                    take(json.loads(line[6:]), out)
         out.error = out.error or "no [DONE]"
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         out.error = f"{type(exc).__name__}: {exc}"
