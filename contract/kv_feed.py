@@ -35,6 +35,7 @@ from zmq.utils.monitor import parse_monitor_message
 from contract.chat_frames import Frames, jinja_render
 from contract.kv_events import ANY, BlockKeyer, BlockMirror, Delta, Order, decode_batch
 from contract.redis_keys import RedisKeys
+from contract.replica_metrics import SupervisorMetrics
 
 log = logging.getLogger("llmgw.kv_feed")
 
@@ -133,6 +134,7 @@ class FeedStats:
     batches: int = 0
     gaps: int = 0
     resets: int = 0
+    shown_resets: int = 0
     replays: int = 0
     held_keys: int = 0
     last_event: float = 0.0
@@ -291,6 +293,15 @@ class KvFeeds:
     def mode(self, replica: str) -> str:
         got = self.feeds.get(replica)
         return got[1].mode if got is not None else APPROXIMATE
+
+    def show(self, metrics: SupervisorMetrics) -> None:
+        """Each feed's mode, the blocks and keys its replica holds, and its new resets."""
+        for rid, (t, feed, _task) in self.feeds.items():
+            metrics.kv_exact.labels(t.model, rid).set(1 if feed.mode == EXACT else 0)
+            metrics.kv_blocks.labels(t.model, rid, "blocks").set(len(feed.mirror.blocks))
+            metrics.kv_blocks.labels(t.model, rid, "keys").set(len(feed.mirror.held))
+            metrics.kv_resets.labels(t.model, rid).inc(feed.stats.resets - feed.stats.shown_resets)
+            feed.stats.shown_resets = feed.stats.resets
 
     def keyer(self, t: FeedTarget) -> BlockKeyer | None:
         if t.model not in self.keyers:

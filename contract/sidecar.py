@@ -132,6 +132,7 @@ class Sidecar:
         while True:
             if self.feeds is not None:
                 self.feeds.sync(self.kv_targets())
+                self.feeds.show(self.metrics)
             await asyncio.gather(*(self.tick(w) for w in self.watched))
             await asyncio.sleep(self.options.timing.heartbeat_s)
 

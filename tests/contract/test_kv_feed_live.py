@@ -135,23 +135,24 @@ async def test_events_reach_the_index_and_losses_reset_it(engine: Engine, redis:
         print(f"\nfeed: {feed.stats.batches} batches, {len(before)} keys, mapping {ms:.1f} ms of CPU")
 
         # event-stream loss: the agent's feed starts again; one replay refills the index
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)
         t0 = time.perf_counter()
         feed = KvFeed("r0", "i1", engine.endpoints, keyer, writer)
         task = asyncio.create_task(feed.run())
+        await until(lambda: feed.mode == "exact", 10, "reconnected and replayed")
         await until(lambda: _equals(redis, before), 10, "the index right again after one replay")
+        assert feed.stats.resets >= 1 and feed.stats.replays >= 1
         took = time.perf_counter() - t0
         print(f"stream loss: right again after {took:.3f} s ({feed.stats.replays} replay)")
 
         # restart: a new start (new instance) resets the replica's entries; its new cache is learnt again
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop(task)
         engine.stop()
         engine.start()
         t0 = time.perf_counter()
         feed = KvFeed("r0", "i2", engine.endpoints, keyer, writer)
         task = asyncio.create_task(feed.run())
+        await until(lambda: feed.stats.resets >= 1, 10, "the new start's feed reset the replica")
         await until(lambda: _equals(redis, set()), 10, "a restarted replica's entries reset")
         reset_s = time.perf_counter() - t0
         await engine.ready(client)
@@ -159,8 +160,16 @@ async def test_events_reach_the_index_and_losses_reset_it(engine: Engine, redis:
         await until(lambda: _has(redis, expected(2)), 10, "the new cache learnt")
         assert not await held(redis, "r0") & (before - expected(2))
         print(f"restart: entries reset after {reset_s:.3f} s")
+    await stop(task)
+
+
+async def stop(task: asyncio.Task[None]) -> None:
     task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    try:
+        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 10)
+    except TimeoutError:
+        task.print_stack()
+        raise
 
 
 async def _has(r: aioredis.Redis, want: set[str]) -> bool:

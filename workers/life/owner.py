@@ -279,6 +279,7 @@ class Supervisor:
             feeds.sync([t for r in self._replicas if (t := kv_target(r)) is not None])
             for r in self._replicas:
                 r.kv_index = feeds.mode(r.spec.id)
+            feeds.show(self.metrics)
             await asyncio.sleep(every_s)
 
     async def drain(self) -> None:
