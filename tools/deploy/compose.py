@@ -38,6 +38,7 @@ from tools.deploy.common import (
     to_yaml,
 )
 from tools.deploy.nginx import CONTAINER_TLS_DIR, HTTP_PORT, HTTPS_PORT, START_NGINX, container_nginx_conf
+from tools.deploy.sentinel import render_sentinel_override
 from tools.stack.redis import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
 from tools.stack.render import prometheus_conf
 from workers.replica.launch import ReplicaSpec, plan_replicas
@@ -378,4 +379,7 @@ def render_compose(
         + container_nginx_conf(NGINX_TEMPLATE, gateways, trusted_proxies=o.trusted_proxies),
         f"{CONFIG_DIR}/prometheus.yml": note.format("prometheus/prometheus.yml.template") + prom,
         f"{CONFIG_DIR}/workers.json": worker_targets(plan(fleet, o)),
+        **render_sentinel_override(
+            o.redis_image, required("LLMGW_REDIS_PASSWORD"), o.gateways, bool(plan(fleet, o))
+        ),
     }
