@@ -198,9 +198,12 @@ fleet-scenarios: install
 # A Redis master killed (kill -9) under a steady admission load from two gateways, on Sentinel and on a
 # 6-node Cluster started on loopback (tools/stack/redis_topology.py), 60 s of load after the kill; prints
 # answered / clear errors / lost / ran twice / time back to the shared queue. `make test` runs it with 4 s.
+# The Redis master killed -9 under load: the admission test with 60 s after the kill, then the whole path
+# (nginx, two gateway processes, FAKE ENGINE replicas counting generations) per topology (bench/redis_failover.py).
 redis-failover: install
 	LLMGW_FAILOVER_SECONDS=60 $(BIN)/pytest -s -p no:cacheprovider \
 	  tests/gateway/admission/test_topology_failover.py $(PYTEST_ARGS)
+	$(BIN)/python -m bench.redis_failover --after-s 60
 
 # The same changes and kills on the embedded stack with REAL vLLM CPU replicas (SmolLM2 x2, MiniLM) under
 # mixed load through nginx (bench/fleet_scenarios.py; 15 minutes here). `make test` runs a short form

@@ -32,6 +32,7 @@ with token ids, deterministic so that a continuation equals an undisturbed run (
 ``error-after-N`` (vLLM's in-stream error frame) and ``garbage-after-N`` (a frame that is not JSON).
 With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
 ``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
+``--enable-log-requests`` (vLLM's flag): ``Received request <X-Request-Id>`` on stderr per generation.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +89,7 @@ class Config:
     prefill_ms_per_block: float = 0.0
     multibyte: bool = False
     max_model_len: int = 2048
+    log_requests: bool = False  # vLLM's --enable-log-requests: "Received request <id>" per generation
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -360,6 +363,8 @@ class FakeEngine(asyncio.Protocol):
             await asyncio.sleep(3600)
         if fault.startswith("slow-first-"):
             await asyncio.sleep(float(fault.removeprefix("slow-first-")) / 1000)
+        if self.cfg.log_requests:
+            print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
         if self.cfg.latency_ms:
             await asyncio.sleep(self.cfg.latency_ms / 1000)
         if self.cache is not None:
@@ -491,6 +496,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sleep-calls-file", default="", help="append every sleep-mode call here")
     p.add_argument("--tool-strict-level", default="", help="vLLM's flag (the default fleet sets it): ignored")
     p.add_argument("--max-model-len", type=int, default=2048, help="what /v1/models says of the context")
+    p.add_argument("--enable-log-requests", action="store_true", help="as vLLM's: log each generation's id")
     a = p.parse_args(argv)
     sleep = SleepConfig(
         a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
@@ -498,7 +504,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = Config(
         a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
         prefix_cache_blocks=a.prefix_cache_blocks, prefill_ms_per_block=a.prefill_ms_per_block,
-        multibyte=a.multibyte, max_model_len=a.max_model_len,
+        multibyte=a.multibyte, max_model_len=a.max_model_len, log_requests=a.enable_log_requests,
     )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))
