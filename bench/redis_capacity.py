@@ -43,7 +43,7 @@ class Sample:
 
     calls: float = 0  # every command the masters ran, those the scripts call included
     scripts: float = 0  # the top-level script calls among them (EVALSHA, EVAL, FCALL)
-    bytes_in: float = 0  # clients' traffic (replication apart: Redis 7 counts it on its own)
+    bytes_in: float = 0  # the masters' network traffic
     bytes_out: float = 0
     repl_out: float = 0  # the masters' replication stream
     replica_calls: float = 0
@@ -74,9 +74,9 @@ async def sample(ports: list[int]) -> Sample:
             continue
         out.calls += calls
         out.scripts += sum(int(info[k]["calls"]) for k in SCRIPT_COMMANDS if k in info)
-        out.bytes_in += int(info["total_net_input_bytes"])
+        out.bytes_in += int(info["total_net_input_bytes"])  # Redis 7.0's totals: the replication stream in
         out.bytes_out += int(info["total_net_output_bytes"])
-        out.repl_out += int(info.get("total_net_repl_output_bytes", 0))
+        out.repl_out += int(info.get("total_net_repl_output_bytes", 0))  # counted apart by later versions
         out.cpu_master_s += cpu
     return out
 
