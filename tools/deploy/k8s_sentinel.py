@@ -28,7 +28,7 @@ from tools.deploy.k8s import (
     sidecar_container,
     workload_name,
 )
-from tools.deploy.sentinel import SENTINEL_PORT, sentinel_conf, sentinel_url
+from tools.deploy.sentinel import SENTINEL_PORT, sentinel_conf, sentinel_script, sentinel_url
 from tools.stack.redis import EPHEMERAL_REDIS_ARGS
 
 Obj = dict[str, Any]
@@ -94,60 +94,45 @@ def service(name: str, labels: dict[str, str], port: int, headless: bool = False
     return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
+def workload(kind: str, name: str, labels: dict[str, str], container: Obj, **spec: Any) -> Obj:
+    body = {**spec, "selector": {"matchLabels": labels}, "template": pod(labels, container)}
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "labels": labels}, "spec": body}
+
+
 def replica(o: K8sOptions) -> list[Obj]:
     name = "redis-replica"
     container = redis_container("redis", data_args(name, "redis"), REDIS_PORT, o)
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": REPLICA_PODS},
-        "spec": {
-            "replicas": 1,
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": REPLICA_PODS},
-            "template": pod(REPLICA_PODS, container),
-        },
-    }
+    deployment = workload(
+        "Deployment", name, REPLICA_PODS, container, replicas=1, strategy={"type": "Recreate"}
+    )
     return [deployment, service(name, REPLICA_PODS, REDIS_PORT)]
 
 
 def sentinels(o: K8sOptions) -> list[Obj]:
-    conf = sentinel_conf(f"$(POD_NAME).{SENTINEL_NAME}", "redis", PASSWORD)
-    lines = " ".join(f"'{line}'" for line in conf)
-    script = (
-        f"printf '%s\\n' {lines} > /data/sentinel.conf && exec redis-server /data/sentinel.conf --sentinel"
-    )
+    script = sentinel_script(sentinel_conf(f"$(POD_NAME).{SENTINEL_NAME}", "redis", PASSWORD))
     container = redis_container("sentinel", [], SENTINEL_PORT, o)
-    container.update(command=["sh", "-c", script])
     del container["args"]
+    container.update(
+        command=["sh", "-c", script], ports=[{"name": "sentinel", "containerPort": SENTINEL_PORT}]
+    )
     container["env"] = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
-    container["env"] += [secret_env("REDIS_PASSWORD", "redis-password", o)]
-    container["env"] += [secret_env("REDISCLI_AUTH", "redis-password", o)]
-    container["ports"] = [{"name": "sentinel", "containerPort": SENTINEL_PORT}]
-    stateful = {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": SENTINEL_NAME, "labels": SENTINEL_PODS},
-        "spec": {
-            "replicas": 3,
-            "serviceName": SENTINEL_NAME,
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": SENTINEL_PODS},
-            "template": pod(SENTINEL_PODS, container),
-        },
-    }
+    container["env"] += [secret_env(n, "redis-password", o) for n in ("REDIS_PASSWORD", "REDISCLI_AUTH")]
+    stateful = workload(
+        "StatefulSet", SENTINEL_NAME, SENTINEL_PODS, container,
+        replicas=3, serviceName=SENTINEL_NAME, podManagementPolicy="Parallel",
+    )  # fmt: skip
     return [stateful, service(SENTINEL_NAME, SENTINEL_PODS, SENTINEL_PORT, headless=True)]
 
 
+def egress_to(pods: dict[str, str], port: int) -> Obj:
+    return {"to": [{"podSelector": {"matchLabels": pods}}], "ports": [{"protocol": "TCP", "port": port}]}
+
+
 def policies() -> list[Obj]:
+    """Additions to the base's policies (they add up): the data nodes and the Sentinels reach each other,
+    the state Redis' clients reach the replica and the Sentinels, the model pods may open both."""
     clients = [GATEWAY_PODS, MODEL_PODS, SUPERVISOR_PODS]
     data = [STATE_REDIS_PODS, REPLICA_PODS, SENTINEL_PODS]
-    out = [
-        ingress_policy("redis-ha", pods, clients + data, [REDIS_PORT])
-        for pods in (STATE_REDIS_PODS, REPLICA_PODS)
-    ]
-    out[1]["metadata"]["name"] = "redis-replica"
-    out.append(ingress_policy(SENTINEL_NAME, SENTINEL_PODS, [*clients, SENTINEL_PODS], [SENTINEL_PORT]))
     egress = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -155,19 +140,15 @@ def policies() -> list[Obj]:
         "spec": {
             "podSelector": {"matchLabels": MODEL_PODS},
             "policyTypes": ["Egress"],
-            "egress": [
-                {
-                    "to": [{"podSelector": {"matchLabels": REPLICA_PODS}}],
-                    "ports": [{"protocol": "TCP", "port": REDIS_PORT}],
-                },
-                {
-                    "to": [{"podSelector": {"matchLabels": SENTINEL_PODS}}],
-                    "ports": [{"protocol": "TCP", "port": SENTINEL_PORT}],
-                },
-            ],
+            "egress": [egress_to(REPLICA_PODS, REDIS_PORT), egress_to(SENTINEL_PODS, SENTINEL_PORT)],
         },
     }
-    return [*out, egress]
+    return [
+        ingress_policy("redis-ha", STATE_REDIS_PODS, clients + data, [REDIS_PORT]),
+        ingress_policy("redis-replica", REPLICA_PODS, clients + data, [REDIS_PORT]),
+        ingress_policy(SENTINEL_NAME, SENTINEL_PODS, [*clients, SENTINEL_PODS], [SENTINEL_PORT]),
+        egress,
+    ]
 
 
 def patches(fleet: Fleet, o: K8sOptions) -> list[Obj]:

@@ -62,13 +62,17 @@ def ping_check(port: int = 6379) -> Obj:
     return {"test": test, "interval": "5s", "timeout": "5s", "start_period": "10s", "retries": 3}
 
 
+def sentinel_script(conf: list[str]) -> str:
+    """A shell line that writes the configuration into the container and starts the Sentinel on it
+    (Sentinel rewrites its file, so it cannot be a read-only mount)."""
+    lines = " ".join(f"'{line}'" for line in conf)
+    return f"printf '%s\\n' {lines} > /data/sentinel.conf && exec redis-server /data/sentinel.conf --sentinel"
+
+
 def sentinel_service(name: str, image: str, password: str) -> Obj:
-    conf = " ".join(f"'{line}'" for line in sentinel_conf(name, "redis", password))
-    conf_file = "/data/sentinel.conf"  # Sentinel rewrites its file: one in the container, written at start
-    script = f"printf '%s\\n' {conf} > {conf_file} && exec redis-server {conf_file} --sentinel"
     return {
         "image": image,
-        "command": ["sh", "-c", script],
+        "command": ["sh", "-c", sentinel_script(sentinel_conf(name, "redis", password))],
         "environment": {"REDISCLI_AUTH": password},
         "healthcheck": ping_check(SENTINEL_PORT),
         "depends_on": {"redis": HEALTHY, "redis-replica": HEALTHY},
