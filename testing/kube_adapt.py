@@ -79,28 +79,26 @@ def containers(obj: Obj) -> list[Obj]:
     return [*pod.get("initContainers", []), *pod.get("containers", [])]
 
 
-def inline_secrets(obj: Obj, secrets: Mapping[str, Mapping[str, str]]) -> Obj:
-    """Each ``valueFrom.secretKeyRef`` env entry as the literal value from ``secrets[name][key]``."""
+def inline_env_refs(obj: Obj, ref_kind: str, value_of: Callable[[dict[str, str]], str]) -> Obj:
+    """Each ``valueFrom.<ref_kind>`` env entry as the literal ``value_of(reference)``."""
     out = copy.deepcopy(obj)
     for container in containers(out):
         for entry in container.get("env", []):
-            ref = entry.get("valueFrom", {}).get("secretKeyRef")
+            ref = entry.get("valueFrom", {}).get(ref_kind)
             if ref is not None:
                 entry.pop("valueFrom")
-                entry["value"] = secrets[ref["name"]][ref["key"]]
+                entry["value"] = value_of(ref)
     return out
+
+
+def inline_secrets(obj: Obj, secrets: Mapping[str, Mapping[str, str]]) -> Obj:
+    """Each ``valueFrom.secretKeyRef`` env entry as the literal value from ``secrets[name][key]``."""
+    return inline_env_refs(obj, "secretKeyRef", lambda ref: secrets[ref["name"]][ref["key"]])
 
 
 def inline_field_refs(obj: Obj, fields: Mapping[str, str]) -> Obj:
     """Each ``valueFrom.fieldRef`` env entry as ``fields[fieldPath]`` (e.g. ``status.podIP``)."""
-    out = copy.deepcopy(obj)
-    for container in containers(out):
-        for entry in container.get("env", []):
-            ref = entry.get("valueFrom", {}).get("fieldRef")
-            if ref is not None:
-                entry.pop("valueFrom")
-                entry["value"] = fields[ref["fieldPath"]]
-    return out
+    return inline_env_refs(obj, "fieldRef", lambda ref: fields[ref["fieldPath"]])
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:

@@ -26,7 +26,7 @@ import yaml
 
 from testing.podman import NO_PODMAN, PodmanNetwork, podman, podman_available, podman_env, require_image
 from testing.poll import wait_until
-from testing.procs import REPO, free_port, http_ok
+from testing.procs import REPO, admin_api_key, free_port, http_ok
 
 pytestmark = [
     pytest.mark.skipif(not podman_available(), reason=NO_PODMAN),
@@ -110,17 +110,6 @@ def make_project(tmp: Path, network: PodmanNetwork) -> Project:
     return Project(network.name, folder, env, files, *urls)
 
 
-def api_key(project: Project) -> str:
-    r = httpx.post(
-        f"{project.api_url}/admin/keys",
-        headers={"authorization": f"Bearer {project.admin_key}"},
-        json={"tenant": "compose-test", "rpm": 6000},
-        timeout=10,
-    )
-    assert r.status_code == 201, r.text
-    return str(r.json()["secret"])
-
-
 def answers(client: openai.OpenAI) -> bool:
     try:
         chat(client)
@@ -158,7 +147,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             lambda: http_ok(f"{project.api_url}/ready"), READY_DEADLINE_S, "a gateway ready through nginx"
         )
         client = openai.OpenAI(
-            base_url=f"{project.api_url}/v1", api_key=api_key(project), max_retries=0, timeout=120
+            base_url=f"{project.api_url}/v1",
+            api_key=admin_api_key(project.api_url, project.admin_key, "compose-test", 6000),
+            max_retries=0,
+            timeout=120,
         )
         wait_until(lambda: answers(client), READY_DEADLINE_S, "chat and embeddings answered through nginx")
         print(f"compose stack answering chat and embeddings {time.monotonic() - start:.0f} s after `up`")

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 import yaml
@@ -31,7 +30,7 @@ import yaml
 from testing import kube_adapt as ka
 from testing.podman import NO_PODMAN, PodmanNetwork, podman, podman_available, podman_env, require_image
 from testing.poll import wait_until
-from testing.procs import REPO, http_ok
+from testing.procs import REPO, admin_api_key, http_ok
 
 pytestmark = [
     pytest.mark.skipif(not podman_available(), reason=NO_PODMAN),
@@ -194,16 +193,8 @@ def test_every_probe_passes(cluster: Cluster) -> None:
 
 
 def test_embeddings_through_nginx(cluster: Cluster) -> None:
-    r = httpx.post(
-        f"{cluster.nginx_url}/admin/keys",
-        headers={"authorization": f"Bearer {cluster.admin_key}"},
-        json={"tenant": "kube-test", "rpm": 600},
-        timeout=10,
-    )
-    assert r.status_code == 201, r.text
-    client = openai.OpenAI(
-        base_url=f"{cluster.nginx_url}/v1", api_key=r.json()["secret"], max_retries=0, timeout=120
-    )
+    key = admin_api_key(cluster.nginx_url, cluster.admin_key, "kube-test", 600)
+    client = openai.OpenAI(base_url=f"{cluster.nginx_url}/v1", api_key=key, max_retries=0, timeout=120)
 
     def answered() -> bool:
         try:
