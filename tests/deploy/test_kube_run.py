@@ -57,7 +57,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "register": {"image": "localhost/llmgw-gateway:0.1.0"},
     "vllm": {
         "image": "localhost/llmgw-vllm-cpu:local",
-        "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
+        "env": {
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+            "VLLM_CPU_OMP_THREADS_BIND": "0",
+        },
     },
 }
 READY_DEADLINE_S = 1200.0
@@ -132,6 +136,7 @@ class Cluster:
     pods: list[Pod]
     nginx_url: str
     admin_key: str
+    started: float  # time.monotonic() at the first `podman kube play`
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +159,7 @@ def cluster() -> Iterator[Cluster]:
         wait_until(lambda: http_ok(f"{url}/nginx-health"), 180, "nginx answering")
         wait_until(lambda: http_ok(f"{url}/ready"), 300, "a gateway ready through nginx")
         print(f"kube pods: nginx and a gateway ready {time.monotonic() - start:.0f} s after the first play")
-        yield Cluster(pods, url, secret["admin-key"])
+        yield Cluster(pods, url, secret["admin-key"], start)
     finally:
         for pod in reversed(pods):
             podman("kube", "down", str(pod.yaml_file), check=False, timeout=300)
@@ -189,7 +194,7 @@ def test_every_probe_passes(cluster: Cluster) -> None:
     for pod in cluster.pods:
         for container, kind, argv in probes(pod):
             wait_until(passes(pod, container, argv), READY_DEADLINE_S, f"{pod.name} {container} {kind}", 2)
-            print(f"{pod.name} {container} {kind}: passes")
+            print(f"{pod.name} {container} {kind}: passes ({time.monotonic() - cluster.started:.0f} s)")
 
 
 def test_embeddings_through_nginx(cluster: Cluster) -> None:
@@ -203,6 +208,9 @@ def test_embeddings_through_nginx(cluster: Cluster) -> None:
             return False
 
     wait_until(answered, READY_DEADLINE_S, "embeddings answered through nginx", interval_s=2)
+    print(
+        f"embeddings answered through nginx {time.monotonic() - cluster.started:.0f} s after the first play"
+    )
     vectors = client.embeddings.create(model=MODEL, input="hello")
     assert len(vectors.data[0].embedding) == 384
 
