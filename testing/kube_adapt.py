@@ -17,8 +17,10 @@ step is one named difference; the manifests themselves are never changed to suit
   opens it on the pod's address only): the ports are dropped, the pods are reached at their own address.
 - :func:`subpath_files`: podman mounts a ConfigMap volume as a directory even with ``subPath`` (runc:
   "not a directory"): each such mount becomes a hostPath file holding that key.
-- :func:`host_volumes`: volumes podman cannot provide as a cluster would (the models' claim, the TLS
-  Secret) become hostPath volumes.
+- :func:`host_volumes`: volumes podman cannot provide as a cluster would become hostPath volumes: the
+  models' claim, the TLS Secret, and the ``medium: Memory`` emptyDir for /dev/shm (podman 4.3 makes an
+  emptyDir a disk volume with the image folder's mode, root 0755 for /dev/shm, where the kubelet makes
+  it world-writable: vLLM, uid 10001, failed "Permission denied: '/psm_...'").
 - :func:`override_containers`: the image and env a CPU-only node needs (the CPU worker image, vLLM's CPU
   settings), as the compose CPU override does; the cluster analogue is `kustomize edit set image`.
 - :func:`per_replica`: one Deployment per replica, so that each pod gets its own inlined name and address.

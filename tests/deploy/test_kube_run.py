@@ -149,7 +149,11 @@ def cluster() -> Iterator[Cluster]:
     host.chmod(0o755)
     secret = {k: secrets.token_hex(32) for k in ("redis-password", "admin-key", "vllm-api-key")}
     models = os.environ.get("LLMGW_MODELS_DIR") or str(REPO / ".cache/models")
-    pods = plan(network, host, secret, {"models": models, "tls": str(tls_folder(host))})
+    shm = host / "shm"  # world-writable, as the kubelet makes an emptyDir (podman: root 0755)
+    shm.mkdir(mode=0o1777)
+    shm.chmod(0o1777)
+    volumes = {"models": models, "tls": str(tls_folder(host)), "shm": str(shm)}
+    pods = plan(network, host, secret, volumes)
     try:
         start = time.monotonic()
         for pod in pods:
