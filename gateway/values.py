@@ -137,6 +137,8 @@ class RequestContext:
     """The request offers tools the model may call (pipeline/parse.py ``calls_tools``)."""
     query: bytes = b""
     """The request's query string (only a path without a body reads it: its ``model``)."""
+    path_model: str = ""
+    """The model a per-model base path names (``/models/{model}/tokenize``; gateway/endpoints.py)."""
     migration: MigrationPlan | None = None
     """A generation that may move to another replica mid-way (gateway/migration/)."""
     traceparent: str = ""
