@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ import psutil  # type: ignore[import-untyped]
 import yaml
 
 from bench.chaos import free_port, until_true
+from contract.vllm_metrics import running_and_waiting
 from contract.vllm_probe import requests_in_engine
 from tools.stack.stack import Stack, StackConfig
 
@@ -103,6 +105,34 @@ async def busiest(client: httpx.AsyncClient, ports: list[int]) -> int:
     return ports[counts.index(max(counts))]
 
 
+@dataclass
+class Queue:
+    """The survivors' vLLM batches after the fault, sampled every 0.2 s: where a continuation waits."""
+
+    samples: list[tuple[float, int, int]] = field(default_factory=list)
+    """(seconds after the fault, running, waiting) over the survivors."""
+
+    def summary(self) -> dict[str, Any]:
+        waiting = [s for s in self.samples if s[2] > 0]
+        return {
+            "survivor_running_max": max((s[1] for s in self.samples), default=0),
+            "survivor_waiting_max": max((s[2] for s in self.samples), default=0),
+            "survivor_waiting_until_s": round(waiting[-1][0], 2) if waiting else 0.0,
+        }
+
+
+async def sample_queue(client: httpx.AsyncClient, ports: list[int], queue: Queue, began: float) -> None:
+    while True:
+        running = waiting = 0
+        for p in ports:
+            with contextlib.suppress(httpx.HTTPError):
+                r = await client.get(f"http://127.0.0.1:{p}/metrics", timeout=2.0)
+                got = running_and_waiting(r.content)
+                running, waiting = running + got[0], waiting + got[1]
+        queue.samples.append((round(time.perf_counter() - began, 2), running, waiting))
+        await asyncio.sleep(0.2)
+
+
 async def run_pass(
     url: str,
     model: str,
@@ -111,8 +141,10 @@ async def run_pass(
     fault: str = "",
     ports: tuple[int, ...] = (),
     after_events: int = 8,
+    queue: Queue | None = None,
 ) -> list[Stream]:
     streams = [Stream() for _ in range(n)]
+    sampler: asyncio.Task[None] | None = None
     async with httpx.AsyncClient(
         timeout=httpx.Timeout(600.0), limits=httpx.Limits(max_connections=n + 4)
     ) as c:
@@ -129,9 +161,14 @@ async def run_pass(
             group = group_of(port)
             os.killpg(group, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
             log.info("replica on port %d: %s", port, "killed (-9)" if fault == "kill" else "frozen (SIGSTOP)")
+            if queue is not None:
+                survivors = [p for p in ports if p != port]
+                sampler = asyncio.create_task(sample_queue(c, survivors, queue, time.perf_counter()))
         try:
             await asyncio.gather(*tasks)
         finally:
+            if sampler is not None:
+                sampler.cancel()
             if fault == "stop" and group:
                 os.killpg(group, signal.SIGCONT)
     return streams
@@ -141,7 +178,7 @@ def quantile(xs: list[float], q: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
 
 
-def report(ref: list[Stream], hit: list[Stream], metrics: str, fault: str) -> dict[str, Any]:
+def report(ref: list[Stream], hit: list[Stream], metrics: str, fault: str, queue: Queue) -> dict[str, Any]:
     added = [h.max_gap - r.max_gap for r, h in zip(ref, hit, strict=True) if not h.error]
     moved = [a for a in added if a > 0.1]  # the streams of the failed replica (the others barely change)
     stall_sum = stall_count = 0.0
@@ -161,6 +198,9 @@ def report(ref: list[Stream], hit: list[Stream], metrics: str, fault: str) -> di
         "stall_max_s": round(max(moved), 3) if moved else None,
         "gateway_stall_mean_s": round(stall_sum / stall_count, 3) if stall_count else None,
         "gateway_migrations": stall_count,
+        "undisturbed_max_gap_p50_s": round(statistics.median([r.max_gap for r in ref]), 3),
+        "undisturbed_max_gap_max_s": round(max(r.max_gap for r in ref), 3),
+        **queue.summary(),
         "first_errors": [h.error for h in hit if h.error][:3],
     }  # fmt: skip
     return out
@@ -172,10 +212,11 @@ async def check(
     results = []
     for fault in a.fault:
         ref = await run_pass(url, model, a.streams, a.tokens)
-        hit = await run_pass(url, model, a.streams, a.tokens, fault, tuple(ports))
+        queue = Queue()
+        hit = await run_pass(url, model, a.streams, a.tokens, fault, tuple(ports), queue=queue)
         async with httpx.AsyncClient() as c:
             metrics = "".join([(await c.get(f"{g}/metrics")).text for g in gateways])
-        results.append(report(ref, hit, metrics, fault))
+        results.append(report(ref, hit, metrics, fault, queue))
         print(json.dumps(results[-1]), flush=True)
         if fault == "kill" and fault != a.fault[-1]:
             await until_ready(url, model, len(ports))
@@ -194,10 +235,14 @@ async def until_ready(url: str, model: str, want: int, deadline_s: float = 600) 
     raise TimeoutError("the killed replica did not come back")
 
 
-def cpu_fleet(tmp: Path) -> Path:
-    """The default fleet's SmolLM2 alone (two replicas), on ports of its own."""
+def cpu_fleet(tmp: Path, max_num_seqs: int = 0) -> Path:
+    """The default fleet's SmolLM2 alone (two replicas), on ports of its own; ``max_num_seqs``: vLLM's
+    ``--max-num-seqs`` instead of the launcher's (8: as before the migration headroom)."""
     data = yaml.safe_load((REPO / "fleet.yaml").read_text())
     data["models"] = [m for m in data["models"] if m["name"] == "smollm2-135m-instruct"]
+    if max_num_seqs:
+        engine = data["models"][0]["engine"]
+        engine["extra_args"] = [*engine.get("extra_args", []), "--max-num-seqs", str(max_num_seqs)]
     data.setdefault("defaults", {})["base_port"] = 18500
     path = tmp / "fleet.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -212,7 +257,8 @@ async def main_async(a: argparse.Namespace) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory(prefix="llmgw-migration-") as tmp:
             env = {"LLMGW_MIGRATION_STALL_S": str(a.stall_s)}
             config = StackConfig(
-                fleet_file=cpu_fleet(Path(tmp)), run_dir=Path(tmp) / "run", redis_port=free_port(),
+                fleet_file=cpu_fleet(Path(tmp), a.max_num_seqs), run_dir=Path(tmp) / "run",
+                redis_port=free_port(),
                 keys_redis_port=free_port(), gateway_ports=(free_port(),), nginx_port=free_port(),
                 prometheus_port=0, supervisor_metrics_port=free_port(), ready_deadline_s=900, gateway_env=env,
             )  # fmt: skip
@@ -243,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=200)
     p.add_argument("--fault", action="append", choices=["kill", "stop"], help="default: kill, then stop")
     p.add_argument("--stall-s", type=float, default=2.0, help="--cpu: the gateway's migration_stall_s")
+    p.add_argument("--max-num-seqs", type=int, default=0, help="--cpu: vLLM's, instead of the launcher's")
     p.add_argument("--out", default="")
     a = p.parse_args(argv)
     a.fault = a.fault or ["kill", "stop"]

@@ -90,7 +90,8 @@ class MigrationPlan:
     usage: bool = False
     attempts: int = 2
     whole: bool = False
-    """The client asked a non-streamed answer: the gateway streams it upstream and answers it whole."""
+    """The client asked a non-streamed answer: sent as it is; if its replica fails, it runs again on
+    another one (the client has seen nothing yet)."""
 
 
 @dataclass(slots=True)
@@ -137,6 +138,8 @@ class RequestContext:
     """The request offers tools the model may call (pipeline/parse.py ``calls_tools``)."""
     query: bytes = b""
     """The request's query string (only a path without a body reads it: its ``model``)."""
+    payload: dict[str, Any] | None = None
+    """The JSON body as the parse step read it (None: a form or no body)."""
     migration: MigrationPlan | None = None
     """A generation that may move to another replica mid-way (gateway/migration/)."""
     traceparent: str = ""

@@ -1,27 +1,32 @@
 """Where the relay (relay.py) hands a generation that may move to the migration room (gateway/migration/):
 :func:`source_for` makes its stream's source (the replica's events, moved to another replica when it
-fails), :func:`read_moving` reads a non-streamed answer through it, whole."""
+fails); :func:`whole_moving` answers a non-streamed one, run again on another replica when its replica
+fails before answering."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+from collections.abc import Awaitable, Callable, Iterator
 
-from gateway.errors import UpstreamTimeout
-from gateway.migration.stream import MigratingStream
-from gateway.pipeline.forward import EJECT, NONE, attempt_on, done
+from gateway.errors import UpstreamError
+from gateway.migration.stream import MigratingStream, ReplicaLeft
+from gateway.pipeline.forward import EJECT, NONE, attempt_on, candidates, done, forward
 from gateway.replicas.table import Endpoint, ModelPool
 from gateway.state import Gateway
-from gateway.upstream.client import FAILURES, Upstream, classify
+from gateway.upstream.client import Retryable, Upstream
 from gateway.values import RequestContext
 
+log = logging.getLogger("llmgw.migration")
 CONTINUE_PATH = b"/v1/completions"
 
 
 def source_for(gw: Gateway, ctx: RequestContext, pool: ModelPool, up: Upstream) -> MigratingStream | None:
-    """The source of an answer that may move (its plan says so and the replica said 200); else None."""
+    """The source of a stream that may move (its plan says so and the replica said 200); else None."""
     plan = ctx.migration
-    if plan is None or plan.reason or up.status != 200:
+    if plan is None or plan.reason or plan.whole or up.status != 200:
         return None
 
     async def reopen(body: bytes, tried: list[Endpoint]) -> Upstream:
@@ -38,21 +43,83 @@ def source_for(gw: Gateway, ctx: RequestContext, pool: ModelPool, up: Upstream) 
     return MigratingStream(plan, ctx, pool, up, gw.metrics, gw.settings, reopen, release)
 
 
-async def read_moving(ctx: RequestContext, source: MigratingStream) -> bytes:
-    """A non-streamed answer read from the stream asked in its place, within the total deadline; the
-    attempt on its last replica ends here."""
-    assert ctx.replica is not None
-    ok = blame = False
+@contextlib.contextmanager
+def watch_replica(ctx: RequestContext, pool: ModelPool, every_s: float) -> Iterator[None]:
+    """Every ``every_s`` (a timer, no task): the replica awaited (``ctx.replica``) must still be in the
+    registry and not ejected since it was picked (its /health failed, or another request broke there);
+    else the wait is cancelled and becomes :class:`ReplicaLeft`."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    seen: list[tuple[Endpoint | None, bool]] = [(None, False)]  # (replica, ejected when picked)
+    gone: list[Endpoint] = []
+
+    def check() -> None:
+        ep = ctx.replica
+        if ep is not seen[0][0]:
+            seen[0] = (ep, bool(ep is not None and ep.failures))
+        if ep is not None and (ep not in pool.endpoints or (ep.failures and not seen[0][1])):
+            gone.append(ep)
+            task.cancel()
+            return
+        timer[0] = loop.call_later(every_s, check)
+
+    timer = [loop.call_later(every_s, check)]
     try:
-        async with asyncio.timeout(max(0.0, ctx.deadline - time.perf_counter())):
-            body = await source.whole()
-        ok = True
-    except TimeoutError:
-        raise UpstreamTimeout(f"the replica at {ctx.replica.url} did not answer in time") from None
-    except FAILURES as exc:
-        blame = True
-        raise classify(exc, ctx.replica.url).error from None
+        yield
+    except asyncio.CancelledError:
+        if gone and task.uncancel() == 0:
+            raise ReplicaLeft(f"the replica {gone[0].id} left the registry or failed its /health") from None
+        raise
     finally:
-        source.close(ok, blame)
-    ctx.reply_type = "application/json"
-    return body
+        timer[0].cancel()
+
+
+async def whole_moving(
+    gw: Gateway, ctx: RequestContext, pool: ModelPool, read: Callable[[Upstream], Awaitable[bytes]]
+) -> bytes:
+    """A non-streamed generation that may move, forwarded as the client sent it (read whole by
+    ``read``). When its replica fails before the answer (the connection broke, or the replica left the
+    registry or was ejected while the answer was awaited), it runs again, whole, on a replica not tried
+    yet, at most ``migration_attempts`` times within the request's deadline. The client has seen nothing
+    of it: at temperature 0 or with a seed the answer is the undisturbed one; the tokens generated on the
+    failed replica are generated again."""
+    plan = ctx.migration
+    assert plan is not None and ctx.model is not None
+    tried: list[Endpoint] = []
+    moves, first_failed = 0, ""
+    while True:
+        try:
+            with watch_replica(ctx, pool, gw.settings.migration_watch_s):
+                up = await forward(gw, ctx, pool, tried)
+                ctx.status, ctx.reply_type = up.status, up.content_type
+                body = await read(up)
+        except (ReplicaLeft, Retryable) as exc:  # it broke after it was sent, or its replica went away
+            failed = ctx.replica
+            err = exc.error if isinstance(exc, Retryable) else UpstreamError(str(exc))
+            if failed is not None and failed not in tried:
+                tried.append(failed)
+            late = time.perf_counter() >= ctx.deadline
+            if moves >= plan.attempts or late or not candidates(ctx, pool, tried):
+                gw.metrics.migrations.labels(pool.model, "failed").inc()
+                _log(ctx, pool, "failed", first_failed or _id(failed), "-", moves, err.message)
+                raise err from None
+            moves += 1
+            first_failed = first_failed or _id(failed)
+            _log(ctx, pool, "re-run", _id(failed), "-", moves, err.message)
+            continue
+        if moves:
+            gw.metrics.migrations.labels(pool.model, "continued").inc()
+            _log(ctx, pool, "moved", first_failed, _id(ctx.replica), moves, "answered whole")
+        return body
+
+
+def _id(ep: Endpoint | None) -> str:
+    return ep.id if ep is not None else "-"
+
+
+def _log(ctx: RequestContext, pool: ModelPool, what: str, old: str, new: str, attempt: int, why: str) -> None:
+    log.warning(
+        "request_id=%s model=%s migration %s: from=%s to=%s offset=0 attempt=%d reason=%s",
+        ctx.request_id, pool.model, what, old, new, attempt, why,
+    )  # fmt: skip
