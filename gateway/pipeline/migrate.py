@@ -87,7 +87,7 @@ async def whole_moving(
     plan = ctx.migration
     assert plan is not None and ctx.model is not None
     tried: list[Endpoint] = []
-    moves, first_failed = 0, ""
+    moves, first_failed, base_id = 0, "", ctx.upstream_id
     while True:
         try:
             with watch_replica(ctx, pool, gw.settings.migration_watch_s):
@@ -106,6 +106,7 @@ async def whole_moving(
                 raise err from None
             moves += 1
             first_failed = first_failed or _id(failed)
+            ctx.upstream_id = f"{base_id}-move{moves}"  # vLLM's id: as a stream's continuation (stream.py)
             _log(ctx, pool, "re-run", _id(failed), "-", moves, err.message)
             continue
         if moves:

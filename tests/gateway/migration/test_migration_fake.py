@@ -252,8 +252,10 @@ async def test_non_streamed_request_runs_again_and_is_answered_whole(
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{gw}/v1/{path}", json=body)
             sent = json.loads((await c.get(f"{engines['die'].url}/stats")).json()["last_body"])
+            again = (await c.get(f"{engines['good'].url}/stats")).json()["last_headers"]
             assert await metric(c, gw, 'llmgw_migrations_total{model="m",outcome="continued"} 1.0')
     assert r.status_code == 200, r.text
+    assert again["x-request-id"].endswith("-move1")  # vLLM's id says it is the same request, moved
     answer = r.json()
     choice = answer["choices"][0]
     assert (choice["message"]["content"] if "message" in choice else choice["text"]) == UNDISTURBED
