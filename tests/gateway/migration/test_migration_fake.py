@@ -84,6 +84,13 @@ def assert_one_whole_stream(parsed: list[dict[str, Any]], n: int = N) -> None:
         assert all(c.get("token_ids") is None for c in f["choices"])
 
 
+async def leave(redis_url: str, prefix: str, url: str) -> None:
+    """The first replica (m-0) leaves the registry."""
+    redis = aioredis.Redis.from_url(redis_url)
+    await remove(redis, RedisKeys(prefix), ReplicaRecord(id="m-0", model="m", url=url))
+    await redis.aclose()
+
+
 async def metric(c: httpx.AsyncClient, gw: str, line: str) -> bool:
     return line in (await c.get(f"{gw}/metrics")).text
 
@@ -152,11 +159,7 @@ async def test_replica_leaving_the_registry_moves_the_stream(
                 async for part in r.aiter_bytes():
                     seen += part
                     if seen.count(b"\n\n") == 4:  # four tokens, then the replica freezes: it leaves
-                        redis = aioredis.Redis.from_url(redis_url)
-                        await remove(
-                            redis, RedisKeys(prefix), ReplicaRecord(id="m-0", model="m", url=urls[0])
-                        )
-                        await redis.aclose()
+                        await leave(redis_url, prefix, urls[0])
     parsed = frames(seen.decode())
     assert content(parsed) == UNDISTURBED
     assert_one_whole_stream(parsed)
@@ -274,9 +277,7 @@ async def test_non_streamed_request_on_a_replica_that_leaves_runs_again(
             await c.get(f"{engines['stall'].url}/stats/reset")
             task = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=CHAT))
             await until(lambda: _started(c, engines["stall"].url), 10, "the request at the frozen replica")
-            redis = aioredis.Redis.from_url(redis_url)
-            await remove(redis, RedisKeys(prefix), ReplicaRecord(id="m-0", model="m", url=urls[0]))
-            await redis.aclose()
+            await leave(redis_url, prefix, urls[0])
             r = await task
             assert await metric(c, gw, 'llmgw_migrations_total{model="m",outcome="continued"} 1.0')
     assert r.status_code == 200, r.text
