@@ -60,10 +60,12 @@ def body(model: str, i: int, tokens: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def one(client: httpx.AsyncClient, url: str, req: dict[str, Any], out: Stream) -> None:
+async def one(
+    client: httpx.AsyncClient, url: str, req: dict[str, Any], out: Stream, path: str = "chat/completions"
+) -> None:
     started = last = time.perf_counter()
     try:
-        async with client.stream("POST", f"{url}/v1/chat/completions", json=req) as r:
+        async with client.stream("POST", f"{url}/v1/{path}", json=req) as r:
             if r.status_code != 200:
                 out.error = f"status {r.status_code}"
                 return
@@ -85,7 +87,9 @@ async def one(client: httpx.AsyncClient, url: str, req: dict[str, Any], out: Str
                     if "error" in frame:
                         out.error = frame["error"].get("message", "error")
                         continue
-                    out.text += "".join((c.get("delta") or {}).get("content") or "" for c in frame["choices"])
+                    out.text += "".join(
+                        c.get("text") or (c.get("delta") or {}).get("content") or "" for c in frame["choices"]
+                    )
         out.error = out.error or "no [DONE]"
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         out.error = f"{type(exc).__name__}: {exc}"
@@ -109,6 +113,7 @@ async def busiest(client: httpx.AsyncClient, ports: list[int]) -> int:
 class Queue:
     """The survivors' vLLM batches after the fault, sampled every 0.2 s: where a continuation waits."""
 
+    survivors: list[int] = field(default_factory=list)
     samples: list[tuple[float, int, int]] = field(default_factory=list)
     """(seconds after the fault, running, waiting) over the survivors."""
 
@@ -162,8 +167,8 @@ async def run_pass(
             os.killpg(group, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
             log.info("replica on port %d: %s", port, "killed (-9)" if fault == "kill" else "frozen (SIGSTOP)")
             if queue is not None:
-                survivors = [p for p in ports if p != port]
-                sampler = asyncio.create_task(sample_queue(c, survivors, queue, time.perf_counter()))
+                queue.survivors = [p for p in ports if p != port]
+                sampler = asyncio.create_task(sample_queue(c, queue.survivors, queue, time.perf_counter()))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -209,6 +214,47 @@ def report(ref: list[Stream], hit: list[Stream], metrics: str, fault: str, queue
     return out
 
 
+async def burst_reference(port: int, model: str, ref: list[Stream], a: argparse.Namespace) -> dict[str, Any]:
+    """The continuations' work without the gateway, on the survivor alone (direct): half the streams
+    of its own running (each past its 8th event), then the other half's continuations as plain
+    completions sent at once (prompt ids = the chat prompt + the ids of its answer's first 12 tokens);
+    their TTFT is the re-prefill the stall cannot be shorter than."""
+    base, half = f"http://127.0.0.1:{port}", a.streams // 2
+    headers = {"authorization": f"Bearer {a.vllm_key}"} if a.vllm_key else {}
+    limits = httpx.Limits(max_connections=a.streams + 4)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), headers=headers, limits=limits) as c:
+        prompts = []
+        for i in range(half, a.streams):
+            chat = {"model": model, "messages": body(model, i, 1)["messages"], "add_generation_prompt": True}
+            answer = {"model": model, "prompt": ref[i].text[:80], "add_special_tokens": False}
+            ids = [(await c.post(f"{base}/tokenize", json=q)).json()["tokens"] for q in (chat, answer)]
+            prompts.append(ids[0] + ids[1][:12])
+        running = [Stream() for _ in range(half)]
+        tasks = [
+            asyncio.create_task(one(c, base, body(model, i, a.tokens), s)) for i, s in enumerate(running)
+        ]
+
+        async def started() -> bool:
+            return all(s.events >= 8 or s.error for s in running)
+
+        await until_true(started, 300, 0.05)
+        req = {"model": model, "max_tokens": 4, "temperature": 0, "stream": True}
+        burst = [Stream() for _ in prompts]
+        runs = [
+            one(c, base, {**req, "prompt": p}, s, "completions") for p, s in zip(prompts, burst, strict=True)
+        ]
+        await asyncio.gather(*runs)
+        for t in tasks:
+            t.cancel()
+    ttft = sorted(s.ttft_s for s in burst if not s.error)
+    return {
+        "burst_prompt_tokens": round(statistics.mean(len(p) for p in prompts)),
+        "burst_ttft_median_s": round(statistics.median(ttft), 3) if ttft else None,
+        "burst_ttft_max_s": round(ttft[-1], 3) if ttft else None,
+        "burst_errors": [s.error for s in burst if s.error][:3],
+    }
+
+
 async def check(
     url: str, model: str, ports: list[int], gateways: list[str], a: argparse.Namespace
 ) -> list[dict[str, Any]]:
@@ -220,6 +266,11 @@ async def check(
         async with httpx.AsyncClient() as c:
             metrics = "".join([(await c.get(f"{g}/metrics")).text for g in gateways])
         results.append(report(ref, hit, metrics, fault, queue))
+        if fault == "kill" and a.burst and queue.survivors:
+            try:
+                results[-1].update(await burst_reference(queue.survivors[0], model, ref, a))
+            except (httpx.HTTPError, KeyError, ValueError, TypeError) as exc:  # the reference only: said
+                results[-1]["burst_error"] = f"{type(exc).__name__}: {exc}"
         print(json.dumps(results[-1]), flush=True)
         if fault == "kill" and fault != a.fault[-1]:
             await until_ready(url, model, len(ports))
@@ -269,6 +320,7 @@ async def main_async(a: argparse.Namespace) -> list[dict[str, Any]]:
             try:
                 log.info("starting two SmolLM2 replicas (a minute or two)")
                 await stack.up()
+                a.vllm_key = config.vllm_api_key
                 gw = f"http://127.0.0.1:{config.gateway_ports[0]}"
                 results = await check(gw, "smollm2-135m-instruct", [18500, 18501], [gw], a)
             finally:
@@ -293,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fault", action="append", choices=["kill", "stop"], help="default: kill, then stop")
     p.add_argument("--stall-s", type=float, default=2.0, help="--cpu: the gateway's migration_stall_s")
     p.add_argument("--max-num-seqs", type=int, default=0, help="--cpu: vLLM's, instead of the launcher's")
+    p.add_argument("--no-burst", dest="burst", action="store_false", help="skip the re-prefill reference")
+    p.add_argument("--vllm-key", default=os.environ.get("VLLM_API_KEY", ""), help="the replicas' API key")
     p.add_argument("--out", default="")
     a = p.parse_args(argv)
     a.fault = a.fault or ["kill", "stop"]
