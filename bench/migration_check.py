@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,14 +184,41 @@ def quantile(xs: list[float], q: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
 
 
-def report(ref: list[Stream], hit: list[Stream], metrics: str, fault: str, queue: Queue) -> dict[str, Any]:
-    added = [h.max_gap - r.max_gap for r, h in zip(ref, hit, strict=True) if not h.error]
-    stall_sum = stall_count = 0.0
+def stall_totals(metrics: str) -> tuple[float, float]:
+    """The gateways' stall histogram: (sum, count)."""
+    total = count = 0.0
     for line in metrics.splitlines():
         if line.startswith("llmgw_migration_stall_seconds_sum"):
-            stall_sum += float(line.split()[-1])
+            total += float(line.split()[-1])
         if line.startswith("llmgw_migration_stall_seconds_count"):
-            stall_count += float(line.split()[-1])
+            count += float(line.split()[-1])
+    return total, count
+
+
+def moves_in(logs: list[Path], since: dict[Path, int]) -> dict[str, Any]:
+    """The gateways' migration log lines written since ``since`` (moved on): from->to and why, counted."""
+    pairs: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    for log_file in logs:
+        text = log_file.read_text(errors="replace")
+        for line in text[since.get(log_file, 0) :].splitlines():
+            if " migration " in line:
+                what = line.split(" migration ", 1)[1]
+                fields = dict(f.split("=", 1) for f in what.split() if "=" in f and "reason=" not in f)
+                pairs[
+                    f"{what.split(':')[0]} {fields.get('from')}->{fields.get('to')} #{fields.get('attempt')}"
+                ] += 1
+                reasons[what.split("reason=", 1)[-1][:60]] += 1
+        since[log_file] = len(text)
+    return {"moves": dict(pairs), "reasons": dict(reasons)}
+
+
+def report(
+    ref: list[Stream], hit: list[Stream], metrics: tuple[str, str], fault: str, queue: Queue
+) -> dict[str, Any]:
+    added = [h.max_gap - r.max_gap for r, h in zip(ref, hit, strict=True) if not h.error]
+    (sum0, count0), (sum1, count1) = (stall_totals(m) for m in metrics)  # this pass: after less before
+    stall_sum, stall_count = sum1 - sum0, count1 - count0
     # the moved streams: as many as the gateway moved, those with the largest added gap (the survivors'
     # own streams slow down too, by the continuations' prefill, but by far less)
     moved = sorted(added, reverse=True)[: int(stall_count)]
@@ -258,14 +286,18 @@ async def burst_reference(port: int, model: str, ref: list[Stream], a: argparse.
 async def check(
     url: str, model: str, ports: list[int], gateways: list[str], a: argparse.Namespace
 ) -> list[dict[str, Any]]:
-    results = []
+    results: list[dict[str, Any]] = []
+    seen: dict[Path, int] = {}
+    if a.logs is not None:
+        moves_in(sorted(a.logs.glob("gateway*.log")), seen)
     for fault in a.fault:
         ref = await run_pass(url, model, a.streams, a.tokens)
         queue = Queue()
+        before = await scrape(gateways)
         hit = await run_pass(url, model, a.streams, a.tokens, fault, tuple(ports), queue=queue)
-        async with httpx.AsyncClient() as c:
-            metrics = "".join([(await c.get(f"{g}/metrics")).text for g in gateways])
-        results.append(report(ref, hit, metrics, fault, queue))
+        results.append(report(ref, hit, (before, await scrape(gateways)), fault, queue))
+        if a.logs is not None:
+            results[-1].update(moves_in(sorted(a.logs.glob("gateway*.log")), seen))
         if fault == "kill" and a.burst and queue.survivors:
             try:
                 results[-1].update(await burst_reference(queue.survivors[0], model, ref, a))
@@ -275,6 +307,11 @@ async def check(
         if fault == "kill" and fault != a.fault[-1]:
             await until_ready(url, model, len(ports))
     return results
+
+
+async def scrape(gateways: list[str]) -> str:
+    async with httpx.AsyncClient() as c:
+        return "".join([(await c.get(f"{g}/metrics")).text for g in gateways])
 
 
 async def until_ready(url: str, model: str, want: int, deadline_s: float = 600) -> None:
@@ -320,7 +357,7 @@ async def main_async(a: argparse.Namespace) -> list[dict[str, Any]]:
             try:
                 log.info("starting two SmolLM2 replicas (a minute or two)")
                 await stack.up()
-                a.vllm_key = config.vllm_api_key
+                a.vllm_key, a.logs = config.vllm_api_key, config.run_dir / "logs"
                 gw = f"http://127.0.0.1:{config.gateway_ports[0]}"
                 results = await check(gw, "smollm2-135m-instruct", [18500, 18501], [gw], a)
             finally:
@@ -346,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stall-s", type=float, default=2.0, help="--cpu: the gateway's migration_stall_s")
     p.add_argument("--max-num-seqs", type=int, default=0, help="--cpu: vLLM's, instead of the launcher's")
     p.add_argument("--no-burst", dest="burst", action="store_false", help="skip the re-prefill reference")
+    p.add_argument("--logs", type=Path, default=None, help="the gateways' log directory (moves counted)")
     p.add_argument("--vllm-key", default=os.environ.get("VLLM_API_KEY", ""), help="the replicas' API key")
     p.add_argument("--out", default="")
     a = p.parse_args(argv)
