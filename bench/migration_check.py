@@ -1,8 +1,12 @@
 """Migration under load: N concurrent streams of T tokens at temperature 0, once undisturbed (the
 reference texts and TTFT), once with one replica killed (``kill -9`` of its process group) or frozen
 (SIGSTOP, thawed at the end) after every stream has tokens. Prints the client-visible errors, how many
-texts are byte-identical to the reference, and the stall each stream saw (its longest gap between two
-events, less its longest gap undisturbed) against the TTFT p50, and the gateway's stall histogram.
+texts are byte-identical to the reference, and the stall each moved stream saw (its longest gap between
+two events, less its longest gap undisturbed) against the TTFT p50, the gateway's stall histogram, the
+survivors' vLLM queue after the fault (running / waiting: a continuation waiting for a batch slot shows
+there), the gateways' moves (from their logs) and, after the kill, the re-prefill reference: the
+continuations' prompts sent at once as plain completions straight to the survivor running its own
+streams (their TTFT is the floor of the stall).
 
     python -m bench.migration_check --cpu                      # its own stack: two SmolLM2 replicas (CPU)
     python -m bench.migration_check --url http://127.0.0.1:9000 --model llama-2-7b \\
