@@ -5,6 +5,7 @@ small object a request carries through the steps (:class:`RequestContext`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +141,9 @@ class RequestContext:
     """The request's query string (only a path without a body reads it: its ``model``)."""
     payload: dict[str, Any] | None = None
     """The JSON body as the parse step read it (None: a form or no body)."""
+    on_gone: Callable[[], None] | None = None
+    """Called if the replica whose answer is awaited leaves the registry or is ejected (a non-streamed
+    generation that may run again elsewhere: gateway/pipeline/migrate.py)."""
     migration: MigrationPlan | None = None
     """A generation that may move to another replica mid-way (gateway/migration/)."""
     traceparent: str = ""

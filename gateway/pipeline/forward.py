@@ -75,15 +75,21 @@ async def attempt_on(
     step = "retry" if ctx.attempts > 1 else "forward"
     try:
         with gw.tracing.span(ctx, step, **{"llmgw.replica": ep.id, "llmgw.attempt": ctx.attempts}) as span:
-            up = await open_stream(
-                gw.upstream,
-                ep.url,
-                path or ctx.upstream_path,
-                ctx.body,
-                request_headers(ctx, forward_traceparent(ctx, span)) + gw.credentials.upstream(ep),
-                wait_s(gw, ctx),
-                ctx.api.method.encode(),
-            )
+            if ctx.on_gone is not None:
+                ep.watchers.add(ctx.on_gone)
+            try:
+                up = await open_stream(
+                    gw.upstream,
+                    ep.url,
+                    path or ctx.upstream_path,
+                    ctx.body,
+                    request_headers(ctx, forward_traceparent(ctx, span)) + gw.credentials.upstream(ep),
+                    wait_s(gw, ctx),
+                    ctx.api.method.encode(),
+                )
+            finally:  # before done() below, which may eject ep (and call its watchers)
+                if ctx.on_gone is not None:
+                    ep.watchers.discard(ctx.on_gone)
     except Retryable as failed:
         ctx.upstream_error = failed.error
         done(gw, ep, ctx, ok=False, blame=STRIKE if failed.answered else EJECT)

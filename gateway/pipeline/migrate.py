@@ -6,10 +6,9 @@ fails before answering."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
 from gateway.errors import UpstreamError
 from gateway.migration.stream import MigratingStream, ReplicaLeft
@@ -43,36 +42,32 @@ def source_for(gw: Gateway, ctx: RequestContext, pool: ModelPool, up: Upstream) 
     return MigratingStream(plan, ctx, pool, up, gw.metrics, gw.settings, reopen, release)
 
 
-@contextlib.contextmanager
-def watch_replica(ctx: RequestContext, pool: ModelPool, every_s: float) -> Iterator[None]:
-    """Every ``every_s`` (a timer, no task): the replica awaited (``ctx.replica``) must still be in the
-    registry and not ejected since it was picked (its /health failed, or another request broke there);
-    else the wait is cancelled and becomes :class:`ReplicaLeft`."""
-    task = asyncio.current_task()
-    assert task is not None
-    loop = asyncio.get_running_loop()
-    seen: list[tuple[Endpoint | None, bool]] = [(None, False)]  # (replica, ejected when picked)
-    gone: list[Endpoint] = []
+class ReplicaWatch:
+    """While a non-streamed answer is awaited: if its replica leaves the registry or is ejected (its
+    /health failed, or another request broke there), the wait is cancelled and becomes
+    :class:`ReplicaLeft`. Event-driven, no timer: ``ctx.on_gone`` is among the awaited replica's
+    watchers (forward.py ``attempt_on``), called by the registry sync and by ejection."""
 
-    def check() -> None:
-        ep = ctx.replica
-        if ep is not seen[0][0]:
-            seen[0] = (ep, bool(ep is not None and ep.failures))
-        if ep is not None and (ep not in pool.endpoints or (ep.failures and not seen[0][1])):
-            gone.append(ep)
-            task.cancel()
-            return
-        timer[0] = loop.call_later(every_s, check)
+    __slots__ = ("ctx", "gone", "task")
 
-    timer = [loop.call_later(every_s, check)]
-    try:
-        yield
-    except asyncio.CancelledError:
-        if gone and task.uncancel() == 0:
-            raise ReplicaLeft(f"the replica {gone[0].id} left the registry or failed its /health") from None
-        raise
-    finally:
-        timer[0].cancel()
+    def __init__(self, ctx: RequestContext) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.ctx, self.task, self.gone = ctx, task, ""
+
+    def __enter__(self) -> None:
+        self.gone = ""
+        self.ctx.on_gone = self._on_gone
+
+    def _on_gone(self) -> None:
+        if not self.gone:
+            self.gone = self.ctx.replica.id if self.ctx.replica is not None else "-"
+            self.task.cancel()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self.ctx.on_gone = None
+        if self.gone and kind is asyncio.CancelledError and self.task.uncancel() == 0:
+            raise ReplicaLeft(f"the replica {self.gone} left the registry or was ejected") from None
 
 
 async def whole_moving(
@@ -88,9 +83,10 @@ async def whole_moving(
     assert plan is not None and ctx.model is not None
     tried: list[Endpoint] = []
     moves, first_failed, base_id = 0, "", ctx.upstream_id
+    watch = ReplicaWatch(ctx)
     while True:
         try:
-            with watch_replica(ctx, pool, gw.settings.migration_watch_s):
+            with watch:
                 up = await forward(gw, ctx, pool, tried)
                 ctx.status, ctx.reply_type = up.status, up.content_type
                 body = await read(up)
