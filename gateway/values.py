@@ -144,6 +144,8 @@ class RequestContext:
     on_gone: Callable[[], None] | None = None
     """Called if the replica whose answer is awaited leaves the registry or is ejected (a non-streamed
     generation that may run again elsewhere: gateway/pipeline/migrate.py)."""
+    path_model: str = ""
+    """The model a per-model base path names (``/models/{model}/tokenize``; gateway/endpoints.py)."""
     migration: MigrationPlan | None = None
     """A generation that may move to another replica mid-way (gateway/migration/)."""
     traceparent: str = ""

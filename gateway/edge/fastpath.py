@@ -3,8 +3,9 @@ application whose ``__call__`` hands the paths of the allow-list (gateway/endpoi
 :meth:`Proxy.respond`, with no Starlette middleware, router or dependency machinery in between.
 
 The same routes are also declared to FastAPI (for the OpenAPI document and as a fallback); both go
-through :meth:`Proxy.respond`, so there is one request path. Every other path (admin, docs, OpenAPI,
-health) goes to FastAPI (404 when unknown).
+through :meth:`Proxy.respond`, so there is one request path. The per-model base paths
+(``/models/{model}/...``, gateway/endpoints.py ``match_scoped``) are served here only. Every other
+path (admin, docs, OpenAPI, health) goes to FastAPI (404 when unknown).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from gateway.endpoints import RESPONSES, Route, match
+from gateway.endpoints import RESPONSES, Route, match, match_scoped
 from gateway.errors import InternalError, NotFound, error_response
 from gateway.pipeline.proxy import Proxy
 
@@ -35,6 +36,8 @@ class GatewayApp(FastAPI):
         found = match(scope["method"], path)
         if found is not None:
             await serve(self.proxy, scope, receive, send, *found)
+        elif (scoped := match_scoped(scope["method"], path)) is not None:
+            await serve(self.proxy, scope, receive, send, scoped[0], "", scoped[1])
         elif path.startswith(RESPONSES):
             # vLLM's other /v1/responses/... paths (render): 404, not the 405 of the {response_id} route
             await error_response(NotFound("no such path; see /v1/models and the OpenAI API"))(
@@ -45,12 +48,19 @@ class GatewayApp(FastAPI):
 
 
 async def serve(
-    proxy: Proxy, scope: Scope, receive: Receive, send: Send, route: Route, response_id: str
+    proxy: Proxy,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    route: Route,
+    response_id: str,
+    path_model: str = "",
 ) -> None:
-    """One proxied request. ``respond`` never raises; should sending its response fail before it
-    started, the client still gets the API's error shape (a started response is cut: the server
-    closes the connection, as Starlette's error middleware would)."""
-    response = await proxy.respond(scope, receive, route, response_id)
+    """One proxied request (``path_model``: the model of a per-model base path). ``respond`` never
+    raises; should sending its response fail before it started, the client still gets the API's error
+    shape (a started response is cut: the server closes the connection, as Starlette's error middleware
+    would)."""
+    response = await proxy.respond(scope, receive, route, response_id, path_model)
     try:
         await response(scope, receive, send)
     except Exception as exc:

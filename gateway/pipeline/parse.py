@@ -111,31 +111,47 @@ def parse_form(ctx: RequestContext) -> None:
     """Audio endpoints: the model (and stream) are form fields next to the file."""
     ctx.content_type = ctx.headers.get("content-type", "")
     fields = form_fields(ctx.body, boundary_of(ctx.content_type), frozenset({"model", "stream"}))
-    ctx.model_name = model_field(fields)
+    ctx.model_name = scoped_model(fields, ctx.path_model)
     ctx.stream = fields.get("stream", "false").strip().lower() == "true"
     ctx.asked = Asked(max_tokens=0)
     ctx.cost = TokenCost(prompt_estimate(ctx.body))
 
 
-def query_model(query: bytes) -> str:
-    """The ``model`` of a query string (``GET /tokenizer_info?model=smollm2``)."""
+def query_model(query: bytes, path_model: str = "") -> str:
+    """The ``model`` of a query string (``GET /tokenizer_info?model=smollm2``), else the path's."""
     values = parse_qs(query.decode("latin-1")).get("model", [])
-    return model_field({"model": values[0] if values else None})
+    return scoped_model({"model": values[0] if values else None}, path_model)
+
+
+def scoped_model(fields: dict[str, Any], path_model: str) -> str:
+    """The request's model: the body's (or query's) ``model``; under a per-model base path
+    (``/models/{model}/...``) the path's, which a ``model`` field given too must match."""
+    if not path_model:
+        return model_field(fields)
+    given = fields.get("model")
+    if given is not None and given != path_model:
+        raise InvalidRequest(
+            f"the request names the model {given!r} but its path /models/{path_model}/ names "
+            f"'{path_model}': leave model out or give the same one",
+            param="model",
+        )
+    return path_model
 
 
 def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_chunks: int = 64) -> None:
     """The body's size was capped as it was read (see proxy.read_body). A path without a body has nothing
     to parse: a stored response's GET or cancel gets its model from the response's record, any other
-    (``GET /tokenizer_info``) from the query's ``model``."""
+    (``GET /tokenizer_info``) from the query's ``model``; under a per-model base path
+    (``/models/{model}/...``) the model is the path's."""
     if ctx.api.body == "none":
         if not ctx.api.stored:
-            ctx.model_name = query_model(ctx.query)
+            ctx.model_name = query_model(ctx.query, ctx.path_model)
         return
     if ctx.api.body == "multipart":
         parse_form(ctx)
         return
     payload = ctx.payload = load_json(ctx.body)
-    ctx.model_name = model_field(payload)
+    ctx.model_name = scoped_model(payload, ctx.path_model)
     ctx.stream = stream_field(payload)
     ctx.route = route_request(ctx, payload, prefix_chars, chunk_bytes, max_chunks)
     ctx.asked = asked(payload, ctx.endpoint)

