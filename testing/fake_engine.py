@@ -22,7 +22,8 @@ A raw asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) so that it cos
 Faults, per request (header ``x-fake-fault``) or for every request (``--fault``):
 ``400`` (a client error), ``500`` (answer 500), ``hang`` (never answer),
 ``die-after-N`` (close the connection after N chunks), ``die-mid-N`` (after N chunks, half an event,
-then close), ``stall-after-N`` (after N chunks, nothing more), ``slow-first-MS`` (wait before the first byte),
+then close), ``stall-after-N`` (after N chunks, nothing more; a non-streamed answer: after N tokens'
+time the connection closes or stays silent), ``slow-first-MS`` (wait before the first byte),
 ``slow-500-MS`` (wait, then answer 500), ``503`` and ``slow-503-MS`` (refuse, as a draining or
 overloaded vLLM does); ``--fault metrics-500``: ``/metrics`` answers 500. ``/stats`` counts generations
 started and served.
@@ -386,6 +387,8 @@ class FakeEngine(asyncio.Protocol):
                 TokenFrames(req, chat, self.cfg.model, rid, self.cfg.multibyte, self.cfg.tokens), fault
             )
         if not req.get("stream"):
+            if fault.startswith(("die-after-", "die-mid-", "stall-after-")):
+                return await self.fail_generating(fault)
             return self.send(200, completion_body(self.cfg, chat, n, rid))
         die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
         die_mid = int(fault.removeprefix("die-mid-")) if fault.startswith("die-mid-") else -1
@@ -423,6 +426,14 @@ class FakeEngine(asyncio.Protocol):
             self.write(chunked(usage_event(self.cfg, chat, n, rid)))
         self.write(chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         return True
+
+    async def fail_generating(self, fault: str) -> bool:
+        """A non-streamed answer that never comes: after N tokens' time the connection closes (die) or
+        nothing more happens (stall)."""
+        await asyncio.sleep(int(fault.rpartition("-")[2]) * self.cfg.delay_ms / 1000)
+        if fault.startswith("stall-"):
+            await asyncio.sleep(3600)
+        return False
 
     async def stream_tokens(self, frames: TokenFrames, fault: str) -> bool:
         """A stream with token ids; a fault ``KIND-after-N`` (or ``die-mid-N``) strikes after N tokens."""

@@ -41,6 +41,18 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def admin_api_key(base_url: str, admin_key: str, tenant: str, rpm: int) -> str:
+    """A new API key for ``tenant`` from a deployed gateway's ``/admin/keys`` (with the admin key)."""
+    r = httpx.post(
+        f"{base_url}/admin/keys",
+        headers={"authorization": f"Bearer {admin_key}"},
+        json={"tenant": tenant, "rpm": rpm},
+        timeout=10,
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["secret"])
+
+
 def http_ok(url: str) -> bool:
     try:
         return httpx.get(url, timeout=1.0).status_code == 200
