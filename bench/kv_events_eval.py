@@ -48,6 +48,7 @@ import msgspec
 import zmq
 from tokenizers import Tokenizer
 
+from contract.kv_events import Batch, Removed, Stored, as_int
 from gateway.routing.prefix.chain import request_chain
 from gateway.routing.prefix.index import PickInput, PrefixIndex, ReplicaView, capacity_keys
 from testing.poll import wait_until
@@ -235,31 +236,6 @@ def cost(log: Callable[[str], None]) -> dict[str, Any]:
 # --- engine: events ------------------------------------------------------------------------------------
 
 
-class Stored(msgspec.Struct, tag="BlockStored"):
-    """vLLM's BlockStored, the fields the index needs (msgspec ignores the others)."""
-
-    block_hashes: list[int | bytes]
-    parent_block_hash: int | bytes | None
-    token_ids: list[int]
-    block_size: int
-
-
-class Removed(msgspec.Struct, tag="BlockRemoved"):
-    block_hashes: list[int | bytes]
-
-
-class Cleared(msgspec.Struct, tag="AllBlocksCleared"):
-    pass
-
-
-class Batch(msgspec.Struct, array_like=True):
-    """vLLM's KVEventBatch: (ts, events, data_parallel_rank?) as a msgpack array."""
-
-    ts: float
-    events: list[Stored | Removed | Cleared]
-    data_parallel_rank: int | None = None
-
-
 @dataclass
 class EventLog:
     """What the subscriber learnt: the blocks the replica holds now, and counts."""
@@ -296,10 +272,6 @@ class EventLog:
             while n < len(keys) and keys[n] in self.held:
                 n += 1
             return n
-
-
-def as_int(h: int | bytes) -> int:
-    return h if isinstance(h, int) else int.from_bytes(h, "big") & MASK64
 
 
 def subscribe(endpoint: str, events: EventLog, stop: threading.Event) -> None:

@@ -192,6 +192,11 @@ class Model(Strict):
     peer's continuations)."""
     policy: PolicyName = "prefix_affinity"
     """The routing policy: `round_robin`, `least_inflight`, `power_of_two`, `session` or `prefix_affinity`."""
+    kv_index: Literal["approximate", "exact"] = "approximate"
+    """What the shared prefix index knows of this model's replicas: `approximate` (the gateways' placements,
+    aged by an LRU sized from a bytes-per-token estimate) or `exact` (vLLM publishes its KV events, the
+    replica's managing agent writes what each cache holds; falls back to approximate while events are lost).
+    docs/gateway/prefix-index.md."""
     epsilon: Annotated[float, Field(ge=0)] | None = None
     """Prefix affinity's balance bound ε; unset: the gateway's `LLMGW_PREFIX_EPSILON`."""
     max_queue: Annotated[int, Field(ge=0)] = 256

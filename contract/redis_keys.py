@@ -52,6 +52,11 @@ class RedisKeys:
         """One replica's keys by last use; with ``replica_id=""`` the prefix the scripts append ids to."""
         return f"{self.prefix}:px:{{{model}}}:lru:{replica_id}"
 
+    def prefix_kv(self, model: str, replica_id: str) -> str:
+        """What one replica's engine holds (a set of chain keys, from its KV events: contract/kv_feed.py);
+        with ``replica_id=""`` the prefix the scripts append ids to."""
+        return f"{self.prefix}:px:{{{model}}}:kv:{replica_id}"
+
     def prefix_session(self, model: str, session_digest: str) -> str:
         return f"{self.prefix}:px:{{{model}}}:session:{session_digest}"
 

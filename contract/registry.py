@@ -63,6 +63,10 @@ class ReplicaRecord(BaseModel):
     budget: str = ""
     instance: str = Field(default="", description="changes on every start of the replica")
     detail: str = Field(default="", description="why a failed replica failed (empty otherwise)")
+    kv_index: str = Field(
+        default="approximate",
+        description="exact: its managing agent feeds the prefix index from its KV events; else approximate",
+    )
 
     @property
     def routable(self) -> bool:

@@ -82,6 +82,25 @@ class SupervisorMetrics:
             registry=r,
         )
 
+        self.kv_exact = Gauge(
+            "llmgw_supervisor_kv_index_exact",
+            "1 while the replica's KV events reach the shared prefix index (exact mode), else 0.",
+            ["model", "replica"],
+            registry=r,
+        )
+        self.kv_blocks = Gauge(
+            "llmgw_supervisor_kv_blocks",
+            "KV-cache blocks a replica holds as its events tell (exact mode), and the index keys they give.",
+            ["model", "replica", "kind"],
+            registry=r,
+        )
+        self.kv_resets = Counter(
+            "llmgw_supervisor_kv_index_resets",
+            "Resets of a replica's prefix-index entries (feed start, sequence gap, disconnect, clear).",
+            ["model", "replica"],
+            registry=r,
+        )
+
     def forget(self, model: str, replica: str) -> None:
         """Drop a retired replica's series (its id will not come back)."""
         series: list[Gauge | Counter] = [self.state, self.budget, self.startup, self.restarts]

@@ -20,11 +20,13 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 from pydantic import ValidationError
 
 from contract.drain import wait_until_idle
+from contract.kv_feed import FeedTarget, KvEndpoints, KvFeeds
 from contract.redis_keys import RedisKeys
 from contract.redis_url import connect
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, new_instance_id
@@ -39,6 +41,10 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 class Options:
     timing: RegistryTiming = field(default_factory=RegistryTiming)
     fail_after: int = 3
+    kv_events: dict[str, KvEndpoints] = field(default_factory=dict)
+    """Replica id -> where its vLLM publishes KV events (``--kv-events``): those feed the index (exact)."""
+    model_dir: Path | None = None
+    """The models' tokenizer folder (``--kv-model-dir``), needed to map KV events to prefix keys."""
 
 
 class Watched:
@@ -54,8 +60,9 @@ class Watched:
         self.announced: ReplicaState | None = None
         """The state last announced on the model state channel (each new state is announced once)."""
 
-    def record(self) -> ReplicaRecord:
-        return self.base.model_copy(update={"state": self.state, "instance": self.instance})
+    def record(self, kv_index: str = "approximate") -> ReplicaRecord:
+        update = {"state": self.state, "instance": self.instance, "kv_index": kv_index}
+        return self.base.model_copy(update=update)
 
     def observe(self, ok: bool, fail_after: int) -> bool:
         """Fold one probe result into the state; True when the state changed."""
@@ -87,6 +94,22 @@ class Sidecar:
         self.watched, self.registry, self.client = watched, registry, client
         self.metrics, self.options = metrics, options
         self.draining = asyncio.Event()
+        self.feeds: KvFeeds | None = None
+        """Set by :func:`serve` when some replica publishes KV events."""
+
+    def kv_targets(self) -> list[FeedTarget]:
+        """The feeds of the answering replicas with a ``--kv-events`` endpoint (a new start: a new feed)."""
+        o = self.options
+        if o.model_dir is None:
+            return []
+        return [
+            FeedTarget(w.base.id, w.base.model, w.instance, o.kv_events[w.base.id], o.model_dir)
+            for w in self.watched
+            if w.base.id in o.kv_events and w.state is not ReplicaState.STARTING
+        ]
+
+    def kv_index(self, w: Watched) -> str:
+        return self.feeds.mode(w.base.id) if self.feeds is not None else "approximate"
 
     def show(self, w: Watched) -> None:
         self.metrics.set_state(w.base.model, w.base.id, w.state)
@@ -101,12 +124,15 @@ class Sidecar:
                 if w.state is ReplicaState.STARTING:
                     await self.registry.remove(w.record())
         if w.state is not ReplicaState.STARTING:
-            changed = await self.registry.publish(w.record()) and w.announced is not w.state
+            changed = await self.registry.publish(w.record(self.kv_index(w))) and w.announced is not w.state
             if changed and await self.registry.announce(w.base.model):  # e.g. scaled up from zero by KEDA
                 w.announced = w.state
 
     async def heartbeat(self) -> None:
         while True:
+            if self.feeds is not None:
+                self.feeds.sync(self.kv_targets())
+                self.feeds.show(self.metrics)
             await asyncio.gather(*(self.tick(w) for w in self.watched))
             await asyncio.sleep(self.options.timing.heartbeat_s)
 
@@ -155,13 +181,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--drain-settle", type=float, default=d.drain_settle_s, help="seconds before in-flight work is read"
     )
+    p.add_argument(
+        "--kv-events",
+        type=parse_kv_events,
+        action="append",
+        default=[],
+        help="REPLICA_ID=EVENTS,REPLAY: the ZMQ addresses (as this process reaches them) of a replica's "
+        "KV events and their replay (vLLM's --kv-events-config endpoint and replay_endpoint): its entries "
+        "in the prefix index follow them (exact mode; repeat per replica)",
+    )
+    p.add_argument(
+        "--kv-model-dir", type=Path, default=None, help="the model's tokenizer folder (with --kv-events)"
+    )
     p.add_argument("--metrics-host", default="0.0.0.0")
     p.add_argument("--metrics-port", type=int, default=9400, help="0: no metrics endpoint")
     return p.parse_args(argv)
 
 
+def parse_kv_events(text: str) -> tuple[str, KvEndpoints]:
+    rid, _, addresses = text.partition("=")
+    events, _, replay = addresses.partition(",")
+    if not rid or not events or not replay:
+        raise argparse.ArgumentTypeError(f"expected REPLICA_ID=EVENTS,REPLAY, got {text!r}")
+    return rid, KvEndpoints(events, replay)
+
+
 def options_from(args: argparse.Namespace) -> Options:
-    return Options(RegistryTiming(args.ttl, args.drain_settle, args.drain_grace))
+    timing = RegistryTiming(args.ttl, args.drain_settle, args.drain_grace)
+    return Options(timing, kv_events=dict(args.kv_events), model_dir=args.kv_model_dir)
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -176,6 +223,8 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with probe_client() as client:
         reg = Sidecar([Watched(r) for r in args.record], registry, client, metrics, options)
+        if options.kv_events:
+            reg.feeds = KvFeeds.from_env(redis, registry.keys)
         for w in reg.watched:
             reg.show(w)
         beat = asyncio.create_task(reg.heartbeat())
@@ -184,6 +233,8 @@ async def serve(args: argparse.Namespace) -> None:
         beat.cancel()
         await asyncio.gather(beat, return_exceptions=True)
         await reg.withdraw()
+        if reg.feeds is not None:
+            await reg.feeds.aclose()
     if server is not None:
         server.close()
     await redis.aclose()

@@ -136,9 +136,10 @@ class GatewayMetrics:
         )
         self.prefix_index_keys = Gauge(
             "llmgw_prefix_index_keys",
-            "1 for the prefix index's key mode in force: approximate (a chain of prompt-text hashes, written "
-            "when a request is routed); exact (vLLM's KV-cache block hashes from its events) is not built.",
-            ["mode"],
+            "A model's registered replicas by the prefix index's mode in force for each: exact (its managing "
+            "agent feeds the index from its vLLM KV events) or approximate (placements aged by an LRU sized "
+            "from an estimate of bytes per token).",
+            ["model", "mode"],
             registry=r,
         )
         self.ready_replicas = Gauge(
@@ -237,6 +238,11 @@ class GatewayMetrics:
         if child is None:
             child = by_status[status] = self.requests.labels(model, str(status))
         return child
+
+    def set_kv_index(self, model: str, modes: list[str]) -> None:
+        """How many of the model's replicas are in each prefix-index mode."""
+        for mode in ("exact", "approximate"):
+            self.prefix_index_keys.labels(model, mode).set(modes.count(mode))
 
     def forget_replica(self, model: str, replica: str) -> None:
         """Drop a replica's series once it left the registry (pods churn: series must not pile up)."""

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from contract.fleet_file import FleetWatch
+from contract.kv_feed import KvFeeds
 from contract.registry import RegistryWriter
 from contract.replica_metrics import SupervisorMetrics
 from contract.supervision import Failed, TaskGroup
@@ -77,7 +78,8 @@ def build_control_plane(
         if state is not None:
             state.save(rec.entries())
 
-    sup = Supervisor([], registry, client, options, on_change, memory_probe, metrics)
+    feeds = KvFeeds.from_env(registry.redis, registry.keys)
+    sup = Supervisor([], registry, client, options, on_change, memory_probe, metrics, feeds)
     rec = Reconciler(sup, watch, launch_for, headroom, log_dir, n_devices, metrics)
     keys = registry.keys
     act = Activator(

@@ -4,6 +4,7 @@ health, readiness and metrics."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -17,6 +18,7 @@ from gateway.errors import ModelNotFound, error_response
 from gateway.on_demand.wake import model_state
 from gateway.pipeline.proxy import Proxy
 from gateway.replicas.discovery import Discovery
+from gateway.replicas.table import Endpoint
 from gateway.state import Gateway
 
 JSON = "application/json"
@@ -63,19 +65,36 @@ def serving(redis_ok: bool, degraded_ready: bool) -> bool:
     return redis_ok or degraded_ready
 
 
+def kv_index_modes(endpoints: Sequence[Endpoint]) -> dict[str, int]:
+    """How many routable replicas are in each prefix-index mode (``exact``: fed from their KV events)."""
+    modes = [e.record.kv_index for e in endpoints if e.record.routable]
+    return {"exact": modes.count("exact"), "approximate": modes.count("approximate")}
+
+
+def key_mode(counts: Sequence[dict[str, int]]) -> str:
+    """``exact`` when every routable replica is exact, ``approximate`` when none is, else ``mixed``."""
+    exact, approx = sum(c["exact"] for c in counts), sum(c["approximate"] for c in counts)
+    return "mixed" if exact and approx else "exact" if exact else "approximate"
+
+
 def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
     """Ready when this gateway can serve, whatever its models' states: a model without a ready replica
     gets the clear 503 (or waits for its wake) from here, not a proxy error from a Service with no pod
     left. The models' states are in the body (and in ``llmgw_model_state``)."""
-    models = {
-        p.model: {"ready_replicas": p.ready_count, "replicas": len(p.endpoints), "state": model_state(p)}
+    models: dict[str, dict[str, Any]] = {
+        p.model: {
+            "ready_replicas": p.ready_count,
+            "replicas": len(p.endpoints),
+            "state": model_state(p),
+            "kv_index": kv_index_modes(p.endpoints),
+        }
         for p in gw.table.pools()
     }
     ready = serving(discovery.redis_ok, gw.settings.degraded_ready)
     redis = "ok" if discovery.redis_ok and not gw.admission.degraded else "unreachable"
     degraded = gw.admission.degraded or not discovery.redis_ok
     index = gw.index.mode if gw.index is not None else "off"
-    keys = gw.index.keys_mode if gw.index is not None else "off"
+    keys = "off" if gw.index is None else key_mode([m["kv_index"] for m in models.values()])
     detail = {
         "ready": ready,
         "redis": redis,

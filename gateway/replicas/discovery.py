@@ -94,6 +94,7 @@ class Discovery:
             wanted = self._external[m.name] if not m.managed else by_model.get(m.name, [])
             if m.managed and holding and not wanted and self.table.pool(m.name).endpoints:
                 continue  # an emptied registry after a Redis restart: keep serving what was known
+            self.metrics.set_kv_index(m.name, [r.kv_index for r in wanted if r.routable])
             if self._sync(m.name, wanted):
                 states = ", ".join(f"{r.id}={r.state.value}" for r in wanted) or "none"
                 log.info("model=%s replicas changed: %s", m.name, states)

@@ -32,6 +32,7 @@ class PolicyOptions:
     index: SharedIndex | None = None
     """The shared prefix index (prefix affinity); None: the rendezvous ranking alone."""
     chunk_bytes: int = 512
+    max_chunks: int = 64
     kv_tokens: int = 65536
     """A replica's KV-cache size in tokens when it does not report ``vllm:cache_config_info``."""
     bytes_per_token: int = BYTES_PER_TOKEN

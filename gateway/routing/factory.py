@@ -26,6 +26,7 @@ class PolicyFactory:
             model=model.name,
             index=self.index,
             chunk_bytes=s.prefix_chunk_bytes,
+            max_chunks=s.prefix_max_chunks,
             kv_tokens=s.prefix_index_kv_tokens,
             bytes_per_token=s.prefix_bytes_per_token,
         )

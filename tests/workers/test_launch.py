@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from contract.fleet import FleetError, load_fleet, parse_fleet
@@ -129,3 +131,16 @@ def test_migration_headroom_only_where_a_continuation_can_land() -> None:
     specs = plan_replicas(fleet.models, fleet.defaults, 2)
     seqs = {s.model.name: (a := build_launch(s, "/w").argv)[a.index("--max-num-seqs") + 1] for s in specs}
     assert seqs == {"two": "8", "one": "4", "fixed": "4"}
+
+
+def test_an_exact_model_publishes_kv_events_to_its_agent() -> None:
+    fleet = parse_fleet(
+        "models:\n - name: a\n   source: {path: /a}\n   kv_index: exact\n - name: b\n   source: {path: /b}\n"
+    )
+    a, b = plan_replicas(fleet.models, fleet.defaults, 2)
+    argv = build_launch(a, "/w").argv
+    conf = json.loads(argv[argv.index("--kv-events-config") + 1])
+    assert conf["enable_kv_cache_events"] and conf["publisher"] == "zmq"
+    assert conf["endpoint"] == f"ipc:///tmp/llmgw-kv-{a.port}.pub"
+    assert conf["replay_endpoint"] == f"ipc:///tmp/llmgw-kv-{a.port}.replay"
+    assert "--kv-events-config" not in build_launch(b, "/w").argv

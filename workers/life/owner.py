@@ -22,10 +22,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 import httpx
 
 from contract.drain import wait_until_idle
+from contract.kv_feed import FeedTarget, KvEndpoints, KvFeeds
 from contract.registry import ROUTABLE, RegistryWriter, ReplicaState, new_instance_id
 from contract.replica_metrics import SupervisorMetrics
 from contract.replica_states import check_move
@@ -55,8 +57,11 @@ class Supervisor:
         on_change: Callable[[Replica], None] = lambda r: None,
         memory_probe: MemoryProbe = nvidia_smi_probe,
         metrics: SupervisorMetrics | None = None,
+        kv_feeds: KvFeeds | None = None,
     ) -> None:
         self._replicas = list(replicas)
+        self.kv_feeds = kv_feeds
+        """Follows the KV events of the replicas of models whose ``kv_index`` is exact (None: none)."""
         self.registry, self.client, self.options = registry, client, options
         self.metrics = metrics or SupervisorMetrics()
         self.on_change = on_change
@@ -253,14 +258,29 @@ class Supervisor:
     async def run(self) -> None:
         """Start the replicas it was made with (one after another on each device; devices side by side),
         publish them every heartbeat, until :meth:`drain`."""
-        heartbeat = asyncio.create_task(self.publisher.heartbeat())
-        redis_watch = asyncio.create_task(self.publisher.follow_redis())
+        loops = [
+            asyncio.create_task(self.publisher.heartbeat()),
+            asyncio.create_task(self.publisher.follow_redis()),
+        ]
+        if self.kv_feeds is not None:
+            loops.append(asyncio.create_task(self.follow_kv_events(self.kv_feeds)))
         idle = [r for r in self._replicas if r.watcher is None and not r.process.alive]  # not adopted ones
         await asyncio.gather(*(self.start_group(g) for g in start_groups(idle)))
         await self.stopping.wait()
-        for t in (heartbeat, redis_watch):
+        for t in loops:
             t.cancel()
-        await asyncio.gather(heartbeat, redis_watch, return_exceptions=True)
+        await asyncio.gather(*loops, return_exceptions=True)
+        if self.kv_feeds is not None:
+            await self.kv_feeds.aclose()
+
+    async def follow_kv_events(self, feeds: KvFeeds, every_s: float = 0.25) -> None:
+        """Keep one KV-event feed per running start of an exact replica; publish each one's mode."""
+        while not self.stopping.is_set():
+            feeds.sync([t for r in self._replicas if (t := kv_target(r)) is not None])
+            for r in self._replicas:
+                r.kv_index = feeds.mode(r.spec.id)
+            feeds.show(self.metrics)
+            await asyncio.sleep(every_s)
 
     async def drain(self) -> None:
         """Shutdown: every live replica drains (within the grace period, all together), then all stop."""
@@ -274,6 +294,18 @@ class Supervisor:
         for r in self._replicas:
             await self.registry.remove(r.record())
         log.info("all replicas stopped")
+
+
+def kv_target(r: Replica) -> FeedTarget | None:
+    """The feed of a running replica of an exact model (its weights folder from its ``--model``)."""
+    argv = r.process.launch.argv
+    if r.spec.model.kv_index != "exact" or not r.process.alive or not r.instance or "--model" not in argv:
+        return None
+    weights = Path(argv[argv.index("--model") + 1])
+    endpoints = KvEndpoints.for_port(r.spec.port)
+    return FeedTarget(
+        r.spec.id, r.spec.model.name, r.instance, endpoints, weights, r.spec.model.engine.chat_template
+    )
 
 
 def start_groups(replicas: Sequence[Replica]) -> list[list[Replica]]:

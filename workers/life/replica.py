@@ -87,6 +87,8 @@ class Replica:
         self.budgets_tried: list[float] = []
         self.failure: StartReport | None = None
         self.instance = ""
+        self.kv_index = "approximate"
+        """The prefix index's mode for it (``exact`` while its KV events reach the index)."""
         self.detail = ""
         """Why it is FAILED (published with it; empty in every other state)."""
         """Set by the owner at each start of a process (``Supervisor.launched``), or by adoption."""
@@ -116,6 +118,7 @@ class Replica:
             budget=s.budget_label,
             instance=self.instance,
             detail=self.detail,
+            kv_index=self.kv_index,
         )
 
 

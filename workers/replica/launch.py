@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contract.fleet import Defaults, Model
+from contract.kv_feed import KvEndpoints
 from workers.replica.placement import place_replicas
 
 BUDGET_FLAG = "--gpu-memory-utilization"
@@ -154,6 +155,8 @@ def build_launch(
     argv += ["--host", spec.host, "--port", str(spec.port), *engine_args(spec.model)]
     if spec.device_kind == "gpu" and spec.gpu_memory_utilization is not None:
         argv += [BUDGET_FLAG, f"{spec.gpu_memory_utilization:.3f}"]
+    if spec.model.kv_index == "exact":
+        argv += ["--kv-events-config", KvEndpoints.for_port(spec.port).engine_config()]
     sleep_argv, sleep_env = sleep_mode_args(spec) if sleep_mode else ([], {})
     argv += sleep_argv
     argv += spec.model.engine.extra_args  # last, so that they override

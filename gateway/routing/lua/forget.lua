@@ -1,7 +1,7 @@
--- Drop the replicas that left the registry. ARGV[1]: the LRU key prefix (+ replica id), then the ids
--- still registered. Returns the ids dropped, sorted.
+-- Drop the replicas that left the registry. ARGV[1], ARGV[2]: the LRU and KV-set key prefixes (+ replica
+-- id), then the ids still registered. Returns the ids dropped, sorted.
 local present = {}
-for j = 2, #ARGV do present[ARGV[j]] = true end
+for j = 3, #ARGV do present[ARGV[j]] = true end
 local gone = {}
 local known = redis.call('HKEYS', KEYS[2])
 for _, id in ipairs(known) do
@@ -9,7 +9,7 @@ for _, id in ipairs(known) do
 end
 table.sort(gone)
 for _, id in ipairs(gone) do
-  purge(ARGV[1] .. id, id)
+  purge(ARGV[1] .. id, ARGV[2] .. id, id)
   redis.call('HDEL', KEYS[2], id)
 end
 return gone

@@ -1,28 +1,34 @@
 -- One pick: drop restarted replicas' entries, decide, record. At most one round trip per pick.
 -- KEYS[3]: clock, KEYS[4]: the session's key (unused without a session), KEYS[5]: the recent picks
--- (a list, latest first), KEYS[5 + i]: LRU of replica i.
+-- (a list, latest first), KEYS[5 + i]: LRU of replica i, KEYS[5 + n + i]: KV set of replica i (what its
+-- engine holds, written by its managing agent from vLLM's KV events).
 -- ARGV: n, p, q (in-flight bound), has_session (0/1), session_ttl_ms, sp, sq (share bound), window,
--- then per replica id, instance, load, capacity, then the chain keys. Returns {replica id, outcome, depth}.
+-- then per replica id, instance, load, capacity, exact (0/1), then the chain keys.
+-- Returns {replica id, outcome, depth}.
 local n, p, q = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local has_session, ttl = ARGV[4] == '1', tonumber(ARGV[5])
 local sp, sq, window = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local ids, inst, load, cap, index_of = {}, {}, {}, {}, {}
+local ids, inst, load, cap, exact, index_of = {}, {}, {}, {}, {}, {}
 local total = 0
 for i = 1, n do
-  local b = 8 + (i - 1) * 4
+  local b = 8 + (i - 1) * 5
   ids[i], inst[i], load[i], cap[i] = ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  exact[i] = ARGV[b + 5] == '1'
   index_of[ids[i]] = i
   total = total + load[i]
 end
 local chain = {}
-for j = 9 + n * 4, #ARGV do chain[#chain + 1] = ARGV[j] end
+for j = 9 + n * 5, #ARGV do chain[#chain + 1] = ARGV[j] end
 
--- 1. restarted (or first seen) replicas: drop their entries, remember their instance
+-- 1. restarted (or first seen) replicas: drop their entries, remember their instance (an exact replica's
+-- restarts are its managing agent's to follow: it resets the replica with its new instance)
 local stored = redis.call('HMGET', KEYS[2], unpack(ids))
 for i = 1, n do
-  if stored[i] ~= inst[i] then
-    purge(KEYS[5 + i], ids[i])
+  if stored[i] ~= inst[i] and not exact[i] then
+    purge(KEYS[5 + i], KEYS[5 + n + i], ids[i])
     redis.call('HSET', KEYS[2], ids[i], inst[i])
+  elseif not stored[i] then
+    redis.call('HSET', KEYS[2], ids[i], inst[i])  -- first seen (exact): known, so that its departure is seen
   end
 end
 
@@ -105,7 +111,9 @@ if #chain > 0 then
   local over = redis.call('ZCARD', lru) - cap[chosen]
   if over > 0 then
     local popped = redis.call('ZPOPMIN', lru, over)
-    for k = 1, #popped, 2 do drop_holder(popped[k], id) end
+    for k = 1, #popped, 2 do
+      if redis.call('SISMEMBER', KEYS[5 + n + chosen], popped[k]) == 0 then drop_holder(popped[k], id) end
+    end
   end
 end
 if has_session then redis.call('SET', KEYS[4], id, 'PX', ttl) end

@@ -93,10 +93,14 @@ class PrefixAffinity(Policy):
         return least_loaded_stable(candidates)
 
     def view(self, endpoint: Endpoint) -> ReplicaView:
-        """A candidate as the index sees it: id, instance, live load, LRU capacity in chain keys."""
+        """A candidate as the index sees it: id, instance, live load, LRU capacity in chain keys and whether
+        its agent feeds the index from its KV events (then its LRU keeps only placements not yet stored:
+        as many as its concurrency's requests of ``max_chunks`` keys)."""
         o = self.options
-        kv = endpoint.kv_tokens or o.kv_tokens
         rec = endpoint.record
+        if rec.kv_index == "exact":
+            return ReplicaView(rec.id, rec.instance, endpoint.load, rec.concurrency * o.max_chunks, True)
+        kv = endpoint.kv_tokens or o.kv_tokens
         capacity = capacity_keys(kv, o.chunk_bytes, o.bytes_per_token)
         return ReplicaView(rec.id, rec.instance, endpoint.load, capacity)
 

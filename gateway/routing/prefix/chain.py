@@ -12,26 +12,12 @@ with it the same first keys. The functions never raise: input of the wrong shape
 
 from __future__ import annotations
 
-from hashlib import blake2b
 from typing import Any
 
+from contract.prefix_chain import chain_keys
 from gateway.routing.prefix.prompt_text import chat_text, prompt_text
 
-_PERSON = b"gw-chain-v1"
-
-
-def chain_keys(text: bytes, chunk_bytes: int, max_chunks: int) -> tuple[str, ...]:
-    """The chained keys of ``text`` cut into ``chunk_bytes`` pieces, at most ``max_chunks`` of them."""
-    if chunk_bytes <= 0 or max_chunks <= 0:
-        return ()
-    keys: list[str] = []
-    prev = b""
-    for start in range(0, min(len(text), chunk_bytes * max_chunks), chunk_bytes):
-        h = blake2b(prev, digest_size=8, person=_PERSON)
-        h.update(text[start : start + chunk_bytes])
-        prev = h.digest()
-        keys.append(prev.hex())
-    return tuple(keys)
+__all__ = ["chain_keys", "request_chain"]
 
 
 def request_chain(payload: dict[str, Any], chunk_bytes: int, max_chunks: int) -> tuple[str, ...]:

@@ -83,6 +83,9 @@ class ReplicaView:
     instance: str
     load: int
     capacity: int
+    exact: bool = False
+    """Its managing agent feeds the index from its KV events (exact mode): the agent, not the pick, follows
+    its restarts, and its LRU holds only the placements its engine has not stored yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +202,8 @@ class PrefixIndex:
     sessions: dict[str, str] = field(default_factory=dict)
     clock: int = 0
     recent: list[str] = field(default_factory=list)
+    kv: dict[str, set[str]] = field(default_factory=dict)
+    """Per replica, the keys its engine holds (exact mode: written from its KV events)."""
 
     def drop_holder(self, key: str, replica: str) -> None:
         rest = [h for h in self.holders.get(key, []) if h != replica]
@@ -209,7 +214,7 @@ class PrefixIndex:
 
     def purge(self, replica: str) -> None:
         """Drop every entry of one replica (it restarted or left)."""
-        for key in sorted(self.lru.pop(replica, {})):
+        for key in sorted(set(self.lru.pop(replica, {})) | self.kv.pop(replica, set())):
             self.drop_holder(key, replica)
 
     def forget_absent(self, present: Collection[str]) -> list[str]:
@@ -222,9 +227,11 @@ class PrefixIndex:
 
     def check_instances(self, replicas: Sequence[ReplicaView]) -> None:
         for r in replicas:
-            if self.instances.get(r.id) != r.instance:
+            if self.instances.get(r.id) != r.instance and not r.exact:
                 self.purge(r.id)
                 self.instances[r.id] = r.instance
+            elif r.id not in self.instances:
+                self.instances[r.id] = r.instance  # first seen (exact): known, so that its departure is seen
 
     def record(self, chain: Sequence[str], replica: ReplicaView) -> None:
         """The chosen replica first among each key's holders; LRU touch, then eviction over capacity."""
@@ -240,7 +247,29 @@ class PrefixIndex:
         if over > 0:
             for key in sorted(used, key=lambda k: (used[k], k))[:over]:
                 del used[key]
-                self.drop_holder(key, replica.id)
+                if key not in self.kv.get(replica.id, ()):
+                    self.drop_holder(key, replica.id)
+
+    def apply_events(
+        self, replica: str, instance: str, added: Sequence[str], removed: Sequence[str], reset: bool = False
+    ) -> None:
+        """What a managing agent learnt from the replica's KV events (``contract/lua/kv_apply.lua``): a new
+        instance or a reset drops its entries; an added key joins its KV set and its holders (last) and
+        leaves its pending placements; a removed key leaves all three."""
+        if reset or self.instances.get(replica) != instance:
+            self.purge(replica)
+            self.instances[replica] = instance
+        held, placed = self.kv.setdefault(replica, set()), self.lru.setdefault(replica, {})
+        for key in added:
+            held.add(key)
+            placed.pop(key, None)
+            holders = self.holders.setdefault(key, [])
+            if replica not in holders:
+                holders.append(replica)
+        for key in removed:
+            held.discard(key)
+            placed.pop(key, None)
+            self.drop_holder(key, replica)
 
     def pick(self, inp: PickInput) -> Decision:
         """Read, decide and record, as the Lua script does in one step."""

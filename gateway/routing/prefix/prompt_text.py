@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-ROLE_END = "\x1f"  # unit separator: between a message's role and its content
-MSG_END = "\x1e"  # record separator: after each message
+from contract.prefix_chain import message_piece
 
 
 def content_text(content: Any) -> str:
@@ -32,7 +31,7 @@ def message_text(message: dict[str, Any]) -> str:
     that the boundaries between messages count (the prefix key and the prefix chain both read it)."""
     role = message.get("role")
     role = role if isinstance(role, str) else ""
-    return role + ROLE_END + content_text(message.get("content")) + MSG_END
+    return message_piece(role, content_text(message.get("content")))
 
 
 def leading_prompt(prompt: Any) -> Any:

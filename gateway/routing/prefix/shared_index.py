@@ -32,16 +32,16 @@ from gateway.routing.prefix.index import Decision, PickInput
 log = logging.getLogger("llmgw.prefix_index")
 
 SHARED, DEGRADED = "shared", "degraded"
-APPROXIMATE = "approximate"
-"""The key mode: the index's keys are chained hashes of the prompt text (:mod:`gateway.routing.prefix.chain`),
-placed when a request is routed and aged by an LRU bound. The exact mode (vLLM's own block hashes from its
-KV-cache events) was measured and not built: computing those keys costs the gateway the model's chat
-template and tokenizer on every request (docs/decisions/0005-no-exact-prefix-keys.md)."""
+"""The key modes, per replica (``kv_index`` in its :class:`contract.registry.ReplicaRecord`):
+``approximate``, the index's keys for a replica are the gateways' placements, aged by an LRU sized from an
+estimate of bytes per token; ``exact``, its managing agent also writes what its engine holds, from vLLM's
+KV events (:mod:`contract.kv_feed`), and the placements only bridge the time until the engine stores them."""
 
 
 def script(name: str) -> str:
-    lua = resources.files("gateway.routing") / "lua"
-    return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    common = resources.files("contract") / "lua" / "prefix_common.lua"
+    own = resources.files("gateway.routing") / "lua" / f"{name}.lua"
+    return common.read_text() + "\n" + own.read_text()
 
 
 def session_digest(session: str) -> str:
@@ -56,11 +56,12 @@ def pick_call(
     session_key = keys.prefix_session(model, session_digest(inp.session or ""))
     names = [keys.prefix_holders(model), keys.prefix_instances(model), keys.prefix_clock(model), session_key]
     names += [keys.prefix_recent(model), *(keys.prefix_lru(model, r.id) for r in inp.replicas)]
+    names += [keys.prefix_kv(model, r.id) for r in inp.replicas]
     (p, q), (sp, sq) = inp.ratio, inp.share_ratio
     args = [str(len(inp.replicas)), str(p), str(q), "1" if inp.session else "0", str(session_ttl_ms)]
     args += [str(sp), str(sq), str(inp.window)]
     for r in inp.replicas:
-        args += [r.id, r.instance, str(r.load), str(r.capacity)]
+        args += [r.id, r.instance, str(r.load), str(r.capacity), "1" if r.exact else "0"]
     return names, [*args, *inp.chain]
 
 
@@ -89,10 +90,8 @@ class SharedIndex:
         self._forget = redis.register_script(script("forget"))
         self.retry_at = 0.0
         self.mode = SHARED
-        self.keys_mode = APPROXIMATE
         if metrics is not None:
             metrics.prefix_index_shared.set(1)
-            metrics.prefix_index_keys.labels(APPROXIMATE).set(1)
 
     def count(self, model: str, outcome: str) -> None:
         """One pick of ``model`` with that outcome (``degraded`` for a pick without the index)."""
@@ -116,7 +115,8 @@ class SharedIndex:
         """Drop the entries of the model's replicas that left the registry; [] when Redis fails."""
         names = [self.keys.prefix_holders(model), self.keys.prefix_instances(model)]
         try:
-            gone = await self._forget(keys=names, args=[self.keys.prefix_lru(model, ""), *present])
+            prefixes = [self.keys.prefix_lru(model, ""), self.keys.prefix_kv(model, "")]
+            gone = await self._forget(keys=names, args=[*prefixes, *present])
         except REDIS_DOWN as exc:
             self.lost(exc)
             return []

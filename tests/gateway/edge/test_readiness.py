@@ -46,7 +46,12 @@ async def test_every_replica_stopped_ready_stays_200_and_a_chat_gets_503_at_once
     finally:
         engine.stop()
     assert ready.status_code == 200 and ready.json()["ready"] is True
-    assert ready.json()["models"]["m"] == {"ready_replicas": 0, "replicas": 0, "state": "unavailable"}
+    assert ready.json()["models"]["m"] == {
+        "ready_replicas": 0,
+        "replicas": 0,
+        "state": "unavailable",
+        "kv_index": {"exact": 0, "approximate": 0},
+    }
     assert chat.status_code == 503
     assert chat.json()["error"]["code"] == "no_ready_replica"
     assert chat.headers["x-should-retry"] == "true"

@@ -5,6 +5,7 @@ with no failed request, and shared again once back; a restarted or departed repl
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,7 +106,7 @@ async def test_two_gateways_decide_as_the_reference(
         ready = (await http.get(f"{g1}/ready")).json()
     assert 'outcome="hit"' in metrics and 'outcome="cold"' in metrics
     assert "llmgw_prefix_index_shared 1.0" in metrics
-    assert 'llmgw_prefix_index_keys{mode="approximate"} 1.0' in metrics
+    assert re.search(r'llmgw_prefix_index_keys\{mode="approximate",model="m"\} 3', metrics)
     assert ready["prefix_index"] == "shared" and ready["prefix_index_keys"] == "approximate"
 
 

@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from contract.kv_events import Delta
+from contract.kv_feed import KvIndexWriter
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord
 from gateway.replicas.table import Endpoint
@@ -47,14 +49,23 @@ async def redis_state(r: aioredis.Redis, keys: RedisKeys) -> PrefixIndex:
         if members:
             lru[rid] = {m.decode(): int(s) for m, s in members}
     recent = [x.decode() for x in await r.lrange(keys.prefix_recent(MODEL), 0, -1)]
-    return PrefixIndex(holders=holders, lru=lru, instances=inst, recent=recent)
+    kv: dict[str, set[str]] = {}
+    for rid in inst:
+        held = {m.decode() for m in await r.smembers(keys.prefix_kv(MODEL, rid))}
+        if held:
+            kv[rid] = held
+    return PrefixIndex(holders=holders, lru=lru, instances=inst, recent=recent, kv=kv)
 
 
-def random_input(rng: random.Random, instances: dict[str, str], window: int = 8) -> PickInput:
+def random_input(
+    rng: random.Random, instances: dict[str, str], window: int = 8, exact: frozenset[str] = frozenset()
+) -> PickInput:
     """A pick over a random subset of 5 replicas, a chain from a small tree of prefixes, maybe a session,
     random in-flight and share bounds over a window of ``window`` picks."""
     ids = sorted(rng.sample(sorted(instances), rng.randint(1, 5)))
-    reps = tuple(ReplicaView(i, instances[i], rng.randint(0, 6), rng.choice([2, 4, 50])) for i in ids)
+    reps = tuple(
+        ReplicaView(i, instances[i], rng.randint(0, 6), rng.choice([2, 4, 50]), i in exact) for i in ids
+    )
     root = rng.choice(["s0", "s1", "s2"])
     chain = tuple(f"{root}-{'-'.join(map(str, range(d)))}" for d in range(rng.randint(0, 5)))
     session = rng.choice([None, None, "alice", "bob"])
@@ -87,6 +98,39 @@ async def test_lua_agrees_with_the_reference(
         assert state.instances == ref.instances
         assert state.recent == ref.recent, f"step {step}"
     assert all(g.mode == SHARED for g in gateways)
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_lua_agrees_with_the_reference_with_exact_replicas(
+    seed: int, keys: RedisKeys, clients: list[aioredis.Redis]
+) -> None:
+    """Two replicas fed by their agents (KV events: keys added, removed, resets, restarts) among three
+    approximate ones: picks, the agents' writes (contract/lua/kv_apply.lua) and the reference agree."""
+    rng = random.Random(100 + seed)
+    ref = PrefixIndex()
+    gateway = SharedIndex(clients[0], keys)
+    writer = KvIndexWriter(clients[1], keys, MODEL)
+    instances = {f"r{i}": "i0" for i in range(5)}
+    exact = frozenset({"r0", "r1"})
+    for step in range(150):
+        if rng.random() < 0.4:
+            rid = rng.choice(sorted(exact))
+            if rng.random() < 0.05:
+                instances[rid] = f"i{step}"
+            inp = random_input(rng, instances)
+            added = tuple(rng.sample(inp.chain, rng.randint(0, len(inp.chain))))
+            removed = tuple(k for k in (ref.kv.get(rid, set()) | {"s0-"}) if rng.random() < 0.2)
+            delta = Delta(added, tuple(sorted(removed)), rng.random() < 0.03)
+            await writer.apply(rid, instances[rid], delta)
+            ref.apply_events(rid, instances[rid], delta.added, delta.removed, delta.reset)
+        else:
+            inp = random_input(rng, instances, exact=exact)
+            assert await gateway.pick(MODEL, inp) == ref.pick(inp), f"step {step}"
+        state = await redis_state(clients[0], keys)
+        assert state.holders == ref.holders, f"step {step}"
+        assert state.lru == {r: used for r, used in ref.lru.items() if used}, f"step {step}"
+        assert state.kv == {r: held for r, held in ref.kv.items() if held}, f"step {step}"
+        assert state.instances == ref.instances
 
 
 async def test_two_gateways_decide_alike_for_an_interleaved_sequence(
