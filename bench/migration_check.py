@@ -1,8 +1,12 @@
 """Migration under load: N concurrent streams of T tokens at temperature 0, once undisturbed (the
 reference texts and TTFT), once with one replica killed (``kill -9`` of its process group) or frozen
 (SIGSTOP, thawed at the end) after every stream has tokens. Prints the client-visible errors, how many
-texts are byte-identical to the reference, and the stall each stream saw (its longest gap between two
-events, less its longest gap undisturbed) against the TTFT p50, and the gateway's stall histogram.
+texts are byte-identical to the reference, and the stall each moved stream saw (its longest gap between
+two events, less its longest gap undisturbed) against the TTFT p50, the gateway's stall histogram, the
+survivors' vLLM queue after the fault (running / waiting: a continuation waiting for a batch slot shows
+there), the gateways' moves (from their logs) and, after the kill, the re-prefill reference: the
+continuations' prompts sent at once as plain completions straight to the survivor running its own
+streams (their TTFT is the floor of the stall).
 
     python -m bench.migration_check --cpu                      # its own stack: two SmolLM2 replicas (CPU)
     python -m bench.migration_check --url http://127.0.0.1:9000 --model llama-2-7b \\
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -21,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +36,7 @@ import psutil  # type: ignore[import-untyped]
 import yaml
 
 from bench.chaos import free_port, until_true
+from contract.vllm_metrics import running_and_waiting
 from contract.vllm_probe import requests_in_engine
 from tools.stack.stack import Stack, StackConfig
 
@@ -58,10 +65,12 @@ def body(model: str, i: int, tokens: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def one(client: httpx.AsyncClient, url: str, req: dict[str, Any], out: Stream) -> None:
+async def one(
+    client: httpx.AsyncClient, url: str, req: dict[str, Any], out: Stream, path: str = "chat/completions"
+) -> None:
     started = last = time.perf_counter()
     try:
-        async with client.stream("POST", f"{url}/v1/chat/completions", json=req) as r:
+        async with client.stream("POST", f"{url}/v1/{path}", json=req) as r:
             if r.status_code != 200:
                 out.error = f"status {r.status_code}"
                 return
@@ -83,7 +92,9 @@ async def one(client: httpx.AsyncClient, url: str, req: dict[str, Any], out: Str
                     if "error" in frame:
                         out.error = frame["error"].get("message", "error")
                         continue
-                    out.text += "".join((c.get("delta") or {}).get("content") or "" for c in frame["choices"])
+                    out.text += "".join(
+                        c.get("text") or (c.get("delta") or {}).get("content") or "" for c in frame["choices"]
+                    )
         out.error = out.error or "no [DONE]"
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         out.error = f"{type(exc).__name__}: {exc}"
@@ -103,6 +114,35 @@ async def busiest(client: httpx.AsyncClient, ports: list[int]) -> int:
     return ports[counts.index(max(counts))]
 
 
+@dataclass
+class Queue:
+    """The survivors' vLLM batches after the fault, sampled every 0.2 s: where a continuation waits."""
+
+    survivors: list[int] = field(default_factory=list)
+    samples: list[tuple[float, int, int]] = field(default_factory=list)
+    """(seconds after the fault, running, waiting) over the survivors."""
+
+    def summary(self) -> dict[str, Any]:
+        waiting = [s for s in self.samples if s[2] > 0]
+        return {
+            "survivor_running_max": max((s[1] for s in self.samples), default=0),
+            "survivor_waiting_max": max((s[2] for s in self.samples), default=0),
+            "survivor_waiting_until_s": round(waiting[-1][0], 2) if waiting else 0.0,
+        }
+
+
+async def sample_queue(client: httpx.AsyncClient, ports: list[int], queue: Queue, began: float) -> None:
+    while True:
+        running = waiting = 0
+        for p in ports:
+            with contextlib.suppress(httpx.HTTPError):
+                r = await client.get(f"http://127.0.0.1:{p}/metrics", timeout=2.0)
+                got = running_and_waiting(r.content)
+                running, waiting = running + got[0], waiting + got[1]
+        queue.samples.append((round(time.perf_counter() - began, 2), running, waiting))
+        await asyncio.sleep(0.2)
+
+
 async def run_pass(
     url: str,
     model: str,
@@ -111,8 +151,10 @@ async def run_pass(
     fault: str = "",
     ports: tuple[int, ...] = (),
     after_events: int = 8,
+    queue: Queue | None = None,
 ) -> list[Stream]:
     streams = [Stream() for _ in range(n)]
+    sampler: asyncio.Task[None] | None = None
     async with httpx.AsyncClient(
         timeout=httpx.Timeout(600.0), limits=httpx.Limits(max_connections=n + 4)
     ) as c:
@@ -129,9 +171,14 @@ async def run_pass(
             group = group_of(port)
             os.killpg(group, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
             log.info("replica on port %d: %s", port, "killed (-9)" if fault == "kill" else "frozen (SIGSTOP)")
+            if queue is not None:
+                queue.survivors = [p for p in ports if p != port]
+                sampler = asyncio.create_task(sample_queue(c, queue.survivors, queue, time.perf_counter()))
         try:
             await asyncio.gather(*tasks)
         finally:
+            if sampler is not None:
+                sampler.cancel()
             if fault == "stop" and group:
                 os.killpg(group, signal.SIGCONT)
     return streams
@@ -141,45 +188,134 @@ def quantile(xs: list[float], q: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
 
 
-def report(ref: list[Stream], hit: list[Stream], metrics: str, fault: str) -> dict[str, Any]:
-    added = [h.max_gap - r.max_gap for r, h in zip(ref, hit, strict=True) if not h.error]
-    moved = [a for a in added if a > 0.1]  # the streams of the failed replica (the others barely change)
-    stall_sum = stall_count = 0.0
+def stall_totals(metrics: str) -> tuple[float, float]:
+    """The gateways' stall histogram: (sum, count)."""
+    total = count = 0.0
     for line in metrics.splitlines():
         if line.startswith("llmgw_migration_stall_seconds_sum"):
-            stall_sum += float(line.split()[-1])
+            total += float(line.split()[-1])
         if line.startswith("llmgw_migration_stall_seconds_count"):
-            stall_count += float(line.split()[-1])
+            count += float(line.split()[-1])
+    return total, count
+
+
+def moves_in(logs: list[Path], since: dict[Path, int]) -> dict[str, Any]:
+    """The gateways' migration log lines written since ``since`` (moved on): from->to and why, counted."""
+    pairs: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    for log_file in logs:
+        text = log_file.read_text(errors="replace")
+        for line in text[since.get(log_file, 0) :].splitlines():
+            if " migration " in line:
+                what = line.split(" migration ", 1)[1]
+                fields = dict(f.split("=", 1) for f in what.split() if "=" in f and "reason=" not in f)
+                pairs[
+                    f"{what.split(':')[0]} {fields.get('from')}->{fields.get('to')} #{fields.get('attempt')}"
+                ] += 1
+                reasons[what.split("reason=", 1)[-1][:60]] += 1
+        since[log_file] = len(text)
+    return {"moves": dict(pairs), "reasons": dict(reasons)}
+
+
+def report(
+    ref: list[Stream], hit: list[Stream], metrics: tuple[str, str], fault: str, queue: Queue
+) -> dict[str, Any]:
+    added = [h.max_gap - r.max_gap for r, h in zip(ref, hit, strict=True) if not h.error]
+    (sum0, count0), (sum1, count1) = (stall_totals(m) for m in metrics)  # this pass: after less before
+    stall_sum, stall_count = sum1 - sum0, count1 - count0
+    # the moved streams: as many as the gateway moved, those with the largest added gap (the survivors'
+    # own streams slow down too, by the continuations' prefill, but by far less)
+    moved = sorted(added, reverse=True)[: int(stall_count)]
     out = {
         "fault": fault, "streams": len(hit), "errors": sum(1 for h in hit if h.error),
         "byte_identical": sum(1 for r, h in zip(ref, hit, strict=True) if h.text == r.text and not h.error),
         "reference_errors": sum(1 for r in ref if r.error),
         "ttft_p50_s": round(statistics.median([r.ttft_s for r in ref]), 3),
         "streams_stalled": len(moved),
+        "others_added_gap_max_s": round(max(sorted(added, reverse=True)[len(moved) :], default=0.0), 3),
         "stall_median_s": round(statistics.median(moved), 3) if moved else None,
         "stall_p90_s": round(quantile(moved, 0.9), 3) if moved else None,
         "stall_max_s": round(max(moved), 3) if moved else None,
         "gateway_stall_mean_s": round(stall_sum / stall_count, 3) if stall_count else None,
         "gateway_migrations": stall_count,
+        "undisturbed_max_gap_p50_s": round(statistics.median([r.max_gap for r in ref]), 3),
+        "undisturbed_max_gap_max_s": round(max(r.max_gap for r in ref), 3),
+        **queue.summary(),
         "first_errors": [h.error for h in hit if h.error][:3],
     }  # fmt: skip
     return out
 
 
+async def burst_reference(port: int, model: str, ref: list[Stream], a: argparse.Namespace) -> dict[str, Any]:
+    """The continuations' work without the gateway, on the survivor alone (direct): half the streams
+    of its own running (each past its 8th event), then the other half's continuations as plain
+    completions sent at once (prompt ids = the chat prompt + the ids of its answer's first 12 tokens);
+    their TTFT is the re-prefill the stall cannot be shorter than."""
+    base, half = f"http://127.0.0.1:{port}", a.streams // 2
+    headers = {"authorization": f"Bearer {a.vllm_key}"} if a.vllm_key else {}
+    limits = httpx.Limits(max_connections=a.streams + 4)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), headers=headers, limits=limits) as c:
+        prompts = []
+        for i in range(half, a.streams):
+            chat = {"model": model, "messages": body(model, i, 1)["messages"], "add_generation_prompt": True}
+            answer = {"model": model, "prompt": ref[i].text[:80], "add_special_tokens": False}
+            ids = [(await c.post(f"{base}/tokenize", json=q)).json()["tokens"] for q in (chat, answer)]
+            prompts.append(ids[0] + ids[1][:12])
+        running = [Stream() for _ in range(half)]
+        tasks = [
+            asyncio.create_task(one(c, base, body(model, i, a.tokens), s)) for i, s in enumerate(running)
+        ]
+
+        async def started() -> bool:
+            return all(s.events >= 8 or s.error for s in running)
+
+        await until_true(started, 300, 0.05)
+        req = {"model": model, "max_tokens": 4, "temperature": 0, "stream": True}
+        burst = [Stream() for _ in prompts]
+        runs = [
+            one(c, base, {**req, "prompt": p}, s, "completions") for p, s in zip(prompts, burst, strict=True)
+        ]
+        await asyncio.gather(*runs)
+        for t in tasks:
+            t.cancel()
+    ttft = sorted(s.ttft_s for s in burst if not s.error)
+    return {
+        "burst_prompt_tokens": round(statistics.mean(len(p) for p in prompts)),
+        "burst_ttft_median_s": round(statistics.median(ttft), 3) if ttft else None,
+        "burst_ttft_max_s": round(ttft[-1], 3) if ttft else None,
+        "burst_errors": [s.error for s in burst if s.error][:3],
+    }
+
+
 async def check(
     url: str, model: str, ports: list[int], gateways: list[str], a: argparse.Namespace
 ) -> list[dict[str, Any]]:
-    results = []
+    results: list[dict[str, Any]] = []
+    seen: dict[Path, int] = {}
+    if a.logs is not None:
+        moves_in(sorted(a.logs.glob("gateway*.log")), seen)
     for fault in a.fault:
         ref = await run_pass(url, model, a.streams, a.tokens)
-        hit = await run_pass(url, model, a.streams, a.tokens, fault, tuple(ports))
-        async with httpx.AsyncClient() as c:
-            metrics = "".join([(await c.get(f"{g}/metrics")).text for g in gateways])
-        results.append(report(ref, hit, metrics, fault))
+        queue = Queue()
+        before = await scrape(gateways)
+        hit = await run_pass(url, model, a.streams, a.tokens, fault, tuple(ports), queue=queue)
+        results.append(report(ref, hit, (before, await scrape(gateways)), fault, queue))
+        if a.logs is not None:
+            results[-1].update(moves_in(sorted(a.logs.glob("gateway*.log")), seen))
+        if fault == "kill" and a.burst and queue.survivors:
+            try:
+                results[-1].update(await burst_reference(queue.survivors[0], model, ref, a))
+            except (httpx.HTTPError, KeyError, ValueError, TypeError) as exc:  # the reference only: said
+                results[-1]["burst_error"] = f"{type(exc).__name__}: {exc}"
         print(json.dumps(results[-1]), flush=True)
         if fault == "kill" and fault != a.fault[-1]:
             await until_ready(url, model, len(ports))
     return results
+
+
+async def scrape(gateways: list[str]) -> str:
+    async with httpx.AsyncClient() as c:
+        return "".join([(await c.get(f"{g}/metrics")).text for g in gateways])
 
 
 async def until_ready(url: str, model: str, want: int, deadline_s: float = 600) -> None:
@@ -194,10 +330,14 @@ async def until_ready(url: str, model: str, want: int, deadline_s: float = 600) 
     raise TimeoutError("the killed replica did not come back")
 
 
-def cpu_fleet(tmp: Path) -> Path:
-    """The default fleet's SmolLM2 alone (two replicas), on ports of its own."""
+def cpu_fleet(tmp: Path, max_num_seqs: int = 0) -> Path:
+    """The default fleet's SmolLM2 alone (two replicas), on ports of its own; ``max_num_seqs``: vLLM's
+    ``--max-num-seqs`` instead of the launcher's (8: as before the migration headroom)."""
     data = yaml.safe_load((REPO / "fleet.yaml").read_text())
     data["models"] = [m for m in data["models"] if m["name"] == "smollm2-135m-instruct"]
+    if max_num_seqs:
+        engine = data["models"][0]["engine"]
+        engine["extra_args"] = [*engine.get("extra_args", []), "--max-num-seqs", str(max_num_seqs)]
     data.setdefault("defaults", {})["base_port"] = 18500
     path = tmp / "fleet.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -212,7 +352,8 @@ async def main_async(a: argparse.Namespace) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory(prefix="llmgw-migration-") as tmp:
             env = {"LLMGW_MIGRATION_STALL_S": str(a.stall_s)}
             config = StackConfig(
-                fleet_file=cpu_fleet(Path(tmp)), run_dir=Path(tmp) / "run", redis_port=free_port(),
+                fleet_file=cpu_fleet(Path(tmp), a.max_num_seqs), run_dir=Path(tmp) / "run",
+                redis_port=free_port(),
                 keys_redis_port=free_port(), gateway_ports=(free_port(),), nginx_port=free_port(),
                 prometheus_port=0, supervisor_metrics_port=free_port(), ready_deadline_s=900, gateway_env=env,
             )  # fmt: skip
@@ -220,6 +361,7 @@ async def main_async(a: argparse.Namespace) -> list[dict[str, Any]]:
             try:
                 log.info("starting two SmolLM2 replicas (a minute or two)")
                 await stack.up()
+                a.vllm_key, a.logs = config.vllm_api_key, config.run_dir / "logs"
                 gw = f"http://127.0.0.1:{config.gateway_ports[0]}"
                 results = await check(gw, "smollm2-135m-instruct", [18500, 18501], [gw], a)
             finally:
@@ -243,6 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=200)
     p.add_argument("--fault", action="append", choices=["kill", "stop"], help="default: kill, then stop")
     p.add_argument("--stall-s", type=float, default=2.0, help="--cpu: the gateway's migration_stall_s")
+    p.add_argument("--max-num-seqs", type=int, default=0, help="--cpu: vLLM's, instead of the launcher's")
+    p.add_argument("--no-burst", dest="burst", action="store_false", help="skip the re-prefill reference")
+    p.add_argument("--logs", type=Path, default=None, help="the gateways' log directory (moves counted)")
+    p.add_argument("--vllm-key", default=os.environ.get("VLLM_API_KEY", ""), help="the replicas' API key")
     p.add_argument("--out", default="")
     a = p.parse_args(argv)
     a.fault = a.fault or ["kill", "stop"]

@@ -16,7 +16,7 @@ import argparse
 import asyncio
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -34,13 +34,28 @@ from tools.stack.redis_topology import KINDS, Topology, start
 GATEWAYS, MODELS, REPLICAS, CAPACITY = 4, 2, 4, 64
 
 
+SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall")
+
+
 @dataclass
 class Sample:
-    calls: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
+    """INFO counters summed over a topology's masters (replicas' commands and CPU apart)."""
+
+    calls: float = 0  # every command the masters ran, those the scripts call included
+    scripts: float = 0  # the top-level script calls among them (EVALSHA, EVAL, FCALL)
+    bytes_in: float = 0  # the masters' network traffic
+    bytes_out: float = 0
+    repl_out: float = 0  # the masters' replication stream
+    replica_calls: float = 0
     cpu_master_s: float = 0.0
     cpu_replica_s: float = 0.0
+
+    def minus(self, other: Sample, scale: float = 1.0) -> Sample:
+        """``self - scale * other``, field by field."""
+        return Sample(*(getattr(self, f.name) - scale * getattr(other, f.name) for f in fields(Sample)))
+
+    def per(self, n: int) -> Sample:
+        return Sample(*(getattr(self, f.name) / max(1, n) for f in fields(Sample)))
 
 
 async def sample(ports: list[int]) -> Sample:
@@ -51,14 +66,18 @@ async def sample(ports: list[int]) -> Sample:
             info = await r.info("all")
         finally:
             await r.aclose()
-        out.calls += sum(int(v["calls"]) for k, v in info.items() if k.startswith("cmdstat_"))
-        out.bytes_in += int(info["total_net_input_bytes"])
-        out.bytes_out += int(info["total_net_output_bytes"])
+        calls = sum(int(v["calls"]) for k, v in info.items() if k.startswith("cmdstat_"))
         cpu = float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-        if info["role"] == "master":
-            out.cpu_master_s += cpu
-        else:
+        if info["role"] != "master":
+            out.replica_calls += calls
             out.cpu_replica_s += cpu
+            continue
+        out.calls += calls
+        out.scripts += sum(int(info[k]["calls"]) for k in SCRIPT_COMMANDS if k in info)
+        out.bytes_in += int(info["total_net_input_bytes"])  # Redis 7.0's totals: the replication stream in
+        out.bytes_out += int(info["total_net_output_bytes"])
+        out.repl_out += int(info.get("total_net_repl_output_bytes", 0))  # counted apart by later versions
+        out.cpu_master_s += cpu
     return out
 
 
@@ -101,11 +120,24 @@ async def run_one(topo: Topology, rate: float, seconds: float) -> tuple[Sample, 
     for adm, index in gateways:
         await adm.stop()
         await index.aclose()
-    delta = Sample(
-        after.calls - before.calls, after.bytes_in - before.bytes_in, after.bytes_out - before.bytes_out,
-        after.cpu_master_s - before.cpu_master_s, after.cpu_replica_s - before.cpu_replica_s,
-    )  # fmt: skip
+    delta = after.minus(before)
     return delta, total
+
+
+async def main_http(clients: int, seconds: float) -> None:
+    """The ``--http`` mode: real gateway processes and FAKE ENGINE replicas (bench/redis_capacity_http.py)."""
+    from bench import redis_capacity_http as http
+
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in KINDS:
+            topo = start(kind, Path(tmp) / kind)
+            try:
+                rows[kind] = await http.measure(Path(tmp), topo, clients, seconds)
+            finally:
+                topo.stop()
+            print(f"{kind}: measured", flush=True)
+    print(http.report(rows))
 
 
 async def main(rate: float, seconds: float) -> None:
@@ -138,5 +170,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--http", action="store_true", help="through 4 real gateway processes and FAKE ENGINE replicas"
+    )
+    parser.add_argument("--clients", type=int, default=64, help="--http: closed-loop clients in all")
     args = parser.parse_args()
-    asyncio.run(main(args.rate, args.seconds))
+    asyncio.run(main_http(args.clients, args.seconds) if args.http else main(args.rate, args.seconds))

@@ -187,8 +187,9 @@ class Model(Strict):
     placement: Placement = Field(default_factory=Placement)
     """The devices the replicas are bound to."""
     concurrency: Annotated[int, Field(ge=1, le=4096)] = 8
-    """Requests one replica runs at once: vLLM's `--max-num-seqs`, the admission capacity and the
-    autoscaling target."""
+    """Requests one replica runs at once: the admission capacity and the autoscaling target; vLLM's
+    `--max-num-seqs` (twice it for a model that migrates and has several replicas: room for a failed
+    peer's continuations)."""
     policy: PolicyName = "prefix_affinity"
     """The routing policy: `round_robin`, `least_inflight`, `power_of_two`, `session` or `prefix_affinity`."""
     kv_index: Literal["approximate", "exact"] = "approximate"

@@ -114,12 +114,13 @@ class RedisKeys:
         when one starts to drain for sleep; every gateway re-reads the registry at once."""
         return f"{self.prefix}:model_state"
 
-    # API keys and rate limits
+    # API keys and rate limits. A key's record and the index share the hash tag ``{apikeys}``, so creating
+    # or revoking a key (record and index entry in one MULTI) touches one Redis Cluster slot
     def api_key(self, key_hash: str) -> str:
-        return f"{self.prefix}:apikey:{key_hash}"
+        return f"{self.prefix}:{{apikeys}}:{key_hash}"
 
     def api_key_index(self) -> str:
-        return f"{self.prefix}:apikeys"
+        return f"{self.prefix}:{{apikeys}}"
 
     def rate(self, key_hash: str) -> str:
         """One key's rate-limit counters: a hash of ``rpm:<window>`` and ``tpm:<window>`` (the window

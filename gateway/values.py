@@ -5,6 +5,7 @@ small object a request carries through the steps (:class:`RequestContext`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -90,7 +91,8 @@ class MigrationPlan:
     usage: bool = False
     attempts: int = 2
     whole: bool = False
-    """The client asked a non-streamed answer: the gateway streams it upstream and answers it whole."""
+    """The client asked a non-streamed answer: sent as it is; if its replica fails, it runs again on
+    another one (the client has seen nothing yet)."""
 
 
 @dataclass(slots=True)
@@ -137,6 +139,11 @@ class RequestContext:
     """The request offers tools the model may call (pipeline/parse.py ``calls_tools``)."""
     query: bytes = b""
     """The request's query string (only a path without a body reads it: its ``model``)."""
+    payload: dict[str, Any] | None = None
+    """The JSON body as the parse step read it (None: a form or no body)."""
+    on_gone: Callable[[], None] | None = None
+    """Called if the replica whose answer is awaited leaves the registry or is ejected (a non-streamed
+    generation that may run again elsewhere: gateway/pipeline/migrate.py)."""
     path_model: str = ""
     """The model a per-model base path names (``/models/{model}/tokenize``; gateway/endpoints.py)."""
     migration: MigrationPlan | None = None

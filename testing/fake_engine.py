@@ -22,7 +22,8 @@ A raw asyncio HTTP/1.1 server (keep-alive, Content-Length bodies) so that it cos
 Faults, per request (header ``x-fake-fault``) or for every request (``--fault``):
 ``400`` (a client error), ``500`` (answer 500), ``hang`` (never answer),
 ``die-after-N`` (close the connection after N chunks), ``die-mid-N`` (after N chunks, half an event,
-then close), ``stall-after-N`` (after N chunks, nothing more), ``slow-first-MS`` (wait before the first byte),
+then close), ``stall-after-N`` (after N chunks, nothing more; a non-streamed answer: after N tokens'
+time the connection closes or stays silent), ``slow-first-MS`` (wait before the first byte),
 ``slow-500-MS`` (wait, then answer 500), ``503`` and ``slow-503-MS`` (refuse, as a draining or
 overloaded vLLM does); ``--fault metrics-500``: ``/metrics`` answers 500. ``/stats`` counts generations
 started and served.
@@ -32,6 +33,7 @@ with token ids, deterministic so that a continuation equals an undisturbed run (
 ``error-after-N`` (vLLM's in-stream error frame) and ``garbage-after-N`` (a frame that is not JSON).
 With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
 ``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
+``--enable-log-requests`` (vLLM's flag): ``Received request <X-Request-Id>`` on stderr per generation.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +90,7 @@ class Config:
     prefill_ms_per_block: float = 0.0
     multibyte: bool = False
     max_model_len: int = 2048
+    log_requests: bool = False  # vLLM's --enable-log-requests: "Received request <id>" per generation
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -360,6 +364,8 @@ class FakeEngine(asyncio.Protocol):
             await asyncio.sleep(3600)
         if fault.startswith("slow-first-"):
             await asyncio.sleep(float(fault.removeprefix("slow-first-")) / 1000)
+        if self.cfg.log_requests:
+            print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
         if self.cfg.latency_ms:
             await asyncio.sleep(self.cfg.latency_ms / 1000)
         if self.cache is not None:
@@ -381,6 +387,8 @@ class FakeEngine(asyncio.Protocol):
                 TokenFrames(req, chat, self.cfg.model, rid, self.cfg.multibyte, self.cfg.tokens), fault
             )
         if not req.get("stream"):
+            if fault.startswith(("die-after-", "die-mid-", "stall-after-")):
+                return await self.fail_generating(fault)
             return self.send(200, completion_body(self.cfg, chat, n, rid))
         die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
         die_mid = int(fault.removeprefix("die-mid-")) if fault.startswith("die-mid-") else -1
@@ -418,6 +426,14 @@ class FakeEngine(asyncio.Protocol):
             self.write(chunked(usage_event(self.cfg, chat, n, rid)))
         self.write(chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         return True
+
+    async def fail_generating(self, fault: str) -> bool:
+        """A non-streamed answer that never comes: after N tokens' time the connection closes (die) or
+        nothing more happens (stall)."""
+        await asyncio.sleep(int(fault.rpartition("-")[2]) * self.cfg.delay_ms / 1000)
+        if fault.startswith("stall-"):
+            await asyncio.sleep(3600)
+        return False
 
     async def stream_tokens(self, frames: TokenFrames, fault: str) -> bool:
         """A stream with token ids; a fault ``KIND-after-N`` (or ``die-mid-N``) strikes after N tokens."""
@@ -491,6 +507,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sleep-calls-file", default="", help="append every sleep-mode call here")
     p.add_argument("--tool-strict-level", default="", help="vLLM's flag (the default fleet sets it): ignored")
     p.add_argument("--max-model-len", type=int, default=2048, help="what /v1/models says of the context")
+    p.add_argument("--enable-log-requests", action="store_true", help="as vLLM's: log each generation's id")
     a = p.parse_args(argv)
     sleep = SleepConfig(
         a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
@@ -498,7 +515,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = Config(
         a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
         prefix_cache_blocks=a.prefix_cache_blocks, prefill_ms_per_block=a.prefill_ms_per_block,
-        multibyte=a.multibyte, max_model_len=a.max_model_len,
+        multibyte=a.multibyte, max_model_len=a.max_model_len, log_requests=a.enable_log_requests,
     )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))

@@ -16,32 +16,11 @@ from pathlib import Path
 import httpx
 
 from testing.poll import wait_until
+from tools.stack.ports import bindable, ephemeral_low
+from tools.stack.ports import free_port as free_port  # re-exported: the tests' one port helper
 from tools.stack.redis import redis_server_argv
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def ephemeral_low() -> int:
-    """The lowest port the kernel hands to outgoing connections (ip_local_port_range)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def free_port_run(count: int) -> int:
@@ -60,6 +39,18 @@ def port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def admin_api_key(base_url: str, admin_key: str, tenant: str, rpm: int) -> str:
+    """A new API key for ``tenant`` from a deployed gateway's ``/admin/keys`` (with the admin key)."""
+    r = httpx.post(
+        f"{base_url}/admin/keys",
+        headers={"authorization": f"Bearer {admin_key}"},
+        json={"tenant": tenant, "rpm": rpm},
+        timeout=10,
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["secret"])
 
 
 def http_ok(url: str) -> bool:

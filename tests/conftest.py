@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +34,7 @@ class Topologies:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp, self.started = tmp, {}  # type: dict[str, Topology]
+        atexit.register(self.stop)  # also when the session's teardown never runs (an interrupted run)
 
     def get(self, kind: str) -> Topology:
         if kind not in self.started:
@@ -40,8 +42,10 @@ class Topologies:
         return self.started[kind]
 
     def stop(self) -> None:
-        for topo in self.started.values():
-            topo.stop()
+        """Kill every node's process group; idempotent (the fixture's teardown, then atexit)."""
+        while self.started:
+            self.started.popitem()[1].stop()
+        atexit.unregister(self.stop)
 
 
 @pytest.fixture(scope="session")

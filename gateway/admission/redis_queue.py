@@ -28,6 +28,7 @@ from gateway.admission.base import AdmissionUnavailable, Ticket
 from gateway.admission.queue_scripts import RENEWS_PER_TTL, Acquired, Left, QueueScripts, ticket_id
 from gateway.admission.redis_cluster_wire import lean_client
 from gateway.admission.redis_wire import PipelinedRedis, RedisReplyError, Reply
+from gateway.admission.unreleased import Unreleased
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.metrics import GatewayMetrics
 from gateway.periodic import Background
@@ -107,6 +108,7 @@ class RedisAdmission:
         self._capacity: dict[str, int] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
         self._releases: set[asyncio.Future[Reply]] = set()  # sent without a task (release_nowait)
+        self._unreleased = Unreleased(lease_ttl_s)  # sent again by the beat once Redis answers
         self._bg: Background | None = None
 
     @property
@@ -227,12 +229,8 @@ class RedisAdmission:
             leave = self.scripts.leave(model, lease_id, False, capacity)
             outcome = await asyncio.wait_for(leave, self._io_budget)
         except REDIS_ERRORS as exc:
-            log.warning(
-                "model=%s ticket=%s could not leave the queue (%s); its deadline drops it",
-                model,
-                lease_id,
-                exc,
-            )
+            why = "model=%s ticket=%s could not leave the queue (%s); its deadline drops it"
+            log.warning(why, model, lease_id, exc)
             return
         if outcome is Left.PASSED_ON:
             log.info(
@@ -240,10 +238,9 @@ class RedisAdmission:
             )
 
     async def release(self, model: str, lease_id: str) -> None:
-        """Gives the slot back in the background: the answer to the client does not wait for Redis, and
-        a cancelled caller cannot cut the release short. ``drain()`` waits for it. The script is sent
-        at once and its reply handled by a callback (no task per release); before the connection is
-        open, or when Redis lacks the script, a background task makes the call."""
+        """Gives the slot back in the background (the client does not wait for Redis, a cancelled caller
+        cannot cut it short; ``drain()`` waits): sent at once, its reply handled by a callback; before the
+        connection is open, or when Redis lacks the script, by a task. A failed one is sent again later."""
         self._held.get(model, set()).discard(lease_id)
         capacity = self._capacity.get(model, 1)
         reply = self.scripts.release_nowait(model, lease_id, capacity, self._io_budget)
@@ -259,9 +256,7 @@ class RedisAdmission:
         if isinstance(exc, RedisReplyError) and str(exc).split(" ", 1)[0] in ("NOSCRIPT", "MOVED", "ASK"):
             self._spawn(self._release_quietly(model, lease_id))
         elif exc is not None:
-            log.warning(
-                "model=%s lease=%s release failed (%s); the lease expires by itself", model, lease_id, exc
-            )
+            self._unreleased.failed(model, lease_id, exc)
 
     def refund(self, model: str, tenant: str, tokens: int) -> None:
         """Give ``tokens`` back to ``tenant``'s fair-share tag, in the background (``drain()`` waits)."""
@@ -283,13 +278,14 @@ class RedisAdmission:
             await asyncio.wait(list(self._cleanups), timeout=timeout_s)
 
     async def _release_quietly(self, model: str, lease_id: str) -> None:
-        capacity = self._capacity.get(model, 1)
         try:
-            await asyncio.wait_for(self.scripts.release(model, lease_id, capacity), self._io_budget)
+            await self._send_release(model, lease_id)
         except REDIS_ERRORS as exc:
-            log.warning(
-                "model=%s lease=%s release failed (%s); the lease expires by itself", model, lease_id, exc
-            )
+            self._unreleased.failed(model, lease_id, exc)
+
+    async def _send_release(self, model: str, lease_id: str) -> None:
+        release = self.scripts.release(model, lease_id, self._capacity.get(model, 1))
+        await asyncio.wait_for(release, self._io_budget)
 
     async def _release_all(self) -> None:
         held = [(model, lease_id) for model, ids in self._held.items() for lease_id in ids]
@@ -324,7 +320,8 @@ class RedisAdmission:
 
     async def beat(self) -> None:
         """Stamp this gateway present for every model seen; the script drops what absent gateways left
-        behind (their waiters and leases) and grants the slots that freed."""
+        behind (their waiters and leases) and grants the slots that freed; releases that failed first."""
+        await self._unreleased.resend(self._send_release, REDIS_ERRORS)
         for model, capacity in list(self._capacity.items()):
             try:
                 beat = self.scripts.beat(model, self.gateway_id, capacity)

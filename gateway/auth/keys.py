@@ -2,7 +2,8 @@
 
 A secret reads ``llmgw-<key id>-<random>``: the key id is public (it names the key in listings, logs and
 rate-limit counters); only the random part makes it secret. Records live at ``RedisKeys.api_key(hash)`` as
-JSON; ``RedisKeys.api_key_index()`` maps each key id to its hash, for listing and revoking.
+JSON; ``RedisKeys.api_key_index()`` maps each key id to its hash, for listing and revoking. Both names share
+one hash tag, so the MULTI that writes a record and its index entry runs on a Redis Cluster too.
 """
 
 from __future__ import annotations

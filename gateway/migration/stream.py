@@ -21,7 +21,6 @@ from gateway.migration.frames import EventSplitter
 from gateway.migration.plan import MOVABLE_PATHS, continuation, why_not
 from gateway.migration.record import MalformedFrame, Recorder
 from gateway.migration.seam import Diverged, Seam, ending
-from gateway.migration.whole import assemble
 from gateway.replicas.table import Endpoint, ModelPool
 from gateway.settings import GatewaySettings
 from gateway.upstream.client import FAILURES, Retryable, Upstream
@@ -42,31 +41,30 @@ class MigrationFailed(UpstreamClosed):
 
 
 def plan_migration(ctx: RequestContext, model: Model) -> MigrationPlan | None:
-    """The plan of a generation of a model that migrates; None for any other request. A request that
-    may move is sent asking for token ids (``ctx.body`` rewritten); a non-streamed one is sent streamed
-    (the gateway answers it whole)."""
+    """The plan of a generation of a model that migrates; None for any other request. A stream that
+    may move is sent asking for token ids (``ctx.body`` rewritten); a non-streamed request is sent as
+    the client wrote it (``whole``: if its replica fails, it runs again elsewhere, gateway/pipeline/
+    migrate.py)."""
     if not model.migrates or ctx.api.name not in MOVABLE_PATHS:
         return None
-    payload = orjson.loads(ctx.body)
+    if not ctx.stream:
+        return MigrationPlan({}, whole=True, attempts=model.migration_attempts)
+    payload = ctx.payload if ctx.payload is not None else orjson.loads(ctx.body)
     adapter = ctx.model_name not in (model.name, *model.aliases)
     plan = MigrationPlan(payload, why_not(payload, ctx.api.name, adapter), ctx.api.name == "chat/completions")
     if plan.reason:
         return plan
-    if not ctx.stream:
-        plan.whole, plan.attempts = True, model.migration_attempts
-        plan.keep_ids = bool(payload.get("return_token_ids"))
-        ctx.body = orjson.dumps({**payload, "stream": True, "return_token_ids": True})
-        return plan
     options = payload.get("stream_options")
-    plan.usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    # usage asked by the client, or by the gateway for its accounting (ctx.strip_usage: parse.py)
+    plan.usage = ctx.strip_usage or (isinstance(options, dict) and bool(options.get("include_usage")))
     plan.keep_ids, plan.attempts = bool(payload.get("return_token_ids")), model.migration_attempts
     if "return_token_ids" not in payload:
         body = ctx.body.lstrip()
         ctx.body = (
             TOKEN_IDS_FLAG + body[1:] if body[1:].lstrip()[:1] != b"}" else b'{"return_token_ids":true}'
         )
-    elif not plan.keep_ids:
-        ctx.body = orjson.dumps({**payload, "return_token_ids": True})
+    elif not plan.keep_ids:  # false: the body as it is sent (with the gateway's usage ask), ids on
+        ctx.body = orjson.dumps({**orjson.loads(ctx.body), "return_token_ids": True})
     return plan
 
 
@@ -161,15 +159,6 @@ class MigratingStream:
         """The gateway is stopping: break the stream where it is (the relay gives it its planned end)."""
         self.stopping = True
         self.up.response.close()
-
-    async def whole(self) -> bytes:
-        """Every event to the end, assembled as a non-streamed answer (gateway/migration/whole.py)."""
-        events: list[bytes] = []
-        chunk = await self.first()
-        while chunk:
-            events += EventSplitter().feed(chunk)
-            chunk = await self.next()
-        return assemble(events, self.recorder, self.plan.chat)
 
     def close(self, ok: bool, blame: bool) -> None:
         """The stream ended (``ok``) or broke: end the attempt on the replica that served it last."""

@@ -1,7 +1,9 @@
 """Steps 5 and 6, pick and forward: a replica chosen by the model's policy, the request sent to it; when
 the replica refused it before any work (gateway/upstream/client.py), another replica is tried, up to
 ``retry_attempts`` in all, while the retry deadline (checked before every attempt) lasts. A non-streamed
-request's total deadline starts here. :func:`done` ends an attempt (the policy's hook, ejection)."""
+request's total deadline starts here (once: a non-streamed generation that may move and broke after it
+was sent is run again by gateway/pipeline/migrate.py, within the same deadline). :func:`done` ends an
+attempt (the policy's hook, ejection)."""
 
 from __future__ import annotations
 
@@ -24,17 +26,22 @@ STRIKE: Blame = "strike"
 NONE: Blame = "none"
 
 
-async def forward(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> Upstream:
+async def forward(
+    gw: Gateway, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint] | None = None
+) -> Upstream:
+    """``tried``: replicas not to pick (those of earlier runs; the attempts made here are added)."""
     s = gw.settings
     began = time.perf_counter()
-    ctx.deadline = began + s.request_timeout_s
-    tried: list[Endpoint] = []
+    ctx.deadline = ctx.deadline or began + s.request_timeout_s  # set once: a run again keeps it
+    tried = [] if tried is None else tried
     for attempt in range(s.retry_attempts):
         if attempt and time.perf_counter() - began >= s.retry_deadline_s:
             break
         try:
             return await attempt_on(gw, ctx, pool, tried)
-        except Retryable:
+        except Retryable as failed:
+            if failed.written and not failed.answered and ctx.migration is not None and ctx.migration.whole:
+                raise  # it may have generated: run again as a migration (migrate.py)
             continue
     assert ctx.upstream_error is not None
     raise ctx.upstream_error
@@ -68,15 +75,21 @@ async def attempt_on(
     step = "retry" if ctx.attempts > 1 else "forward"
     try:
         with gw.tracing.span(ctx, step, **{"llmgw.replica": ep.id, "llmgw.attempt": ctx.attempts}) as span:
-            up = await open_stream(
-                gw.upstream,
-                ep.url,
-                path or ctx.upstream_path,
-                ctx.body,
-                request_headers(ctx, forward_traceparent(ctx, span)) + gw.credentials.upstream(ep),
-                wait_s(gw, ctx),
-                ctx.api.method.encode(),
-            )
+            if ctx.on_gone is not None:
+                ep.watchers.add(ctx.on_gone)
+            try:
+                up = await open_stream(
+                    gw.upstream,
+                    ep.url,
+                    path or ctx.upstream_path,
+                    ctx.body,
+                    request_headers(ctx, forward_traceparent(ctx, span)) + gw.credentials.upstream(ep),
+                    wait_s(gw, ctx),
+                    ctx.api.method.encode(),
+                )
+            finally:  # before done() below, which may eject ep (and call its watchers)
+                if ctx.on_gone is not None:
+                    ep.watchers.discard(ctx.on_gone)
     except Retryable as failed:
         ctx.upstream_error = failed.error
         done(gw, ep, ctx, ok=False, blame=STRIKE if failed.answered else EJECT)

@@ -150,7 +150,7 @@ def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_ch
     if ctx.api.body == "multipart":
         parse_form(ctx)
         return
-    payload = load_json(ctx.body)
+    payload = ctx.payload = load_json(ctx.body)
     ctx.model_name = scoped_model(payload, ctx.path_model)
     ctx.stream = stream_field(payload)
     ctx.route = route_request(ctx, payload, prefix_chars, chunk_bytes, max_chunks)

@@ -16,7 +16,7 @@ from gateway.admission.base import Lease
 from gateway.errors import GatewayError, ShuttingDown, sse_error_event
 from gateway.pipeline.admit import until_awake
 from gateway.pipeline.forward import EJECT, NONE, done, forward, wait_s
-from gateway.pipeline.migrate import read_moving, source_for
+from gateway.pipeline.migrate import source_for, whole_moving
 from gateway.pipeline.settle import holding, stream_usage, usage_of
 from gateway.pipeline.usage import UsageStrip
 from gateway.replicas.table import ModelPool
@@ -37,16 +37,18 @@ async def answer(
     async with holding(gw, ctx, lease) as usage:
         if ctx.woken_at is not None:
             await until_awake(gw, ctx, pool)
+        if ctx.migration is not None and ctx.migration.whole:  # non-streamed, run again if its replica fails
+            body = await whole_moving(gw, ctx, pool, lambda up: read_whole(gw, ctx, up))
+            usage.prompt, usage.completion = usage_of(body)
+            usage.answered = True
+            yield body
+            return
         up = await forward(gw, ctx, pool)
         ctx.status, ctx.reply_type = up.status, up.content_type
-        source = source_for(gw, ctx, pool, up)  # an answer that may move to another replica mid-way
+        source = source_for(gw, ctx, pool, up)  # a stream that may move to another replica mid-way
         if not streaming(ctx):
-            if source is not None:  # asked whole, streamed upstream so that it can move
-                body = await read_moving(ctx, source)
-                usage.prompt, usage.completion = source.usage()
-            else:
-                body = await read_whole(gw, ctx, up)
-                usage.prompt, usage.completion = usage_of(body)
+            body = await read_whole(gw, ctx, up)
+            usage.prompt, usage.completion = usage_of(body)
             usage.answered = True
             yield body
             return

@@ -26,6 +26,8 @@ class Ejection:
         newly = ep.failures == 0
         ep.failures += 1
         ep.ejected_until = now + self.backoff.delay(ep.failures)
+        if newly:
+            ep.gone()
         return newly
 
     def succeed(self, ep: Endpoint) -> None:

@@ -6,7 +6,7 @@ records, the monitor updates scraped load and health, and the request path count
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from contract.registry import ReplicaRecord
@@ -26,6 +26,9 @@ class Endpoint:
     """Server errors answered in a row (gateway/replicas/ejection.py: a run of them ejects)."""
     kv_tokens: int = 0
     """The replica's KV cache in tokens (``vllm:cache_config_info``), 0 until scraped."""
+    watchers: set[Callable[[], None]] = field(default_factory=set)
+    """Called once the replica leaves the registry or is ejected: requests that wait for its answer
+    (gateway/pipeline/migrate.py ``watch_replica``)."""
 
     @property
     def id(self) -> str:
@@ -53,6 +56,11 @@ class Endpoint:
         kept sending to the replica that looked idle a second ago, and every gateway with it.
         """
         return self.inflight + self.others + self.waiting
+
+    def gone(self) -> None:
+        """The replica left the registry or was ejected: tell every request waiting on it."""
+        for watcher in list(self.watchers):
+            watcher()
 
     @property
     def available(self) -> bool:
@@ -123,5 +131,9 @@ class ReplicaTable:
                 ep.record = rec
             new.append(ep)
         changed = [e.record for e in new] != [e.record for e in pool.endpoints]
+        kept = {id(e) for e in new}
+        left = [e for e in pool.endpoints if id(e) not in kept]
         pool.endpoints = new
+        for ep in left:
+            ep.gone()
         return changed

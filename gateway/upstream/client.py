@@ -26,11 +26,12 @@ REFUSED = frozenset({502, 503})
 
 class Retryable(Exception):
     """The replica refused the request before any work; another replica may serve it. ``answered``: it
-    said so (a 502 or 503), which counts toward its run of failures instead of ejecting it at once."""
+    said so (a 502 or 503), which counts toward its run of failures instead of ejecting it at once.
+    ``written``: the connection broke after the request was sent (the replica may have begun it)."""
 
-    def __init__(self, error: GatewayError, answered: bool = False) -> None:
+    def __init__(self, error: GatewayError, answered: bool = False, written: bool = False) -> None:
         super().__init__(error.message)
-        self.error, self.answered = error, answered
+        self.error, self.answered, self.written = error, answered, written
 
 
 class Failed(Exception):
@@ -70,7 +71,7 @@ def classify(exc: BaseException, url: str, written: bool = False) -> Retryable |
     if isinstance(exc, TimeoutError):
         timeout = UpstreamTimeout(f"the replica at {url} did not answer in time")
         return Unanswered(timeout) if written else Retryable(timeout)
-    return Retryable(UpstreamError(f"the replica at {url} failed: {type(exc).__name__}"))
+    return Retryable(UpstreamError(f"the replica at {url} failed: {type(exc).__name__}"), written=written)
 
 
 async def open_stream(

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from contract.fleet import load_fleet
-from tools.deploy.common import REPO, slug
+from tools.deploy.common import ALERTMANAGER_CONF, ALERTMANAGER_PORT, REPO, slug
 
 COMPOSE = REPO / "compose.yaml"
 SCHEMA = REPO / "deploy" / "schemas" / "compose-spec.json"
@@ -149,3 +149,17 @@ def test_secure_by_default_with_secrets_compose_insists_on(compose: Obj) -> None
     for name, w in workers(compose).items():
         assert w["environment"]["VLLM_API_KEY"] == required("LLMGW_VLLM_API_KEY"), name
         assert "--api-key" not in w["command"] and "ports" not in w, name
+
+
+def test_prometheus_sends_alerts_to_the_alertmanager_service(compose: Obj) -> None:
+    """The rendered prometheus.yml names compose's Alertmanager service on the port it listens on, and
+    that service runs deploy/alertmanager/alertmanager.yml (the file the alert delivery test runs)."""
+    config = yaml.safe_load((REPO / "deploy/compose/prometheus.yml").read_text())
+    (group,) = config["alerting"]["alertmanagers"]
+    assert group["static_configs"] == [{"targets": [f"alertmanager:{ALERTMANAGER_PORT}"]}]
+    service = compose["services"]["alertmanager"]
+    mounts = dict(v.split(":")[:2] for v in service["volumes"])
+    assert mounts[f"./{ALERTMANAGER_CONF.relative_to(REPO)}"] == "/etc/alertmanager/alertmanager.yml"
+    assert "--config.file=/etc/alertmanager/alertmanager.yml" in service["command"]
+    assert service["ports"] == [f"127.0.0.1:${{ALERTMANAGER_PORT:-{ALERTMANAGER_PORT}}}:{ALERTMANAGER_PORT}"]
+    assert service["image"].startswith("${ALERTMANAGER_IMAGE:-prom/alertmanager:")

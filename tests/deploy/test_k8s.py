@@ -21,7 +21,7 @@ import yaml
 from contract.drain import DRAIN_SCRIPT
 from contract.fleet import load_fleet
 from contract.registry import RegistryTiming, ReplicaRecord
-from tools.deploy.common import REPO
+from tools.deploy.common import ALERTMANAGER_CONF, ALERTMANAGER_PORT, REPO, alerting_conf
 
 K8S = REPO / "deploy" / "k8s"
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
@@ -71,7 +71,7 @@ def test_kustomize_builds_the_whole_stack(objects: list[Obj]) -> None:
     assert set(of_kind(objects, "Namespace")) == {"llmgw"}
     assert all(o["metadata"].get("namespace") == "llmgw" for o in objects if o["kind"] != "Namespace")
     deployments = of_kind(objects, "Deployment")
-    assert {"redis", "gateway", "nginx", "prometheus"} <= set(deployments)
+    assert {"redis", "gateway", "nginx", "prometheus", "alertmanager"} <= set(deployments)
     models = {
         o["metadata"]["annotations"]["llmgw.io/model"]
         for o in deployments.values()
@@ -79,12 +79,14 @@ def test_kustomize_builds_the_whole_stack(objects: list[Obj]) -> None:
     }
     assert models == set(managed_models())
     assert set(of_kind(objects, "ScaledObject")) == {n for n in deployments if n.startswith("vllm-")}
-    assert set(of_kind(objects, "Service")) == {"redis", "redis-keys", "gateway", "nginx", "prometheus"}
+    services = {"redis", "redis-keys", "gateway", "nginx", "prometheus", "alertmanager"}
+    assert set(of_kind(objects, "Service")) == services
     assert set(of_kind(objects, "HorizontalPodAutoscaler")) == {"gateway"}
     assert {"gateway", "nginx"} <= set(of_kind(objects, "PodDisruptionBudget"))
     assert {n.rsplit("-", 1)[0] for n in of_kind(objects, "ConfigMap")} == {
         "nginx-conf",
         "prometheus-conf",
+        "alertmanager-conf",
         "llmgw-fleet",
     }
 
@@ -292,6 +294,25 @@ def test_prometheus_configuration_passes_promtool(tmp_path: Path) -> None:
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert [j["job_name"] for j in config["scrape_configs"]] == ["gateway", "vllm", "supervisor"]
+
+
+def test_prometheus_sends_alerts_to_the_namespace_alertmanager(objects: list[Obj]) -> None:
+    """prometheus.yml's `alerting:` names the Alertmanager Service on its port, whose pods mount the
+    ConfigMap rendered from deploy/alertmanager/alertmanager.yml (a copy: kustomize reads only below k8s/)."""
+    config = yaml.safe_load((K8S / "prometheus" / "prometheus.yml").read_text())
+    assert (
+        config["alerting"] == yaml.safe_load(alerting_conf(f"alertmanager:{ALERTMANAGER_PORT}"))["alerting"]
+    )
+    service = of_kind(objects, "Service")["alertmanager"]
+    assert [p["port"] for p in service["spec"]["ports"]] == [ALERTMANAGER_PORT]
+    template = of_kind(objects, "Deployment")["alertmanager"]["spec"]["template"]
+    assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+    pod = template["spec"]
+    (conf_map,) = [o for n, o in of_kind(objects, "ConfigMap").items() if n.startswith("alertmanager-conf")]
+    assert pod["volumes"][0]["configMap"]["name"] == conf_map["metadata"]["name"]
+    rendered = yaml.safe_load(conf_map["data"]["alertmanager.yml"])
+    assert rendered == yaml.safe_load(ALERTMANAGER_CONF.read_text())
+    assert "--config.file=/etc/alertmanager/alertmanager.yml" in pod["containers"][0]["args"]
 
 
 def test_model_deployments_roll_a_new_pod_in_before_an_old_one_drains(objects: list[Obj]) -> None:

@@ -35,7 +35,7 @@ def test_cpu_launch_pins_core_and_sets_kv_budget() -> None:
         "smollm2",
     ]
     assert argv[argv.index("--port") + 1] == "8101"
-    assert argv[argv.index("--max-num-seqs") + 1] == "8"
+    assert argv[argv.index("--max-num-seqs") + 1] == "16"  # concurrency 8, twice: migration's headroom
     assert "--enforce-eager" in argv and argv[argv.index("--dtype") + 1] == "float32"
     assert launch.env["VLLM_CPU_OMP_THREADS_BIND"] == "1"
     assert launch.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
@@ -119,6 +119,18 @@ def test_media_domain_must_be_a_bare_host(domain: str) -> None:
             "models:\n - name: m\n   source: {path: /m}\n"
             f"   engine: {{allowed_media_domains: ['{domain}']}}\n"
         )
+
+
+def test_migration_headroom_only_where_a_continuation_can_land() -> None:
+    """Twice the concurrency for a migrating model of several replicas; else the concurrency."""
+    fleet = parse_fleet(
+        "models:\n - name: two\n   source: {path: /m}\n   replicas: 2\n   concurrency: 4\n"
+        " - name: one\n   source: {path: /m}\n   concurrency: 4\n"
+        " - name: fixed\n   source: {path: /m}\n   replicas: 2\n   concurrency: 4\n   migration: false\n"
+    )
+    specs = plan_replicas(fleet.models, fleet.defaults, 2)
+    seqs = {s.model.name: (a := build_launch(s, "/w").argv)[a.index("--max-num-seqs") + 1] for s in specs}
+    assert seqs == {"two": "8", "one": "4", "fixed": "4"}
 
 
 def test_an_exact_model_publishes_kv_events_to_its_agent() -> None:

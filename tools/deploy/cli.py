@@ -17,6 +17,7 @@ from contract.fleet_file import read_fleet
 from tools.deploy.common import REPO, GpuSizing
 from tools.deploy.compose import ComposeOptions, render_compose
 from tools.deploy.k8s import MODELS_DIR, K8sOptions, render_k8s
+from tools.deploy.k8s_sentinel import render_sentinel_overlay
 from workers.planner.memory import GIB
 
 TARGETS = ("k8s", "compose", "all")
@@ -88,7 +89,8 @@ def renderings(args: argparse.Namespace) -> list[tuple[Path, dict[str, str], boo
     out: list[tuple[Path, dict[str, str], bool]] = []
     if args.target in ("k8s", "all"):
         k8s = K8sOptions(sizing=sizing(args), trusted_proxies=tuple(args.trusted_proxy))
-        out.append((args.k8s_out, render_k8s(fleet, args.fleet.read_text(), k8s), True))
+        files = render_k8s(fleet, args.fleet.read_text(), k8s) | render_sentinel_overlay(fleet, k8s)
+        out.append((args.k8s_out, files, True))
     if args.target in ("compose", "all"):
         rel = os.path.relpath(args.fleet.resolve(), args.compose_out.resolve())
         mount = rel if rel.startswith("..") else f"./{rel}"

@@ -23,6 +23,7 @@ from typing import Any
 from contract.fleet import Fleet
 from contract.registry import RegistryTiming
 from tools.deploy.common import (
+    ALERTMANAGER_PORT,
     DEPLOY_TIMING,
     GATEWAY_PORT,
     HEALTH_SCRIPT,
@@ -31,21 +32,31 @@ from tools.deploy.common import (
     REGISTER_METRICS_PORT,
     VLLM_PORT,
     GpuSizing,
+    alerting_conf,
     budget_label,
     container_launch,
     header,
     slug,
     to_yaml,
 )
+from tools.deploy.compose_services import (
+    COMPOSE_CONFIG_DIR,
+    HEALTHY,
+    alertmanager,
+    grafana,
+    healthcheck,
+    prometheus,
+    wget_check,
+)
 from tools.deploy.nginx import CONTAINER_TLS_DIR, HTTP_PORT, HTTPS_PORT, START_NGINX, container_nginx_conf
+from tools.deploy.sentinel import render_sentinel_override
 from tools.stack.redis import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
 from tools.stack.render import prometheus_conf
 from workers.replica.launch import ReplicaSpec, plan_replicas
 
 Obj = dict[str, Any]
 COMPOSE_FILE = "compose.yaml"
-CONFIG_DIR = "deploy/compose"
-HEALTHY = {"condition": "service_healthy"}
+CONFIG_DIR = COMPOSE_CONFIG_DIR
 SECRETS = ("LLMGW_REDIS_PASSWORD", "LLMGW_ADMIN_KEY", "LLMGW_VLLM_API_KEY")
 
 
@@ -71,6 +82,7 @@ class ComposeOptions:
     nginx_image: str = "${NGINX_IMAGE:-nginxinc/nginx-unprivileged:1.27-alpine}"
     prometheus_image: str = "${PROMETHEUS_IMAGE:-prom/prometheus:v3.5.0}"
     grafana_image: str = "${GRAFANA_IMAGE:-grafana/grafana:12.1.0}"
+    alertmanager_image: str = "${ALERTMANAGER_IMAGE:-prom/alertmanager:v0.28.1}"
     models_dir: str = "${LLMGW_MODELS_DIR:-./.cache/models}"
     gateways: int = 2
     startup_s: int = 1200
@@ -89,21 +101,6 @@ def literal(text: str) -> str:
 
 def python_check(url: str) -> list[str]:
     return ["CMD", "python3", "-c", HEALTH_SCRIPT, url]
-
-
-def wget_check(url: str) -> list[str]:
-    return ["CMD", "wget", "-q", "-O", "/dev/null", url]
-
-
-def healthcheck(test: list[str], interval_s: int = 10, start_s: int = 30, retries: int = 3) -> Obj:
-    return {
-        "test": test,
-        "interval": f"{interval_s}s",
-        "timeout": "5s",
-        "retries": retries,
-        "start_period": f"{start_s}s",
-        "start_interval": "2s",
-    }
 
 
 def worker_name(spec: ReplicaSpec) -> str:
@@ -271,42 +268,6 @@ def nginx(o: ComposeOptions) -> Obj:
     }
 
 
-def prometheus(o: ComposeOptions) -> Obj:
-    return {
-        "image": o.prometheus_image,
-        "command": [
-            "--config.file=/etc/prometheus/prometheus.yml",
-            "--storage.tsdb.path=/prometheus",
-            "--web.enable-lifecycle",
-        ],
-        "volumes": [
-            f"./{CONFIG_DIR}/prometheus.yml:/etc/prometheus/prometheus.yml:ro",
-            f"./{CONFIG_DIR}/workers.json:/etc/prometheus/workers.json:ro",
-            "./deploy/prometheus/rules:/etc/prometheus/rules:ro",
-            "prometheus-data:/prometheus",
-        ],
-        "ports": ["127.0.0.1:${PROMETHEUS_PORT:-9090}:9090"],
-        "healthcheck": healthcheck(wget_check("http://127.0.0.1:9090/-/ready")),
-        "restart": "unless-stopped",
-    }
-
-
-def grafana(o: ComposeOptions) -> Obj:
-    return {
-        "image": o.grafana_image,
-        "environment": {"GF_USERS_ALLOW_SIGN_UP": "false", "GF_ANALYTICS_REPORTING_ENABLED": "false"},
-        "volumes": [
-            "./grafana/provisioning:/etc/grafana/provisioning:ro",
-            "./grafana/dashboards:/var/lib/grafana/dashboards:ro",
-            "grafana-data:/var/lib/grafana",
-        ],
-        "ports": ["127.0.0.1:${GRAFANA_PORT:-3000}:3000"],
-        "depends_on": {"prometheus": HEALTHY},
-        "healthcheck": healthcheck(wget_check("http://127.0.0.1:3000/api/health")),
-        "restart": "unless-stopped",
-    }
-
-
 def redis(o: ComposeOptions, persistent: bool = False) -> Obj:
     """The state Redis (never persisted), or the key store (every write appended to its volume)."""
     mode = KEYS_REDIS_ARGS if persistent else EPHEMERAL_REDIS_ARGS
@@ -342,8 +303,15 @@ def compose(fleet: Fleet, fleet_path: str, o: ComposeOptions) -> Obj:
         services["register"] = sidecar_service(specs, o)
     for i in range(1, o.gateways + 1):
         services[f"gateway-{i}"] = gateway(i, fleet_path, o)
-    services.update(nginx=nginx(o), prometheus=prometheus(o), grafana=grafana(o))
-    volumes: Obj = {"tls": {}, "redis-keys": {}, "prometheus-data": {}, "grafana-data": {}}
+    services.update(
+        nginx=nginx(o),
+        prometheus=prometheus(o.prometheus_image),
+        alertmanager=alertmanager(o.alertmanager_image),
+        grafana=grafana(o.grafana_image),
+    )
+    volumes: Obj = {
+        "tls": {}, "redis-keys": {}, "prometheus-data": {}, "alertmanager-data": {}, "grafana-data": {},
+    }  # fmt: skip
     return {"name": "llmgw", "services": services, "volumes": volumes}
 
 
@@ -369,7 +337,7 @@ def render_compose(
         Path("/etc/prometheus/workers.json"),
         "/etc/prometheus/rules/*.yml",
         "5s",
-    )
+    ) + alerting_conf(f"alertmanager:{ALERTMANAGER_PORT}")
     note = "# GENERATED by `llmgw-render compose` from deploy/{}: edit that, then re-render.\n"
     return {
         COMPOSE_FILE: header("The stack on one GPU host: `docker compose up -d`; docs/deployment/compose.md")
@@ -378,4 +346,7 @@ def render_compose(
         + container_nginx_conf(NGINX_TEMPLATE, gateways, trusted_proxies=o.trusted_proxies),
         f"{CONFIG_DIR}/prometheus.yml": note.format("prometheus/prometheus.yml.template") + prom,
         f"{CONFIG_DIR}/workers.json": worker_targets(plan(fleet, o)),
+        **render_sentinel_override(
+            o.redis_image, required("LLMGW_REDIS_PASSWORD"), o.gateways, bool(plan(fleet, o))
+        ),
     }

@@ -18,37 +18,21 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.stack.ports import HOST, bindable, free_port
 from tools.stack.redis import redis_server_argv
 
 KINDS = ("single", "sentinel", "cluster")
 SERVICE = "llmgw"
-HOST = "127.0.0.1"
 
 
 BUS_OFFSET = 10_000  # a cluster node's bus port is its port + 10000
 CLUSTER_PORTS = (12_000, 22_000)  # node and bus ports both below the kernel's ephemeral range
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-        return True
 
 
 def cluster_port() -> int:
@@ -84,10 +68,15 @@ class Node:
     role: str
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the node's process group; one that outlives a SIGTERM by 5 s gets SIGKILL."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(10)
+        try:
+            self.popen.wait(5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(5)
 
 
 @dataclass
@@ -123,6 +112,7 @@ class Topology:
         return next(n for n in self.nodes if n.port == port)
 
     def stop(self) -> None:
+        """Stop every node (a dead node's group too: a child it left behind). Safe to call twice."""
         for node in self.nodes:
             node.kill(signal.SIGTERM if node.popen.poll() is None else signal.SIGKILL)
 

@@ -76,7 +76,7 @@ def engine_args(model: Model) -> list[str]:
     if e.runner == "pooling":
         args += ["--runner", "pooling"]
     else:
-        args += ["--max-num-seqs", str(model.concurrency)]
+        args += ["--max-num-seqs", str(max_num_seqs(model))]
     if e.lora_modules or e.runtime_lora:
         args.append("--enable-lora")
     if e.lora_modules:
@@ -84,6 +84,16 @@ def engine_args(model: Model) -> list[str]:
     if e.allowed_media_domains:
         args += ["--allowed-media-domains", *e.allowed_media_domains]
     return args
+
+
+def max_num_seqs(model: Model) -> int:
+    """vLLM's batch limit: the model's ``concurrency`` (what admission sends a replica), twice that for a
+    model that migrates and runs several replicas. The headroom is for continuations: when a replica
+    fails, its streams continue on the others at once, beside their own, instead of waiting in vLLM's
+    queue until a running stream ends (docs/gateway/migration.md, "Stall")."""
+    if model.migrates and model.replicas > 1:
+        return 2 * model.concurrency
+    return model.concurrency
 
 
 def feature_env(model: Model) -> dict[str, str]:

@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
+import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
@@ -116,3 +117,36 @@ async def test_degraded_while_silent_then_shared_again_without_flapping(proxy: B
             await lease.release()
     finally:
         await adm.stop()
+
+
+async def test_a_release_that_failed_is_sent_again_once_redis_answers(
+    proxy: BlackHoleProxy, redis_server: Proc
+) -> None:
+    """A lease released while its connection was silent (or its master dead) is released again by the
+    next beat that reaches Redis, not left holding a slot for the rest of its TTL (30 s here)."""
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    keys = RedisKeys(f"rel{time.monotonic_ns()}")
+    adm = RedisAdmission(
+        fast_client(url, TIMEOUT_S), blocking_client(url, TIMEOUT_S, 4), keys, "g1", 30.0,
+        io_timeout_s=TIMEOUT_S, beat_s=0.2,
+    )  # fmt: skip
+    await adm.start()
+    try:
+        lease, _ = await adm.acquire(Ticket("r1", "m", "t", 0, 1, 5.0, 10), 1)
+        proxy.black_hole()
+        await lease.release()
+        await adm.drain()  # the release timed out on the silent connection
+        direct = fast_client(f"redis://127.0.0.1:{redis_server.port}/0", 2.0)
+        try:
+            assert await direct.zcard(keys.leases("m")) == 1
+            started = time.monotonic()
+            await until(lambda: zero(direct, keys), 5.0, "the lease released again")
+            assert time.monotonic() - started < 5.0  # a beat or two, far from the 30 s TTL
+        finally:
+            await direct.aclose()
+    finally:
+        await adm.stop()
+
+
+async def zero(redis: aioredis.Redis, keys: RedisKeys) -> bool:
+    return int(await redis.zcard(keys.leases("m"))) == 0

@@ -1,15 +1,34 @@
-"""The key store (hashed secrets), the CLI, and the header rules, against a real Redis."""
+"""The key store (hashed secrets), the CLI, and the header rules, against a real Redis: the store's tests on
+each topology (one server, Sentinel, Cluster; started once per test run)."""
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
+from contract.redis_url import connect
 from gateway.auth.cli import main
 from gateway.auth.keys import ApiKey, KeyStore, hash_secret, new_secret
 from gateway.auth.redis_auth import bearer, caller_for
 from gateway.errors import InvalidRequest, Unauthorized
+from tests.conftest import Topologies
+from tools.stack.redis_topology import KINDS
+
+
+@pytest.fixture(params=KINDS)
+def store_url(request: pytest.FixtureRequest, topologies: Topologies) -> str:
+    return topologies.get(str(request.param)).url
+
+
+@pytest.fixture
+async def redis(store_url: str) -> AsyncIterator[aioredis.Redis]:
+    """The key store's client on each topology (the package's ``redis`` fixture is one server)."""
+    client = connect(store_url, socket_timeout=5.0)
+    yield client
+    await client.aclose()
 
 
 async def everything_stored(redis: aioredis.Redis, prefix: str) -> bytes:
@@ -45,9 +64,9 @@ async def test_list_and_revoke(store: KeyStore) -> None:
 
 
 def test_cli_creates_lists_and_revokes(
-    redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+    store_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base = ["--redis-url", redis_url, "--prefix", prefix]
+    base = ["--redis-url", store_url, "--prefix", prefix]
     assert (
         main(
             [

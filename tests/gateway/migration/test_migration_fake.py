@@ -4,6 +4,7 @@ that cannot move keeps today's end (the SSE error event)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -19,6 +20,7 @@ import redis.asyncio as aioredis
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, remove
 from testing.gateway import fleet_yaml, register, serve_gateway
+from testing.poll import until
 from testing.procs import Proc, start_fake_engine
 
 N = 12
@@ -80,6 +82,13 @@ def assert_one_whole_stream(parsed: list[dict[str, Any]], n: int = N) -> None:
     for f in parsed:
         assert "prompt_token_ids" not in f or f["prompt_token_ids"] is None
         assert all(c.get("token_ids") is None for c in f["choices"])
+
+
+async def leave(redis_url: str, prefix: str, url: str) -> None:
+    """The first replica (m-0) leaves the registry."""
+    redis = aioredis.Redis.from_url(redis_url)
+    await remove(redis, RedisKeys(prefix), ReplicaRecord(id="m-0", model="m", url=url))
+    await redis.aclose()
 
 
 async def metric(c: httpx.AsyncClient, gw: str, line: str) -> bool:
@@ -150,11 +159,7 @@ async def test_replica_leaving_the_registry_moves_the_stream(
                 async for part in r.aiter_bytes():
                     seen += part
                     if seen.count(b"\n\n") == 4:  # four tokens, then the replica freezes: it leaves
-                        redis = aioredis.Redis.from_url(redis_url)
-                        await remove(
-                            redis, RedisKeys(prefix), ReplicaRecord(id="m-0", model="m", url=urls[0])
-                        )
-                        await redis.aclose()
+                        await leave(redis_url, prefix, urls[0])
     parsed = frames(seen.decode())
     assert content(parsed) == UNDISTURBED
     assert_one_whole_stream(parsed)
@@ -240,23 +245,47 @@ async def test_what_cannot_move_keeps_the_error_event(
 
 
 @pytest.mark.parametrize("path", ["chat/completions", "completions"])
-async def test_non_streamed_request_continues_and_is_answered_whole(
+async def test_non_streamed_request_runs_again_and_is_answered_whole(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc], path: str
 ) -> None:
+    """Sent as the client wrote it; its replica closes the connection while it generates: the request
+    runs again on the other replica (a migration, not a retry), answered whole."""
     body = CHAT if path == "chat/completions" else {"model": "m", "prompt": "hi", "max_tokens": N}
     async with gateway(tmp_path, redis_url, [engines["die"].url, engines["good"].url]) as (gw, _):
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{gw}/v1/{path}", json=body)
             sent = json.loads((await c.get(f"{engines['die'].url}/stats")).json()["last_body"])
+            again = (await c.get(f"{engines['good'].url}/stats")).json()["last_headers"]
             assert await metric(c, gw, 'llmgw_migrations_total{model="m",outcome="continued"} 1.0')
     assert r.status_code == 200, r.text
+    assert again["x-request-id"].endswith("-move1")  # vLLM's id says it is the same request, moved
     answer = r.json()
     choice = answer["choices"][0]
     assert (choice["message"]["content"] if "message" in choice else choice["text"]) == UNDISTURBED
-    assert choice["finish_reason"] == "length" and "token_ids" not in choice
-    assert answer["object"] == ("chat.completion" if "message" in choice else "text_completion")
+    assert choice["finish_reason"] == "length"
     assert answer["usage"]["completion_tokens"] == N
-    assert sent["stream"] is True and sent["return_token_ids"] is True  # asked streamed in its place
+    assert sent == body  # forwarded untouched: no token ids, not streamed
+
+
+async def test_non_streamed_request_on_a_replica_that_leaves_runs_again(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    """A frozen replica (no answer) taken out of the registry: the wait ends, the request runs again."""
+    urls = [engines["stall"].url, engines["good"].url]
+    async with gateway(tmp_path, redis_url, urls, migration_watch_s=0.1) as (gw, prefix):
+        async with httpx.AsyncClient(timeout=30) as c:
+            await c.get(f"{engines['stall'].url}/stats/reset")
+            task = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=CHAT))
+            await until(lambda: _started(c, engines["stall"].url), 10, "the request at the frozen replica")
+            await leave(redis_url, prefix, urls[0])
+            r = await task
+            assert await metric(c, gw, 'llmgw_migrations_total{model="m",outcome="continued"} 1.0')
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == UNDISTURBED
+
+
+async def _started(c: httpx.AsyncClient, url: str) -> bool:
+    return bool((await c.get(f"{url}/stats")).json()["started"])
 
 
 async def test_non_streamed_request_with_nowhere_to_move_is_a_502(
