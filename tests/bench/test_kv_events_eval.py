@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
-from bench.kv_events_eval import Batch, Cleared, EventLog, Removed, Stored, block_keys
+from bench.kv_events_eval import EventLog, block_keys
+from contract.kv_events import Batch, Cleared, Removed, Stored
 
 TOKENS = list(range(300))
 
