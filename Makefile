@@ -221,6 +221,7 @@ redis-failover: install
 	LLMGW_FAILOVER_SECONDS=60 $(BIN)/pytest -s -p no:cacheprovider \
 	  tests/gateway/admission/test_topology_failover.py $(PYTEST_ARGS)
 	$(BIN)/python -m bench.redis_failover --after-s 60
+	$(BIN)/python -m bench.redis_reclaim --rounds 5
 
 # The same changes and kills on the embedded stack with REAL vLLM CPU replicas (SmolLM2 x2, MiniLM) under
 # mixed load through nginx (bench/fleet_scenarios.py; 15 minutes here). `make test` runs a short form

@@ -7,7 +7,9 @@
 - ``redis+cluster://[user:pass@]host:port,host:port``: a Redis Cluster from any of its nodes; redis-py's
   cluster client follows MOVED and ASK.
 
-:func:`connect` builds the redis-py client; :func:`parse` the parts (the lean pipelined client uses them).
+:func:`connect` builds the asynchronous redis-py client, :func:`connect_sync` the synchronous one (for a
+thread that must work while the event loop is busy); :func:`parse` the parts (the lean pipelined client
+uses them).
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import redis
 import redis.asyncio as aioredis
+import redis.cluster
+import redis.sentinel
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
@@ -89,3 +94,24 @@ def connect(url: str, **kwargs: Any) -> aioredis.Redis:
     kwargs.pop("max_connections", None)
     startup = [ClusterNode(h, p) for h, p in target.nodes]
     return cast(aioredis.Redis, RedisCluster(startup_nodes=startup, **auth, **kwargs))
+
+
+def connect_sync(url: str, **kwargs: Any) -> redis.Redis:
+    """The synchronous redis-py client for ``url`` (the same three forms and options as :func:`connect`)."""
+    target = parse(url)
+    if target.kind == "single":
+        return redis.Redis.from_url(url, **kwargs)
+    auth: dict[str, Any] = {"username": target.username, "password": target.password}
+    if target.kind == "sentinel":
+        timeouts = {k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")}
+        sentinel = redis.sentinel.Sentinel(
+            list(target.nodes),
+            sentinel_kwargs={"password": target.sentinel_password, **timeouts},
+            db=target.db,
+            **auth,
+            **kwargs,
+        )
+        return cast(redis.Redis, sentinel.master_for(target.service))
+    kwargs.pop("max_connections", None)
+    startup = [redis.cluster.ClusterNode(h, p) for h, p in target.nodes]  # type: ignore[no-untyped-call]
+    return cast(redis.Redis, redis.cluster.RedisCluster(startup_nodes=startup, **auth, **kwargs))

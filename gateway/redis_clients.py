@@ -3,9 +3,10 @@ name for "Redis is down" (:data:`REDIS_DOWN`).
 
 Roles: ``state`` (the registry, the in-flight share, wakes, stored responses' holders, LoRA records;
 2 s timeouts), ``keys`` (the API keys, in their persistent Redis), ``limits`` (the per-key rate limiter),
-``admission`` and ``blocking`` (the shared queue's scripts and its BLPOP waits, on a pool of their own)
-and ``index`` (the shared prefix index, with the short timeout of the request path). A role switched off
-by its setting has no client.
+``admission`` and ``blocking`` (the shared queue's scripts and its BLPOP waits, on a pool of their own),
+``presence`` (synchronous: the thread that renews the admission presence stamps,
+gateway/admission/stamp_renewer.py) and ``index`` (the shared prefix index, with the short timeout of
+the request path). A role switched off by its setting has no client.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from contract.redis_url import connect, parse
+from contract.redis_url import connect, connect_sync, parse
 from gateway.settings import GatewaySettings
 
 REDIS_DOWN: tuple[type[Exception], ...] = (RedisError, OSError)
@@ -38,6 +40,18 @@ def fast_client(url: str, timeout_s: float, max_connections: int | None = None) 
         socket_keepalive=True,
         retry=Retry(NoBackoff(), 1),
         max_connections=max_connections,
+    )
+
+
+def presence_client(url: str, timeout_s: float) -> redis.Redis:
+    """The synchronous client of the presence-renewing thread: short timeouts, one immediate retry (the
+    stamp script is idempotent), TCP keepalive; any URL form."""
+    return connect_sync(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        socket_keepalive=True,
+        retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1),
     )
 
 
@@ -74,6 +88,7 @@ class RedisClients:
     admission: aioredis.Redis | None = None
     blocking: aioredis.Redis | None = None
     index: aioredis.Redis | None = None
+    presence: redis.Redis | None = None
 
     async def aclose(self) -> None:
         """Close every client (once the parts that use them have stopped); errors are not raised."""
@@ -81,6 +96,9 @@ class RedisClients:
             if client is not None:
                 with contextlib.suppress(*REDIS_DOWN):
                     await client.aclose()
+        if self.presence is not None:
+            with contextlib.suppress(*REDIS_DOWN):
+                self.presence.close()
 
 
 def timed_client(url: str, timeout_s: float) -> aioredis.Redis:
@@ -100,4 +118,5 @@ def build_redis_clients(settings: GatewaySettings) -> RedisClients:
         if admission
         else None,
         index=timed_client(s.redis_url, s.prefix_index_timeout_s) if s.prefix_index else None,
+        presence=presence_client(s.redis_url, timeout) if admission else None,
     )

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import redis.asyncio as aioredis
 import uvicorn
 from fastapi import FastAPI
 
 from contract.redis_keys import RedisKeys
+from contract.redis_url import connect
 from contract.registry import ReplicaRecord, ReplicaState, publish
 from gateway.app import create_app
 from gateway.edge.one_write import door_protocol
@@ -41,7 +41,7 @@ async def register(
 ) -> ReplicaRecord:
     """Publish a replica record the way the supervisor does."""
     rec = ReplicaRecord(id=rid, model=model, url=url, state=state, concurrency=concurrency, instance=instance)
-    r = aioredis.Redis.from_url(redis_url)
+    r = connect(redis_url)  # any URL form (one server, Sentinel, Cluster)
     assert await publish(r, RedisKeys(prefix), rec, ttl_s)
     await r.aclose()
     return rec

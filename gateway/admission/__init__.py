@@ -35,6 +35,7 @@ def build_admission(
         metrics,
         io_timeout_s=timeout,
         beat_s=settings.presence_interval_s,
+        presence=clients.presence,
     )
     presence_ttl = PRESENCE_TTL_INTERVALS * settings.presence_interval_s
     presence = Presence(redis, keys, settings.gateway_id, presence_ttl)

@@ -20,14 +20,18 @@ import time
 from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
+import redis
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
 from gateway.admission.base import AdmissionUnavailable, Ticket
+from gateway.admission.liveness import StampTiming
 from gateway.admission.queue_scripts import RENEWS_PER_TTL, Acquired, Left, QueueScripts, ticket_id
 from gateway.admission.redis_cluster_wire import lean_client
+from gateway.admission.redis_lease import RedisLease
 from gateway.admission.redis_wire import PipelinedRedis, RedisReplyError, Reply
+from gateway.admission.stamp_renewer import StampRenewer
 from gateway.admission.unreleased import Unreleased
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.metrics import GatewayMetrics
@@ -36,9 +40,8 @@ from gateway.periodic import Background
 log = logging.getLogger("llmgw.admission")
 T = TypeVar("T")
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
-# A gateway's presence stamp for a model holds four beats (4 s at the default 1 s beat): a gateway whose
-# event loop stalls for up to ~3 s keeps its leases (at two beats, a loaded 2-core machine saw a slow
-# gateway's leases dropped and the model run at 12 of 4 slots); a killed one's are reclaimed after ~4 s.
+# Without the renewing thread (liveness.py), a presence stamp holds four beats, so that a stalled loop keeps
+# its leases (at two beats a loaded 2-core machine saw a model run at 12 of 4 slots).
 PRESENCE_BEATS = 4
 
 
@@ -48,38 +51,6 @@ async def guarded(aw: Awaitable[T]) -> T:
         return await aw
     except REDIS_ERRORS as exc:
         raise AdmissionUnavailable(f"{type(exc).__name__}: {exc}") from exc
-
-
-class RedisLease:
-    """A slot held in Redis; released exactly once, even when the releasing task is cancelled.
-
-    ``tagged`` is the cost the request was queued with, charged to its tenant's fair-share finish tag
-    (0 when it was granted without queueing: no tag was charged); :meth:`refund` gives back up to that."""
-
-    __slots__ = ("_id", "_model", "_owner", "_released", "_tagged", "_tenant")
-
-    def __init__(
-        self, owner: RedisAdmission, model: str, lease_id: str, tenant: str = "", tagged: int = 0
-    ) -> None:
-        self._owner, self._model, self._id = owner, model, lease_id
-        self._tenant, self._tagged = tenant, tagged
-        self._released = False
-
-    @property
-    def id(self) -> str:
-        return self._id
-
-    async def release(self) -> None:
-        if not self._released:
-            self._released = True
-            await self._owner.release(self._model, self._id)
-
-    async def refund(self, tokens: int) -> None:
-        """The request used ``tokens`` fewer than it was queued with: its tenant's tag gives them back
-        (at most what was charged to it, once; in the background, like the release)."""
-        back, self._tagged = min(max(0, tokens), self._tagged), 0
-        if back:
-            self._owner.refund(self._model, self._tenant, back)
 
 
 class RedisAdmission:
@@ -97,12 +68,18 @@ class RedisAdmission:
         metrics: GatewayMetrics | None = None,
         io_timeout_s: float = 1.0,
         beat_s: float = 1.0,
+        presence: redis.Redis | None = None,
     ) -> None:
+        """``presence``: the synchronous client of the thread that renews the presence stamps."""
         self.redis, self.blocking, self.keys = redis, blocking, keys
         self.gateway_id, self.lease_ttl_s, self.metrics = gateway_id, lease_ttl_s, metrics
         self.io_timeout_s, self.beat_s = io_timeout_s, beat_s
         self.lean: PipelinedRedis = lean_client(redis, io_timeout_s)
-        presence_ms = int(PRESENCE_BEATS * beat_s * 1000)
+        timing = StampTiming(beat_s)
+        self.renewer = (
+            StampRenewer(presence, keys, gateway_id, timing, self._count_failure) if presence else None
+        )
+        presence_ms = timing.stamp_ms if self.renewer else int(PRESENCE_BEATS * beat_s * 1000)
         self.scripts = QueueScripts(self.lean, keys, int(lease_ttl_s * 1000), presence_ms)
         self._held: dict[str, set[str]] = {}
         self._capacity: dict[str, int] = {}
@@ -127,9 +104,21 @@ class RedisAdmission:
         requests does not wait on its opening (Redis down here: the first call tries again)."""
         with contextlib.suppress(*REDIS_ERRORS):
             await self.lean.connect()
-        self._bg = Background()
+        self._bg = Background(failed=lambda task, _: self._count_failure(task))
         self._bg.start(self.renew_interval_s, self.tick)
         self._bg.start(self.beat_s, self.beat)
+        if self.renewer is not None:
+            self.renewer.start(self._bg)
+
+    def _count_failure(self, task: str) -> None:
+        if self.metrics is not None:
+            self.metrics.task_failures.labels(task).inc()
+
+    def _see(self, model: str, capacity: int) -> None:
+        """Use ``capacity`` for the model; a model seen for the first time gets its stamps renewed."""
+        new, self._capacity[model] = model not in self._capacity, capacity
+        if new and self.renewer is not None:
+            self.renewer.watch(self._capacity.keys())
 
     async def ping(self) -> None:
         """One PING on the pipelined connection: a silent one is closed here (and replaced on the next
@@ -139,6 +128,8 @@ class RedisAdmission:
     async def stop(self) -> None:
         if self._bg is not None:
             await self._bg.close()
+        if self.renewer is not None:
+            await self.renewer.close()
         await self._release_all()
         await self.drain(2 * self._io_budget)
         await self.blocking.aclose()
@@ -148,7 +139,7 @@ class RedisAdmission:
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[RedisLease, float]:
         started = time.monotonic()
         lease_id = ticket_id(self.gateway_id, os.urandom(16).hex())
-        self._capacity[ticket.model] = capacity
+        self._see(ticket.model, capacity)
         try:
             queued = await self._admit(ticket, lease_id, capacity, started)
         except asyncio.CancelledError:
@@ -307,7 +298,7 @@ class RedisAdmission:
 
     async def resize(self, model: str, capacity: int) -> None:
         """Use ``capacity`` for the model from now on and grant what it frees to the queue's head now."""
-        self._capacity[model] = capacity
+        self._see(model, capacity)
         await guarded(self._tick_model(model, capacity))
 
     async def tick(self) -> None:
