@@ -124,12 +124,21 @@ async def run_one(topo: Topology, rate: float, seconds: float) -> tuple[Sample, 
     return delta, total
 
 
-async def main_http(clients: int, seconds: float) -> None:
-    """The ``--http`` mode: real gateway processes and FAKE ENGINE replicas (bench/redis_capacity_http.py)."""
+async def main_http(clients: int, seconds: float, baseline: str | None = None) -> None:
+    """The ``--http`` mode: real gateway processes and FAKE ENGINE replicas (bench/redis_capacity_http.py);
+    ``baseline``: an older commit's gateways measured first, on a one-server topology of their own."""
     from bench import redis_capacity_http as http
 
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
+        if baseline is not None:
+            tree = http.baseline_tree(baseline, Path(tmp))
+            topo = start("single", Path(tmp) / "baseline-redis")
+            try:
+                rows["baseline"] = await http.measure(Path(tmp), topo, clients, seconds, tree)
+            finally:
+                topo.stop()
+            print(f"baseline ({baseline}, one server): measured", flush=True)
         for kind in KINDS:
             topo = start(kind, Path(tmp) / kind)
             try:
@@ -174,5 +183,9 @@ if __name__ == "__main__":
         "--http", action="store_true", help="through 4 real gateway processes and FAKE ENGINE replicas"
     )
     parser.add_argument("--clients", type=int, default=64, help="--http: closed-loop clients in all")
+    parser.add_argument(
+        "--baseline", default=None, help="--http: also an older commit's gateways, one server (e.g. 3bd38e4^)"
+    )
     args = parser.parse_args()
-    asyncio.run(main_http(args.clients, args.seconds) if args.http else main(args.rate, args.seconds))
+    run_http = main_http(args.clients, args.seconds, args.baseline)
+    asyncio.run(run_http if args.http else main(args.rate, args.seconds))

@@ -10,11 +10,17 @@ idle window of the same length with the gateways up, so the per-request figures 
 (the gateways' periodic beats, registry polls and in-flight shares included) and net of that idle
 background. Each topology (one server, Sentinel, Cluster) is started on loopback
 (tools/stack/redis_topology.py) and measured in the same run, the single server first: the ratios are to it.
+
+``--baseline COMMIT`` adds a row measured first, on a one-server topology of its own: the gateways of an
+older commit (a ``git archive`` copy, run with ``PYTHONPATH`` pointing at it; its replicas registered by
+its own ``contract.registry``), e.g. the code before issue 28 (``3bd38e4^``); ratios to it are given too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -33,6 +39,7 @@ from testing.poll import wait_until
 from testing.procs import Proc, http_ok, spawn
 from tools.stack.ports import bindable, free_port
 from tools.stack.redis_topology import Topology
+from tools.stack.stack import REPO
 
 GATEWAYS, MODELS, REPLICAS, CAPACITY = 4, 2, 2, 256
 PREFIX = "cap"
@@ -108,8 +115,42 @@ async def register(redis_url: str, engines: list[tuple[str, Proc]]) -> None:
         await redis.aclose()
 
 
-def start_gateways(tmp: Path, topo: Topology, fleet: Path) -> list[Proc]:
+REGISTER = """
+import asyncio, sys
+import redis.asyncio as aioredis
+from contract.redis_keys import RedisKeys
+from contract.registry import ReplicaRecord, publish
+async def main(url, prefix, concurrency, replicas):
+    redis = aioredis.Redis.from_url(url)
+    for spec in replicas:
+        rid, model, replica_url = spec.split(",")
+        rec = ReplicaRecord(id=rid, model=model, url=replica_url, concurrency=concurrency)
+        assert await publish(redis, RedisKeys(prefix), rec, 3600)
+    await redis.aclose()
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]))
+"""
+
+
+def baseline_tree(commit: str, tmp: Path) -> Path:
+    """A copy of ``commit``'s tree (``git archive``), for its gateways to run from."""
+    tree = tmp / f"baseline-{commit.replace('^', '-').replace('~', '-')}"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", commit], cwd=REPO, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
+def register_with(tree: Path, redis_url: str, engines: list[tuple[str, Proc]]) -> None:
+    """Register the replicas with ``tree``'s own registry code (an older commit's record format)."""
+    specs = [f"{n}-{k},{n},http://127.0.0.1:{proc.port + k}" for n, proc in engines for k in range(REPLICAS)]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    argv = [sys.executable, "-c", REGISTER, redis_url, PREFIX, str(CAPACITY), *specs]
+    subprocess.run(argv, env=env, check=True, cwd=tree)
+
+
+def start_gateways(tmp: Path, topo: Topology, fleet: Path, tree: Path | None = None) -> list[Proc]:
     env = {
+        **({"PYTHONPATH": str(tree)} if tree is not None else {}),
         "LLMGW_FLEET_FILE": str(fleet),
         "LLMGW_REDIS_URL": topo.url,
         "LLMGW_REDIS_PREFIX": PREFIX,
@@ -119,7 +160,7 @@ def start_gateways(tmp: Path, topo: Topology, fleet: Path) -> list[Proc]:
     for g in range(GATEWAYS):
         port = free_port()
         argv = [GATEWAY_BIN, "--port", str(port), "--gateway-id", f"{topo.kind}-g{g}"]
-        gws.append(spawn(argv, port, tmp / f"gw-{topo.kind}-{g}.log", env))
+        gws.append(spawn(argv, port, tmp / f"gw-{topo.kind}-{g}-{tree is not None}.log", env))
     for gw in gws:
         wait_until(answers(f"http://127.0.0.1:{gw.port}/ready"), 60, "gateway")
     return gws
@@ -146,14 +187,21 @@ async def load(tgts: list[Target], clients: int, seconds: float) -> Result:
     return merged
 
 
-async def measure(tmp: Path, topo: Topology, clients: int, seconds: float) -> Measured:
-    engines = start_engines(tmp / topo.kind)
-    fleet = tmp / topo.kind / "fleet.yaml"
+async def measure(
+    tmp: Path, topo: Topology, clients: int, seconds: float, tree: Path | None = None
+) -> Measured:
+    """One topology's row; ``tree``: the gateways of that older code (bench/redis_capacity_http docs)."""
+    here = tmp / (topo.kind if tree is None else tree.name)
+    engines = start_engines(here)
+    fleet = here / "fleet.yaml"
     fleet.write_text(fleet_text())
     gateways: list[Proc] = []
     try:
-        await register(topo.url, engines)
-        gateways = start_gateways(tmp / topo.kind, topo, fleet)
+        if tree is None:
+            await register(topo.url, engines)
+        else:
+            register_with(tree, topo.url, engines)
+        gateways = start_gateways(here, topo, fleet, tree)
         tgts = targets(gateways)
         await load(tgts, len(tgts), 3.0)  # warm: scripts loaded, connections open, replicas known
         before = await sample(topo.data_ports)
@@ -173,7 +221,7 @@ def report(rows: dict[str, Measured]) -> str:
     base_net, base_all = rows["single"].per_request(True), rows["single"].per_request(False)
     lines = [
         f"{GATEWAYS} gateway processes, {MODELS} models x {REPLICAS} FAKE ENGINE replicas; Redis per request "
-        "(net of the idle background; masters unless said):",
+        "(net of the idle background; masters unless said; x: to this code's single server):",
         "topology   req/s errors scripts cmds  bytes in  out  repl-out  CPU us (x single)  all-in CPU us "
         "(x single)  replicas: cmds CPU us",
     ]
@@ -188,6 +236,12 @@ def report(rows: dict[str, Measured]) -> str:
         )
         idle_cpu = m.idle.cpu_master_s / IDLE_S * 100
         lines.append(f"{'':9s} idle background: {m.idle.calls / IDLE_S:.0f} commands/s, {idle_cpu:.2f} % CPU")
+        if "baseline" in rows and kind != "baseline":
+            old_n, old_a = rows["baseline"].per_request(True), rows["baseline"].per_request(False)
+            lines.append(
+                f"{'':9s} to the baseline: CPU x{n.cpu_master_s / old_n.cpu_master_s:.2f},"
+                f" all-in x{a.cpu_master_s / old_a.cpu_master_s:.2f}, commands x{n.calls / old_n.calls:.2f}"
+            )
         for err in sorted(set(m.result.errors))[:3]:
             lines.append(f"{'':9s} error: {err[:160]}")
     return "\n".join(lines)

@@ -3,7 +3,7 @@
 --       presence_ms
 -- Returns {status, depth}: 1 granted, 0 queued, -1 queue full, -2 ticket already cancelled.
 -- Idempotent for one ticket, so a retried call after a lost reply does no harm. The ticket's gateway is
--- stamped present for presence_ms (its beat keeps it so).
+-- stamped present for presence_ms if its stamp is missing or lapsed.
 local leases, queue, waiters, clock, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local seq, gone = KEYS[6], KEYS[7]
 local ticket = ARGV[1]
@@ -15,20 +15,32 @@ local pickup_ms, presence_ms = tonumber(ARGV[10]), tonumber(ARGV[11])
 if redis.call('EXISTS', gone) == 1 then
   return {-2, 0}
 end
+
+-- The ticket's gateway stamped present if it is not (its renewing thread and its beat keep it so): a
+-- read, and a write only for a gateway's first acquire of a model or after its stamp lapsed.
+local now = now_ms()
+local owner = owner_of(ticket)
+if owner and tonumber(redis.call('HGET', alive, owner) or '0') < now then
+  redis.call('HSET', alive, owner, now + presence_ms)
+end
+
+-- Fast path: nobody queued and a slot free (expired leases only matter when none is): grant at once.
+-- NX: a retried call whose first one granted keeps its lease as it is.
+local depth = redis.call('ZCARD', queue)
+if depth == 0 and redis.call('ZCARD', leases) < capacity then
+  redis.call('ZADD', leases, 'NX', now + ttl_ms, ticket)
+  return {1, 0}
+end
+
 if redis.call('ZSCORE', leases, ticket) then
   return {1, 0}
 end
 if redis.call('HEXISTS', waiters, ticket) == 1 then
-  return {0, redis.call('ZCARD', queue)}
+  return {0, depth}
 end
 
-local now = now_ms()
-local owner = owner_of(ticket)
-if owner then
-  redis.call('HSET', alive, owner, now + presence_ms)
-end
 pump(leases, queue, waiters, clock, alive, wake_prefix, capacity, pickup_ms, now)
-local depth = redis.call('ZCARD', queue)
+depth = redis.call('ZCARD', queue)
 if depth == 0 and redis.call('ZCARD', leases) < capacity then
   redis.call('ZADD', leases, now + ttl_ms, ticket)
   return {1, 0}
