@@ -4,14 +4,17 @@ name for "Redis is down" (:data:`REDIS_DOWN`).
 Roles: ``state`` (the registry, the in-flight share, wakes, stored responses' holders, LoRA records;
 2 s timeouts), ``keys`` (the API keys, in their persistent Redis), ``limits`` (the per-key rate limiter),
 ``admission`` and ``blocking`` (the shared queue's scripts and its BLPOP waits, on a pool of their own),
-``presence`` (synchronous: the thread that renews the admission presence stamps,
-gateway/admission/stamp_renewer.py) and ``index`` (the shared prefix index, with the short timeout of
+``presence`` (how to build the synchronous client of the thread that renews the admission presence
+stamps, gateway/admission/stamp_renewer.py: built by that thread, since a cluster client connects at
+once and Redis may be down at start) and ``index`` (the shared prefix index, with the short timeout of
 the request path). A role switched off by its setting has no client.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
@@ -88,7 +91,7 @@ class RedisClients:
     admission: aioredis.Redis | None = None
     blocking: aioredis.Redis | None = None
     index: aioredis.Redis | None = None
-    presence: redis.Redis | None = None
+    presence: Callable[[], redis.Redis] | None = None
 
     async def aclose(self) -> None:
         """Close every client (once the parts that use them have stopped); errors are not raised."""
@@ -96,9 +99,6 @@ class RedisClients:
             if client is not None:
                 with contextlib.suppress(*REDIS_DOWN):
                     await client.aclose()
-        if self.presence is not None:
-            with contextlib.suppress(*REDIS_DOWN):
-                self.presence.close()
 
 
 def timed_client(url: str, timeout_s: float) -> aioredis.Redis:
@@ -118,5 +118,5 @@ def build_redis_clients(settings: GatewaySettings) -> RedisClients:
         if admission
         else None,
         index=timed_client(s.redis_url, s.prefix_index_timeout_s) if s.prefix_index else None,
-        presence=presence_client(s.redis_url, timeout) if admission else None,
+        presence=functools.partial(presence_client, s.redis_url, timeout) if admission else None,
     )

@@ -37,7 +37,7 @@ def admission(url: str, keys: RedisKeys, gateway_id: str, beat_s: float = 1.0) -
     """A gateway's admission as build_admission makes it (15 s leases, the renewing thread on)."""
     return RedisAdmission(
         fast_client(url, 1.0), blocking_client(url, 1.0, 32), keys, gateway_id, 15.0,
-        io_timeout_s=1.0, beat_s=beat_s, presence=presence_client(url, 1.0),
+        io_timeout_s=1.0, beat_s=beat_s, presence=lambda: presence_client(url, 1.0),
     )  # fmt: skip
 
 

@@ -17,7 +17,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import redis
@@ -68,9 +68,9 @@ class RedisAdmission:
         metrics: GatewayMetrics | None = None,
         io_timeout_s: float = 1.0,
         beat_s: float = 1.0,
-        presence: redis.Redis | None = None,
+        presence: Callable[[], redis.Redis] | None = None,
     ) -> None:
-        """``presence``: the synchronous client of the thread that renews the presence stamps."""
+        """``presence``: builds the synchronous client of the thread that renews the presence stamps."""
         self.redis, self.blocking, self.keys = redis, blocking, keys
         self.gateway_id, self.lease_ttl_s, self.metrics = gateway_id, lease_ttl_s, metrics
         self.io_timeout_s, self.beat_s = io_timeout_s, beat_s

@@ -1,7 +1,8 @@
 """The thread that renews this gateway's admission presence stamps (see :mod:`gateway.admission.liveness`).
 
 It has its own synchronous Redis client (``contract.redis_url.connect_sync``: one server, Sentinel or
-Cluster), so a busy or stalled event loop does not delay it, and it renews only while the loop made
+Cluster; built by the thread on first use and again after a failure to build, since a cluster client
+connects at once), so a busy or stalled event loop does not delay it, and it renews only while the loop made
 progress lately, so a hung loop's slots still come back. One stamp script per model (each in the model's
 slot). Its owner (the admission, started and stopped by the gateway's lifespan) starts and joins it. A
 failed renewal is counted each time and logged once per run of failures (and when it ends); an unexpected
@@ -17,6 +18,8 @@ import time
 from collections.abc import Callable, Iterable
 
 import redis
+from redis.commands.core import Script
+from redis.exceptions import RedisClusterException
 
 from contract.redis_keys import RedisKeys
 from gateway.admission.liveness import PROGRESS_EVERY_S, LoopProgress, StampTiming, Streak
@@ -30,17 +33,18 @@ JOIN_S = 5.0
 class StampRenewer:
     def __init__(
         self,
-        client: redis.Redis,
+        connect: Callable[[], redis.Redis],
         keys: RedisKeys,
         gateway_id: str,
         timing: StampTiming,
         failed: Callable[[str], None] = lambda task: None,
     ) -> None:
-        self.client, self.keys, self.gateway_id, self.timing = client, keys, gateway_id, timing
+        self.connect, self.keys, self.gateway_id, self.timing = connect, keys, gateway_id, timing
         self.failed = failed
         self.progress = LoopProgress(timing.stall_s, time.monotonic())
         self.renewals = 0  # stamps written, for tests and the benchmark
-        self._script = client.register_script(script_source("stamp"))
+        self._client: redis.Redis | None = None
+        self._script: Script | None = None
         self._models: tuple[str, ...] = ()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -71,7 +75,9 @@ class StampRenewer:
             self._thread.join(JOIN_S)
             if self._thread.is_alive():
                 log.error("presence renewal thread did not stop within %.0f s", JOIN_S)
-        self.client.close()
+                return
+        if self._client is not None:
+            self._client.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -99,8 +105,8 @@ class StampRenewer:
 
     def _renew(self, model: str) -> None:
         try:
-            self._script(keys=[self.keys.alive(model)], args=[self.gateway_id, self.timing.stamp_ms])
-        except (redis.RedisError, OSError) as exc:
+            self._stamp_script()(keys=[self.keys.alive(model)], args=[self.gateway_id, self.timing.stamp_ms])
+        except (redis.RedisError, RedisClusterException, OSError) as exc:
             self.failed("presence_renewal")
             if self._streak.failed():
                 log.warning("model=%s presence stamp not renewed (%s); counting until it is", model, exc)
@@ -108,3 +114,9 @@ class StampRenewer:
         self.renewals += 1
         if ended := self._streak.succeeded():
             log.warning("model=%s presence stamps renewed again after %d failures", model, ended)
+
+    def _stamp_script(self) -> Script:
+        if self._script is None:
+            self._client = self.connect()
+            self._script = self._client.register_script(script_source("stamp"))
+        return self._script

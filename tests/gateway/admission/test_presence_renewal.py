@@ -28,8 +28,11 @@ from contract.redis_keys import RedisKeys
 from contract.redis_url import connect
 from gateway.admission.base import Ticket
 from gateway.admission.liveness import StampTiming
+from gateway.admission.stamp_renewer import StampRenewer
+from gateway.periodic import Background
+from gateway.redis_clients import presence_client
 from testing.poll import until
-from testing.procs import Proc, start_fake_engine
+from testing.procs import Proc, free_port, start_fake_engine
 from testing.reclaim import MODEL, admission, killed_gateway_reclaim
 from tests.conftest import Topologies
 from tools.stack.redis_topology import KINDS
@@ -154,3 +157,27 @@ async def test_a_killed_gateways_queue_goes_to_the_other_gateway_within_the_boun
     )
     assert took < 4.0, took  # the design's bound is 2.5 s; the four-beat stamps of before took >= 4 s
     assert StampTiming(1.0).reclaim_bound_s() < 3.0
+
+
+async def test_a_renewal_thread_without_redis_counts_its_failures_and_goes_on() -> None:
+    # Nothing listens there: a cluster client cannot even be built (it connects at once); the gateway must
+    # still start (the thread builds its client) and the thread counts each failed renewal and goes on.
+    failures: list[str] = []
+    url = f"redis+cluster://127.0.0.1:{free_port()}"
+    renewer = StampRenewer(
+        lambda: presence_client(url, 0.2), RedisKeys("x"), "g", StampTiming(0.1), failures.append
+    )
+    renewer.watch([MODEL])
+    background = Background()
+    renewer.start(background)
+    try:
+        await until(lambda: _true(len(failures) >= 3), 10, "three failed renewals counted")
+        assert set(failures) == {"presence_renewal"}
+        assert renewer.renewals == 0
+    finally:
+        await background.close()
+        await renewer.close()
+
+
+async def _true(value: bool) -> bool:
+    return value
