@@ -160,10 +160,14 @@ class Assembler:
     def _prompt_ids(self) -> object:
         return self.prompt_ids if self.keep_ids else None
 
+    def counts(self, fallback: tuple[int, int]) -> tuple[int, int]:
+        """(prompt, completion) tokens: the stream's usage (counted once by the seam), else ``fallback``."""
+        got = self.usage or {}
+        return int(got.get("prompt_tokens", fallback[0])), int(got.get("completion_tokens", fallback[1]))
+
     def _usage(self, fallback: tuple[int, int]) -> dict[str, Any]:
         got = self.usage or {}
-        prompt = int(got.get("prompt_tokens", fallback[0]))
-        completion = int(got.get("completion_tokens", fallback[1]))
+        prompt, completion = self.counts(fallback)
         return {
             "prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
             "prompt_tokens_details": got.get("prompt_tokens_details"),
