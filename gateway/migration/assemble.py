@@ -18,11 +18,11 @@ from typing import Any
 
 import orjson
 
-CHAT_TEXT = (b'"delta":{"content":"', b'"},"logprobs":')
-COMPLETION_TEXT = (b'"text":"', b'","logprobs":')
+CHAT_TEXT = (b'"delta":{"content":"', b'"},"logprobs":null,"finish_reason":null')
+COMPLETION_TEXT = (b'"text":"', b'","logprobs":null,"finish_reason":null')
+"""Where a token frame's text starts and ends (the end: no logprobs and no finish yet). A quote in the
+text is escaped (``\\"``), so neither can match inside it."""
 TOKEN_IDS = b'"token_ids":['
-OPEN_TOKEN = b'"finish_reason":null'
-DONE = b"data: [DONE]"
 
 
 class Incomplete(ValueError):
@@ -35,12 +35,13 @@ class Assembler:
     generated ids, as vLLM's does)."""
 
     __slots__ = (
-        "chat", "fingerprint", "finish_reason", "first", "ids", "keep_ids", "prompt_ids", "prompt_text",
-        "role", "stop_reason", "text", "usage",
+        "chat", "end_key", "fingerprint", "finish_reason", "first", "ids", "keep_ids", "prompt_ids",
+        "prompt_text", "role", "start_key", "stop_reason", "text", "usage",
     )  # fmt: skip
 
     def __init__(self, chat: bool, keep_ids: bool) -> None:
         self.chat, self.keep_ids = chat, keep_ids
+        self.start_key, self.end_key = CHAT_TEXT if chat else COMPLETION_TEXT
         self.first: dict[str, Any] | None = None
         self.text: list[bytes] = []
         """The raw JSON string contents of every frame's text, in order (decoded once, in :meth:`body`)."""
@@ -56,7 +57,15 @@ class Assembler:
 
     def feed(self, chunk: bytes) -> None:
         """Some whole SSE events of the client-shaped stream (one, nearly always)."""
-        if chunk.endswith(b"\n\n") and chunk.find(b"\n\n") == len(chunk) - 2:
+        end = chunk.find(self.end_key)
+        one = chunk.find(b"\n\n") == len(chunk) - 2
+        if end > 0 and one and not self.keep_ids and self.first is not None:  # a token frame: its text
+            start = chunk.rfind(self.start_key, 0, end)
+            if start > 0:
+                if end > start + len(self.start_key):
+                    self.text.append(chunk[start + len(self.start_key) : end])
+                return
+        if one:
             self._event(chunk)
             return
         for event in chunk.split(b"\n\n"):
@@ -64,7 +73,7 @@ class Assembler:
                 self._event(event)
 
     def _event(self, event: bytes) -> None:
-        if self.first is not None and OPEN_TOKEN in event and self._token(event):
+        if self.first is not None and self.end_key in event and self._token(event):
             return
         if not event.startswith(b"data: {"):
             return  # [DONE], a comment: nothing of the answer
@@ -74,14 +83,11 @@ class Assembler:
 
     def _token(self, event: bytes) -> bool:
         """A token frame's text (and ids) cut out raw; False when its shape is not the usual one."""
-        start_key, end_key = CHAT_TEXT if self.chat else COMPLETION_TEXT
-        start = event.find(start_key)
+        end = event.find(self.end_key)
+        start = event.rfind(self.start_key, 0, end)
         if start < 0:
             return False
-        start += len(start_key)
-        end = event.find(end_key, start)  # a quote in the text is escaped: the key cannot match inside it
-        if end < 0:
-            return False
+        start += len(self.start_key)
         if self.keep_ids:
             at = event.find(TOKEN_IDS, end)
             close = event.find(b"]", at) if at >= 0 else -1
