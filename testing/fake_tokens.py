@@ -47,7 +47,9 @@ class TokenFrames:
         self.req, self.chat, self.model, self.multibyte = req, chat, model, multibyte
         self.prompt = prompt_ids(req, chat)
         self.start = start_of(self.prompt)
-        self.n = int(req.get("max_tokens") or req.get("max_completion_tokens") or tokens)
+        # as vLLM: a chat's max_completion_tokens or max_tokens; a completion's max_tokens only
+        limit = req.get("max_completion_tokens") if chat else None
+        self.n = int(limit or req.get("max_tokens") or tokens)
         self.rid, self.created = rid, int(time.time())
         self.decoder = codecs.getincrementaldecoder("utf-8")()
 

@@ -56,19 +56,18 @@ class Assembler:
         self.usage: dict[str, Any] | None = None
 
     def feed(self, chunk: bytes) -> None:
-        """Some whole SSE events of the client-shaped stream (one, nearly always)."""
-        end = chunk.find(self.end_key)
-        one = chunk.find(b"\n\n") == len(chunk) - 2
-        if end > 0 and one and not self.keep_ids and self.first is not None:  # a token frame: its text
-            start = chunk.rfind(self.start_key, 0, end)
-            if start > 0:
-                if end > start + len(self.start_key):
-                    self.text.append(chunk[start + len(self.start_key) : end])
-                return
-        if one:
-            self._event(chunk)
-            return
+        """Some whole SSE events of the client-shaped stream (one, or several read at once)."""
+        start_key, end_key, text = self.start_key, self.end_key, self.text
+        skip = len(start_key)
         for event in chunk.split(b"\n\n"):
+            if self.first is not None and not self.keep_ids:  # a token frame: its text's raw JSON string
+                end = event.find(end_key)
+                if end > 0:
+                    start = event.rfind(start_key, 0, end)
+                    if start > 0:
+                        if end > start + skip:
+                            text.append(event[start + skip : end])
+                        continue
             if event:
                 self._event(event)
 
