@@ -384,7 +384,16 @@ class FakeEngine(asyncio.Protocol):
         chat = path == "/v1/chat/completions"
         if req.get("stream") and req.get("return_token_ids"):
             return await self.stream_tokens(
-                TokenFrames(req, chat, self.cfg.model, rid, self.cfg.multibyte, self.cfg.tokens), fault
+                TokenFrames(
+                    req,
+                    chat,
+                    self.cfg.model,
+                    rid,
+                    self.cfg.multibyte,
+                    self.cfg.tokens,
+                    self.cfg.max_model_len,
+                ),
+                fault,
             )
         if not req.get("stream"):
             if fault.startswith(("die-after-", "die-mid-", "stall-after-")):

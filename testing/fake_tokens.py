@@ -42,14 +42,22 @@ class TokenFrames:
     """The frames of one streamed generation, built one at a time."""
 
     def __init__(
-        self, req: dict[str, Any], chat: bool, model: str, rid: str, multibyte: bool, tokens: int = 16
+        self,
+        req: dict[str, Any],
+        chat: bool,
+        model: str,
+        rid: str,
+        multibyte: bool,
+        tokens: int = 16,
+        max_model_len: int = 2048,
     ) -> None:
         self.req, self.chat, self.model, self.multibyte = req, chat, model, multibyte
         self.prompt = prompt_ids(req, chat)
         self.start = start_of(self.prompt)
         # as vLLM: a chat's max_completion_tokens or max_tokens; a completion's max_tokens only
         limit = req.get("max_completion_tokens") if chat else None
-        self.n = int(limit or req.get("max_tokens") or tokens)
+        # at most the context, as vLLM (a fuzzed limit of 10**6 tokens would stream for minutes)
+        self.n = min(int(limit or req.get("max_tokens") or tokens), max_model_len)
         self.rid, self.created = rid, int(time.time())
         self.decoder = codecs.getincrementaldecoder("utf-8")()
 
