@@ -17,6 +17,8 @@ import time
 from typing import Any
 
 GENERATED = 100_000
+MAX_STREAM_TOKENS = 65_536
+"""The most tokens one fake stream writes (above any test's ask: the slow-reader test's 50,000)."""
 
 
 def prompt_ids(req: dict[str, Any], chat: bool) -> list[int]:
@@ -56,8 +58,8 @@ class TokenFrames:
         self.start = start_of(self.prompt)
         # as vLLM: a chat's max_completion_tokens or max_tokens; a completion's max_tokens only
         limit = req.get("max_completion_tokens") if chat else None
-        # at most the context, as vLLM (a fuzzed limit of 10**6 tokens would stream for minutes)
-        self.n = min(int(limit or req.get("max_tokens") or tokens), max_model_len)
+        # bounded (a fuzzed limit of 2**20 tokens would stream for many seconds, written without waiting)
+        self.n = min(int(limit or req.get("max_tokens") or tokens), max(max_model_len, MAX_STREAM_TOKENS))
         self.rid, self.created = rid, int(time.time())
         self.decoder = codecs.getincrementaldecoder("utf-8")()
 
