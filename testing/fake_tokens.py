@@ -18,7 +18,8 @@ from typing import Any
 
 GENERATED = 100_000
 MAX_STREAM_TOKENS = 65_536
-"""The most tokens one fake stream writes (above any test's ask: the slow-reader test's 50,000)."""
+"""The most tokens one fake answer holds (above any test's ask: the slow-reader test's 50,000); a fuzzed
+limit (the schemathesis test) is bounded by it instead of filling the memory."""
 
 
 def prompt_ids(req: dict[str, Any], chat: bool) -> list[int]:
