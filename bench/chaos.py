@@ -71,7 +71,8 @@ ANSWERED, CLEAR, CUT, LOST = "answered", "clear error", "cut", "lost"
 LOG_REQUESTS = "--enable-log-requests"  # vLLM logs "Received request <id>" for each request it takes
 # vLLM's id for a request: an endpoint prefix (chatcmpl-, cmpl-, embd-), the id the gateway passed on
 # (the client's X-Request-Id, '-', 12 hex digits of its own), perhaps a prompt index; a continuation of a
-# migrated generation adds -moveN (the same generation, continued on another replica).
+# migrated generation adds -moveN (the same generation, continued on another replica, streamed or not);
+# a non-streamed request that cannot move and ran again whole adds -rerunN (a second run: counted as one).
 RECEIVED = re.compile(rb"Received request \S*?(chaos\.[0-9a-f]+\.\d+\.\d+)-[0-9a-f]{12}(-move\d+)?\b")
 # The faults a migrating stream must outlive: no stream of theirs may be cut or end with an error event.
 STREAMS_SURVIVE = frozenset({"kill -9 vLLM replica", "freeze replica"})

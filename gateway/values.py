@@ -91,8 +91,15 @@ class MigrationPlan:
     usage: bool = False
     attempts: int = 2
     whole: bool = False
-    """The client asked a non-streamed answer: sent as it is; if its replica fails, it runs again on
-    another one (the client has seen nothing yet)."""
+    """The client asked a non-streamed answer. Movable (no ``reason``): sent as a stream with token ids,
+    continued token-exact like a stream and answered whole (gateway/migration/whole.py, assemble.py).
+    Not movable: sent as it is; if its replica fails, it runs again whole on another one (the client has
+    seen nothing yet)."""
+
+    @property
+    def runs_again(self) -> bool:
+        """A non-streamed request that cannot move: run again whole when its replica fails."""
+        return self.whole and bool(self.reason)
 
 
 @dataclass(slots=True)

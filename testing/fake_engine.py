@@ -52,7 +52,7 @@ import uvloop
 from testing.fake_apis import FakeApis, bad_request, error
 from testing.fake_prefix_cache import PrefixCache, prompt_text
 from testing.fake_sleep import FakeSleep, SleepConfig
-from testing.fake_tokens import TokenFrames, error_frame
+from testing.fake_tokens import MAX_STREAM_TOKENS, TokenFrames, error_frame
 
 
 @dataclass
@@ -244,9 +244,8 @@ class FakeEngine(asyncio.Protocol):
             return self.send(200, b'{"text":"fake transcript"}') if ok else self.send(*bad_request("no file"))
         try:
             req = json.loads(body or b"{}")
-            return await self.json_api(
-                path, req, int(req.get("max_tokens") or req.get("max_output_tokens") or self.cfg.tokens)
-            )
+            asked = int(req.get("max_tokens") or req.get("max_output_tokens") or self.cfg.tokens)
+            return await self.json_api(path, req, min(asked, MAX_STREAM_TOKENS))  # a fuzzed 10**12: bounded
         except (ValueError, TypeError, AttributeError) as exc:
             return self.send(
                 400,
@@ -380,11 +379,20 @@ class FakeEngine(asyncio.Protocol):
                 "usage": {"prompt_tokens": 4, "total_tokens": 4},
             }
             return self.send(200, json.dumps(data).encode())
-        n = int(req.get("max_tokens") or self.cfg.tokens)
+        n = min(int(req.get("max_tokens") or self.cfg.tokens), MAX_STREAM_TOKENS)
         chat = path == "/v1/chat/completions"
         if req.get("stream") and req.get("return_token_ids"):
             return await self.stream_tokens(
-                TokenFrames(req, chat, self.cfg.model, rid, self.cfg.multibyte, self.cfg.tokens), fault
+                TokenFrames(
+                    req,
+                    chat,
+                    self.cfg.model,
+                    rid,
+                    self.cfg.multibyte,
+                    self.cfg.tokens,
+                    self.cfg.max_model_len,
+                ),
+                fault,
             )
         if not req.get("stream"):
             if fault.startswith(("die-after-", "die-mid-", "stall-after-")):

@@ -17,6 +17,9 @@ import time
 from typing import Any
 
 GENERATED = 100_000
+MAX_STREAM_TOKENS = 65_536
+"""The most tokens one fake answer holds (above any test's ask: the slow-reader test's 50,000); a fuzzed
+limit (the schemathesis test) is bounded by it instead of filling the memory."""
 
 
 def prompt_ids(req: dict[str, Any], chat: bool) -> list[int]:
@@ -42,12 +45,22 @@ class TokenFrames:
     """The frames of one streamed generation, built one at a time."""
 
     def __init__(
-        self, req: dict[str, Any], chat: bool, model: str, rid: str, multibyte: bool, tokens: int = 16
+        self,
+        req: dict[str, Any],
+        chat: bool,
+        model: str,
+        rid: str,
+        multibyte: bool,
+        tokens: int = 16,
+        max_model_len: int = 2048,
     ) -> None:
         self.req, self.chat, self.model, self.multibyte = req, chat, model, multibyte
         self.prompt = prompt_ids(req, chat)
         self.start = start_of(self.prompt)
-        self.n = int(req.get("max_tokens") or req.get("max_completion_tokens") or tokens)
+        # as vLLM: a chat's max_completion_tokens or max_tokens; a completion's max_tokens only
+        limit = req.get("max_completion_tokens") if chat else None
+        # bounded (a fuzzed limit of 2**20 tokens would stream for many seconds, written without waiting)
+        self.n = min(int(limit or req.get("max_tokens") or tokens), max(max_model_len, MAX_STREAM_TOKENS))
         self.rid, self.created = rid, int(time.time())
         self.decoder = codecs.getincrementaldecoder("utf-8")()
 

@@ -122,9 +122,9 @@ def continuation(
     """The ``/v1/completions`` body that continues ``payload`` after ``ids`` (the clean seam)."""
     body: dict[str, Any] = {k: v for k, v in payload.items() if k in KEPT}
     body.update(model=model, prompt=prompt_ids + ids, stream=True, return_token_ids=True)
-    limit = payload.get("max_completion_tokens") or payload.get("max_tokens")
-    if limit is not None:
-        body["max_tokens"] = max(1, int(limit) - len(ids))
+    limit = _limit(payload)
+    # no limit: null, as the original's (/v1/completions' own default, 16 tokens, would cut a chat short)
+    body["max_tokens"] = max(1, int(limit) - len(ids)) if limit is not None else None
     if payload.get("min_tokens"):
         body["min_tokens"] = max(0, int(payload["min_tokens"]) - len(ids))
     if payload.get("seed") is not None:
@@ -132,6 +132,20 @@ def continuation(
     if usage:
         body["stream_options"] = {"include_usage": True}
     return orjson.dumps(body)
+
+
+COMPLETIONS_MAX_TOKENS = 16
+"""vLLM's ``max_tokens`` of a completion that gives none (``CompletionRequest``); a chat's is null (up to
+the context), and the completions endpoint ignores ``max_completion_tokens``."""
+
+
+def _limit(payload: dict[str, Any]) -> int | None:
+    """The original's limit on generated tokens, as vLLM reads it (None: up to the context)."""
+    if "messages" in payload:
+        limit = payload.get("max_completion_tokens") or payload.get("max_tokens")
+        return int(limit) if limit is not None else None
+    limit = payload.get("max_tokens", COMPLETIONS_MAX_TOKENS)
+    return int(limit) if limit is not None else None
 
 
 def _logprobs(payload: dict[str, Any]) -> bool:

@@ -40,9 +40,9 @@ class Seam:
         choices = frame.get("choices") or []
         if not choices:
             return [self._usage(frame)] if frame.get("usage") else []
-        return self._choice(choices[0])
+        return self._choice(choices[0], frame.get("system_fingerprint"))
 
-    def _choice(self, choice: dict[str, Any]) -> list[bytes]:
+    def _choice(self, choice: dict[str, Any], fingerprint: object = None) -> list[bytes]:
         rec = self.recorder
         ids = [int(i) for i in choice.get("token_ids") or ()]
         text, finish = text_of({"choices": [choice]}), choice.get("finish_reason")
@@ -57,7 +57,10 @@ class Seam:
                 return []
         if finish is not None:
             rec.finish_reason = str(finish)
-        return [self._event(self._content(text, ids, finish, choice.get("stop_reason")))]
+        out = self._content(text, ids, finish, choice.get("stop_reason"))
+        if fingerprint is not None:  # vLLM's, on the last frame: kept, as the original would have sent it
+            out["system_fingerprint"] = fingerprint
+        return [self._event(out)]
 
     def _content(self, text: str, ids: list[int], finish: object, stop_reason: object) -> dict[str, Any]:
         ident = self.recorder.identity
@@ -88,6 +91,8 @@ class Seam:
         usage.update(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
         out = {k: v for k, v in self._default().items()}
         out.update(choices=[], usage=usage)
+        if frame.get("system_fingerprint") is not None:
+            out["system_fingerprint"] = frame["system_fingerprint"]
         self.recorder.usage_sent = True
         return self._event(out)
 

@@ -1,9 +1,9 @@
 """Steps 5 and 6, pick and forward: a replica chosen by the model's policy, the request sent to it; when
 the replica refused it before any work (gateway/upstream/client.py), another replica is tried, up to
 ``retry_attempts`` in all, while the retry deadline (checked before every attempt) lasts. A non-streamed
-request's total deadline starts here (once: a non-streamed generation that may move and broke after it
-was sent is run again by gateway/pipeline/migrate.py, within the same deadline). :func:`done` ends an
-attempt (the policy's hook, ejection)."""
+request's total deadline starts here (once: a non-streamed generation that cannot move token-exact and
+broke after it was sent is run again by gateway/pipeline/migrate.py, within the same deadline).
+:func:`done` ends an attempt (the policy's hook, ejection)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ async def forward(
         try:
             return await attempt_on(gw, ctx, pool, tried)
         except Retryable as failed:
-            if failed.written and not failed.answered and ctx.migration is not None and ctx.migration.whole:
+            rerun = ctx.migration is not None and ctx.migration.runs_again
+            if failed.written and not failed.answered and rerun:
                 raise  # it may have generated: run again as a migration (migrate.py)
             continue
     assert ctx.upstream_error is not None

@@ -1,7 +1,9 @@
 """Where the relay (relay.py) hands a generation that may move to the migration room (gateway/migration/):
 :func:`source_for` makes its stream's source (the replica's events, moved to another replica when it
-fails); :func:`whole_moving` answers a non-streamed one, run again on another replica when its replica
-fails before answering."""
+fails); :func:`whole_continued` answers a non-streamed one that may move: read as a stream through the
+same source, continued token-exact when its replica fails, assembled into one whole answer;
+:func:`whole_moving` answers a non-streamed one that cannot move: run again whole on another replica
+when its replica fails before answering."""
 
 from __future__ import annotations
 
@@ -10,16 +12,20 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamTimeout
+from gateway.migration.assemble import Assembler, Incomplete
 from gateway.migration.stream import MigratingStream, ReplicaLeft
 from gateway.pipeline.forward import EJECT, NONE, attempt_on, candidates, done, forward
 from gateway.replicas.table import Endpoint, ModelPool
 from gateway.state import Gateway
-from gateway.upstream.client import Retryable, Upstream
+from gateway.upstream.client import FAILURES, Retryable, Upstream, classify
 from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.migration")
 CONTINUE_PATH = b"/v1/completions"
+RERUN = "rerun"
+"""vLLM's request id suffix of a non-streamed request run again whole (``<id>-rerunN``): a second
+generation, not a continuation (``-moveN``): bench/chaos.py counts it as a run."""
 
 
 def source_for(gw: Gateway, ctx: RequestContext, pool: ModelPool, up: Upstream) -> MigratingStream | None:
@@ -27,6 +33,12 @@ def source_for(gw: Gateway, ctx: RequestContext, pool: ModelPool, up: Upstream) 
     plan = ctx.migration
     if plan is None or plan.reason or plan.whole or up.status != 200:
         return None
+    return _moving(gw, ctx, pool, up)
+
+
+def _moving(gw: Gateway, ctx: RequestContext, pool: ModelPool, up: Upstream) -> MigratingStream:
+    plan = ctx.migration
+    assert plan is not None
 
     async def reopen(body: bytes, tried: list[Endpoint]) -> Upstream:
         """The continuation on a replica not tried yet (the first byte time is the original's)."""
@@ -40,6 +52,45 @@ def source_for(gw: Gateway, ctx: RequestContext, pool: ModelPool, up: Upstream) 
         done(gw, ep, ctx, ok, EJECT if blame else NONE)
 
     return MigratingStream(plan, ctx, pool, up, gw.metrics, gw.settings, reopen, release)
+
+
+async def whole_continued(
+    gw: Gateway, ctx: RequestContext, pool: ModelPool, read: Callable[[Upstream], Awaitable[bytes]]
+) -> tuple[bytes, int, int]:
+    """A non-streamed generation that may move (sent as a stream with token ids, gateway/migration/
+    whole.py): read through a :class:`MigratingStream`, which continues it token-exact on another replica
+    when its replica fails, within the request's deadline; the client gets one whole answer in vLLM's
+    non-streamed shape (gateway/migration/assemble.py). Returns (body, prompt tokens, completion tokens).
+    A refusal (not 200) is ``read`` and passed on as the replica wrote it."""
+    plan = ctx.migration
+    assert plan is not None
+    up = await forward(gw, ctx, pool)
+    ctx.status, ctx.reply_type = up.status, up.content_type
+    if up.status != 200:
+        body = await read(up)
+        return body, 0, 0
+    source = _moving(gw, ctx, pool, up)
+    assembler = Assembler(plan.chat, plan.keep_ids)
+    ok = blame = False
+    deadline = asyncio.timeout(max(0.0, ctx.deadline - time.perf_counter()))
+    try:
+        async with deadline:
+            chunk = await source.first()
+            while chunk:
+                assembler.feed(chunk)
+                chunk = await source.next()
+        body = assembler.body(source.usage())
+        ok = True
+    except (*FAILURES, Incomplete) as exc:
+        assert ctx.replica is not None
+        if deadline.expired():
+            raise UpstreamTimeout(f"the replica at {ctx.replica.url} did not answer in time") from None
+        blame = not isinstance(exc, TimeoutError)  # a stall is not the replica's failure (as a stream)
+        raise classify(exc, ctx.replica.url).error from None
+    finally:
+        source.close(ok, blame)
+    ctx.reply_type = "application/json"
+    return (body, *assembler.counts(source.usage()))
 
 
 class ReplicaWatch:
@@ -73,12 +124,13 @@ class ReplicaWatch:
 async def whole_moving(
     gw: Gateway, ctx: RequestContext, pool: ModelPool, read: Callable[[Upstream], Awaitable[bytes]]
 ) -> bytes:
-    """A non-streamed generation that may move, forwarded as the client sent it (read whole by
-    ``read``). When its replica fails before the answer (the connection broke, or the replica left the
-    registry or was ejected while the answer was awaited), it runs again, whole, on a replica not tried
-    yet, at most ``migration_attempts`` times within the request's deadline. The client has seen nothing
-    of it: at temperature 0 or with a seed the answer is the undisturbed one; the tokens generated on the
-    failed replica are generated again."""
+    """A non-streamed generation that cannot move token-exact (n > 1, logprobs, tools, ...: its plan's
+    ``reason``), forwarded as the client sent it (read whole by ``read``). When its replica fails before
+    the answer (the connection broke, or the replica left the registry or was ejected while the answer
+    was awaited), it runs again, whole, on a replica not tried yet, at most ``migration_attempts`` times
+    within the request's deadline. The client has seen nothing of it: at temperature 0 or with a seed the
+    answer is the undisturbed one; the tokens generated on the failed replica are generated again (vLLM
+    request id ``<id>-rerunN``: a second generation)."""
     plan = ctx.migration
     assert plan is not None and ctx.model is not None
     tried: list[Endpoint] = []
@@ -102,7 +154,7 @@ async def whole_moving(
                 raise err from None
             moves += 1
             first_failed = first_failed or _id(failed)
-            ctx.upstream_id = f"{base_id}-move{moves}"  # vLLM's id: as a stream's continuation (stream.py)
+            ctx.upstream_id = f"{base_id}-{RERUN}{moves}"  # vLLM's id: a second generation (not -moveN)
             _log(ctx, pool, "re-run", _id(failed), "-", moves, err.message)
             continue
         if moves:

@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope
 from gateway.endpoints import Route
 from gateway.errors import GatewayError, InternalError, ModelNotFound, error_response
 from gateway.migration.stream import plan_migration
+from gateway.migration.whole import plan_whole
 from gateway.pipeline.admit import admit
 from gateway.pipeline.intake import read_body, request_id, upstream_id, wanted_headers
 from gateway.pipeline.media import check_media
@@ -75,7 +76,8 @@ class Proxy:
             await check_media(ctx.media, self.media_domains)
         await locate(ctx, gw.names, gw.affinity)  # 3
         model = resolve(ctx, gw.names, gw.lora.adapters)
-        ctx.migration = plan_migration(ctx, model)  # a generation that may move mid-way (gateway/migration)
+        # a generation that may move mid-way (gateway/migration): streamed, or asked whole
+        ctx.migration = plan_migration(ctx, model) if ctx.stream else plan_whole(ctx, model)
         await charge(gw, ctx)
         pool = gw.table.find(model.name)
         if pool is None:  # a fleet reload removed the model since it was resolved

@@ -16,7 +16,7 @@ from gateway.admission.base import Lease
 from gateway.errors import GatewayError, ShuttingDown, sse_error_event
 from gateway.pipeline.admit import until_awake
 from gateway.pipeline.forward import EJECT, NONE, done, forward, wait_s
-from gateway.pipeline.migrate import source_for, whole_moving
+from gateway.pipeline.migrate import source_for, whole_continued, whole_moving
 from gateway.pipeline.settle import holding, stream_usage, usage_of
 from gateway.pipeline.usage import UsageStrip
 from gateway.replicas.table import ModelPool
@@ -37,9 +37,14 @@ async def answer(
     async with holding(gw, ctx, lease) as usage:
         if ctx.woken_at is not None:
             await until_awake(gw, ctx, pool)
-        if ctx.migration is not None and ctx.migration.whole:  # non-streamed, run again if its replica fails
-            body = await whole_moving(gw, ctx, pool, lambda up: read_whole(gw, ctx, up))
-            usage.prompt, usage.completion = usage_of(body)
+        if ctx.migration is not None and ctx.migration.whole:  # non-streamed, and its replica may fail
+            if ctx.migration.runs_again:  # it cannot move token-exact: run again whole
+                body = await whole_moving(gw, ctx, pool, lambda up: read_whole(gw, ctx, up))
+                usage.prompt, usage.completion = usage_of(body)
+            else:  # read as a stream that moves token-exact, answered whole
+                body, usage.prompt, usage.completion = await whole_continued(
+                    gw, ctx, pool, lambda up: read_whole(gw, ctx, up)
+                )
             usage.answered = True
             yield body
             return

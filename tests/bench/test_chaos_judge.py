@@ -84,6 +84,17 @@ def test_a_continuation_of_a_migrated_generation_is_not_a_second_run(tmp_path: P
     assert runs.ids == {p + "1", p + "2"}
 
 
+def test_a_non_streamed_request_run_again_whole_is_a_second_run(tmp_path: Path) -> None:
+    p = "chaos.ab12.8."
+    frozen, other = tmp_path / "m-0.log", tmp_path / "m-1.log"
+    # a request that cannot move (logprobs, n > 1, ...) ran again whole on m-1 (-rerun1): a second
+    # generation (m-0 was frozen, not killed: it ran twice), not a continuation
+    frozen.write_text(received(p + "1"))
+    other.write_text(received(p + "1").replace("0123456789ab:", "0123456789ab-rerun1:"))
+    runs = count_engine_runs([frozen, other], p, {})
+    assert runs.ran_twice == [p + "1"] and runs.moved == {}
+
+
 def test_replica_faults_must_leave_no_stream_broken() -> None:
     tally = Tally()
     tally.add("chat-stream", ANSWERED)

@@ -1,6 +1,7 @@
 """Mid-stream migration on real vLLM CPU replicas (two SmolLM2, the shared e2e stack): a stream whose
 replica freezes (SIGSTOP) mid-way continues on the other replica, and at temperature 0 its text is
-byte-identical to an undisturbed run of the same request, for chat and for completions."""
+byte-identical to an undisturbed run of the same request, for chat and for completions. The non-streamed
+form, its replica frozen or killed -9 mid-generation, is answered whole: vLLM's own non-streamed answer."""
 
 from __future__ import annotations
 
@@ -91,28 +92,67 @@ async def continued(client: httpx.AsyncClient, stack: Stack) -> float:
     return sum(float(x.split(line, 1)[1].split()[0]) for x in texts if line in x)
 
 
-async def frozen_while_generating(
-    client: httpx.AsyncClient, stack: Stack, url: str, body: dict[str, Any]
+async def failed_while_generating(
+    client: httpx.AsyncClient, stack: Stack, url: str, body: dict[str, Any], sig: signal.Signals
 ) -> str:
-    """A non-streamed answer, with the replica generating it frozen once it has run a while (ejected by
-    the gateways' health check, it runs again on the other replica)."""
+    """A non-streamed answer, with the replica generating it frozen (SIGSTOP: no token within the
+    gateways' LLMGW_MIGRATION_STALL_S) or killed -9 once it has run a while: the generation continues on
+    the other replica after the tokens it had."""
     base = stack.fleet.defaults.base_port
     task = asyncio.create_task(client.post(url, json=body))
-    group = group_of(await busy_port(client, [base, base + 1]))
+    port = await busy_port(client, [base, base + 1])
+    group = group_of(port)
     await asyncio.sleep(0.5)  # tokens generated there: the continuation starts after them
-    os.killpg(group, signal.SIGSTOP)
+    os.killpg(group, sig)
     try:
         r = await task
     finally:
-        os.killpg(group, signal.SIGCONT)
+        if sig == signal.SIGSTOP:
+            os.killpg(group, signal.SIGCONT)
+        else:
+            await back(client, port)
     assert r.status_code == 200, r.text
     return r.text
 
 
-@pytest.mark.parametrize(("path", "body"), [("chat/completions", CHAT), ("completions", COMPLETION)])
-async def test_frozen_replica_non_streamed_answer_is_byte_identical(
-    stack: Stack, path: str, body: dict[str, Any]
+async def back(client: httpx.AsyncClient, port: int) -> None:
+    """The killed replica, started again by the supervisor, answers /health (the tests after this one
+    find both replicas)."""
+    for _ in range(600):
+        try:
+            if (await client.get(f"http://127.0.0.1:{port}/health")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(1)
+    raise TimeoutError(f"the replica on port {port} did not come back")
+
+
+def same_but_identity(answer: dict[str, Any], reference: dict[str, Any]) -> None:
+    """The whole answer is vLLM's own non-streamed answer: every key in order, every value, but the id
+    and created (each request has its own)."""
+    assert list(answer) == list(reference)
+    assert answer["id"] != reference["id"] and answer["id"].startswith(reference["id"].split("-")[0])
+    for key in ("id", "created"):
+        answer, reference = {**answer, key: None}, {**reference, key: None}
+    assert json.dumps(answer) == json.dumps(reference)
+
+
+FAULTS = [
+    ("chat/completions", CHAT, signal.SIGSTOP),
+    ("completions", COMPLETION, signal.SIGSTOP),
+    ("chat/completions", CHAT, signal.SIGKILL),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "sig"), FAULTS, ids=["chat-frozen", "completions-frozen", "chat-killed"]
+)
+async def test_failed_replica_non_streamed_answer_is_vllms_own(
+    stack: Stack, path: str, body: dict[str, Any], sig: signal.Signals
 ) -> None:
+    """The non-streamed form: sent upstream as a stream, continued token-exact after the failure, and
+    answered whole: byte-identical to vLLM's own undisturbed non-streamed answer (id and created apart)."""
     request = {**body, **SAMPLING, "stream": False}
     replica = f"http://127.0.0.1:{stack.fleet.defaults.base_port + 1}/v1/{path}"
     async with httpx.AsyncClient(timeout=httpx.Timeout(120.0)) as client:
@@ -120,14 +160,8 @@ async def test_frozen_replica_non_streamed_answer_is_byte_identical(
         auth = {"authorization": f"Bearer {key}"} if key else {}
         reference = (await client.post(replica, json=request, headers=auth)).json()  # vLLM's own answer
         before = await continued(client, stack)
-        answer = json.loads(
-            await frozen_while_generating(client, stack, f"{stack.config.nginx_url}/v1/{path}", request)
+        raw = await failed_while_generating(
+            client, stack, f"{stack.config.nginx_url}/v1/{path}", request, sig
         )
-        assert await continued(client, stack) == before + 1  # it ran again on the other replica
-    pick = (
-        (lambda a: a["choices"][0]["message"]["content"])
-        if path == "chat/completions"
-        else (lambda a: a["choices"][0]["text"])
-    )
-    assert pick(answer) == pick(reference)
-    assert answer["usage"] == reference["usage"]  # the run that answered, counted once (vLLM's own answer)
+        assert await continued(client, stack) == before + 1  # continued on the other replica
+    same_but_identity(json.loads(raw), reference)

@@ -1,6 +1,7 @@
 """Mid-stream migration through a real gateway in front of FAKE ENGINE replicas (token ids, faults that
 strike after N tokens): each trigger continues the stream token-exact on the other replica; each request
-that cannot move keeps today's end (the SSE error event)."""
+that cannot move keeps today's end (the SSE error event). A non-streamed request that may move continues
+the same way and is answered whole; one that cannot move runs again whole."""
 
 from __future__ import annotations
 
@@ -244,33 +245,120 @@ async def test_what_cannot_move_keeps_the_error_event(
         assert error["error"]["type"] == "upstream_error"
 
 
-@pytest.mark.parametrize("path", ["chat/completions", "completions"])
-async def test_non_streamed_request_runs_again_and_is_answered_whole(
-    tmp_path: Path, redis_url: str, engines: dict[str, Proc], path: str
-) -> None:
-    """Sent as the client wrote it; its replica closes the connection while it generates: the request
-    runs again on the other replica (a migration, not a retry), answered whole."""
-    body = CHAT if path == "chat/completions" else {"model": "m", "prompt": "hi", "max_tokens": N}
-    async with gateway(tmp_path, redis_url, [engines["die"].url, engines["good"].url]) as (gw, _):
+WHOLE_BODIES = {
+    "chat/completions": CHAT,
+    "completions": {"model": "m", "prompt": "hi", "max_tokens": N},
+}
+
+
+async def undisturbed_whole(tmp: Path, redis_url: str, good: str, path: str, body: dict[str, Any]) -> Any:
+    """The same non-streamed request through a gateway whose only replica does not fail."""
+    async with gateway(tmp, redis_url, [good]) as (gw, _):
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{gw}/v1/{path}", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.parametrize("path", sorted(WHOLE_BODIES))
+async def test_non_streamed_request_continues_token_exact_and_is_answered_whole(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc], path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Sent upstream as a stream with token ids; its replica dies after 4 tokens: the generation continues
+    on the other replica after those 4 tokens (vLLM id <id>-move1, a prompt of the prompt's ids + the 4
+    generated ids, 8 tokens left: a continuation, not a second whole generation), and the client gets one
+    whole answer: the text and usage of an undisturbed run, counted once."""
+    body = WHOLE_BODIES[path]
+    caplog.set_level(logging.WARNING, "llmgw.migration")
+    reference = await undisturbed_whole(tmp_path, redis_url, engines["good"].url, path, body)
+    async with gateway(tmp_path, redis_url, [engines["die"].url, engines["good"].url]) as (gw, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            await c.get(f"{engines['good'].url}/stats/reset")
+            r = await c.post(f"{gw}/v1/{path}", json=body)
             sent = json.loads((await c.get(f"{engines['die'].url}/stats")).json()["last_body"])
-            again = (await c.get(f"{engines['good'].url}/stats")).json()["last_headers"]
+            good = (await c.get(f"{engines['good'].url}/stats")).json()
             assert await metric(c, gw, 'llmgw_migrations_total{model="m",outcome="continued"} 1.0')
     assert r.status_code == 200, r.text
-    assert again["x-request-id"].endswith("-move1")  # vLLM's id says it is the same request, moved
+    assert r.headers["content-type"].startswith("application/json")
+    assert sent == {
+        **body,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+    }
+    assert good["started"] == 1 and good["last_headers"]["x-request-id"].endswith("-move1")
+    continued = json.loads(good["last_body"])
+    assert continued["prompt"][-4:] == [100_000 + i for i in range(4)] and continued["max_tokens"] == N - 4
     answer = r.json()
     choice = answer["choices"][0]
     assert (choice["message"]["content"] if "message" in choice else choice["text"]) == UNDISTURBED
-    assert choice["finish_reason"] == "length"
-    assert answer["usage"]["completion_tokens"] == N
-    assert sent == body  # forwarded untouched: no token ids, not streamed
+    assert list(answer) == list(reference) and list(choice) == list(reference["choices"][0])
+    assert answer["object"] == reference["object"] and choice["finish_reason"] == "length"
+    assert answer["usage"] == reference["usage"] == {
+        "prompt_tokens": 8, "total_tokens": 8 + N, "completion_tokens": N,
+        "prompt_tokens_details": None, "completion_tokens_details": None,
+    }  # fmt: skip
+    assert choice["token_ids"] is None and answer.get("prompt_token_ids") is None
+    moved = [m.getMessage() for m in caplog.records if "migration moved" in m.getMessage()]
+    assert len(moved) == 1 and "from=m-0 to=m-1 offset=4" in moved[0]
 
 
-async def test_non_streamed_request_on_a_replica_that_leaves_runs_again(
+async def test_non_streamed_answer_carries_token_ids_when_asked(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
-    """A frozen replica (no answer) taken out of the registry: the wait ends, the request runs again."""
+    async with gateway(tmp_path, redis_url, [engines["die"].url, engines["good"].url]) as (gw, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "return_token_ids": True})
+    answer = r.json()
+    assert answer["choices"][0]["token_ids"] == [100_000 + i for i in range(N)]
+    assert len(answer["prompt_token_ids"]) == 8 and answer["usage"]["completion_tokens"] == N
+
+
+async def test_non_streamed_request_on_a_frozen_replica_continues(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    """No token within migration_stall_s: the generation moves after the 4 tokens it had."""
+    urls = [engines["stall"].url, engines["good"].url]
+    async with gateway(tmp_path, redis_url, urls, migration_stall_s=0.5) as (gw, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{gw}/v1/completions", json=WHOLE_BODIES["completions"])
+            assert await metric(c, gw, 'llmgw_migrations_total{model="m",outcome="continued"} 1.0')
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["text"] == UNDISTURBED
+
+
+async def test_non_streamed_request_that_cannot_move_runs_again_whole(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    """logprobs cannot cross a seam: forwarded untouched, and when its replica breaks it runs again whole
+    on the other (vLLM id <id>-rerun1: a second generation, counted as such by bench/chaos.py)."""
+    body = {**CHAT, "logprobs": True}
+    async with gateway(tmp_path, redis_url, [engines["die"].url, engines["good"].url]) as (gw, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json=body)
+            sent = json.loads((await c.get(f"{engines['die'].url}/stats")).json()["last_body"])
+            again = (await c.get(f"{engines['good'].url}/stats")).json()
+            assert await metric(c, gw, 'llmgw_migrations_total{model="m",outcome="continued"} 1.0')
+    assert r.status_code == 200, r.text
+    assert sent == body and json.loads(again["last_body"]) == body  # untouched, both times
+    assert again["last_headers"]["x-request-id"].endswith("-rerun1")
+    assert r.json()["choices"][0]["message"]["content"] == UNDISTURBED
+
+
+async def test_migration_off_forwards_a_non_streamed_body_untouched(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    async with gateway(tmp_path, redis_url, [engines["good"].url], {"migration": False}) as (gw, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+            sent = json.loads((await c.get(f"{engines['good'].url}/stats")).json()["last_body"])
+    assert r.status_code == 200 and sent == CHAT
+
+
+async def test_non_streamed_request_on_a_replica_that_leaves_continues(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    """A frozen replica taken out of the registry: the wait ends, the generation continues elsewhere."""
     urls = [engines["stall"].url, engines["good"].url]
     async with gateway(tmp_path, redis_url, urls, migration_watch_s=0.1) as (gw, prefix):
         async with httpx.AsyncClient(timeout=30) as c:

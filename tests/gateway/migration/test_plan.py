@@ -73,9 +73,17 @@ def test_continuation_keeps_sampling_and_reduces_limits() -> None:
     }  # fmt: skip
 
 
-def test_continuation_without_limits_leaves_them_to_the_engine() -> None:
+def test_a_chat_without_limit_continues_without_one() -> None:
+    # max_tokens null: the continuation goes to /v1/completions, whose default (16) would cut it short
     body = orjson.loads(continuation(CHAT, "m", [1], [2], usage=False))
-    assert "max_tokens" not in body and "seed" not in body and "stream_options" not in body
+    assert body["max_tokens"] is None and "seed" not in body and "stream_options" not in body
+
+
+def test_a_completion_keeps_vllms_default_limit() -> None:
+    completion = {"model": "m", "prompt": "hi"}
+    assert orjson.loads(continuation(completion, "m", [1], [2, 3], usage=False))["max_tokens"] == 14
+    asked = {**completion, "max_tokens": None, "max_completion_tokens": 5}  # ignored by vLLM's completions
+    assert orjson.loads(continuation(asked, "m", [1], [2, 3], usage=False))["max_tokens"] is None
 
 
 def test_derived_seed_is_documented_and_differs_per_offset() -> None:
