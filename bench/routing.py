@@ -101,6 +101,12 @@ START = time.monotonic()
 # Targets (issue item 6).
 TARGET_IDEAL_FRACTION = 0.98
 TARGET_PRESSURE_FRACTION = 0.95  # of the perfect split, under cache pressure
+MIGRATION_STALL_S = 60.0
+"""The gateways' ``LLMGW_MIGRATION_STALL_S`` here (the gateway's default is 5 s): a CPU replica busy
+prefilling other requests' 1,300-token prompts sends no token for 5-15 s, and at 5 s the gateway moved
+~1 stream in 8 of the pressure workload to the other replica, which prefilled its document again (each
+move a request's whole prompt of misses, only on the rows with two replicas): the benchmark measures the
+routing, so the stall that moves a stream is set above these pauses (a frozen replica still moves)."""
 TARGET_SHARE, TARGET_SHARE_TOLERANCE = 0.5, 0.075
 PREFIX_CHARS: int = GatewaySettings.model_fields["prefix_chars"].default
 DEFAULT_EPSILON: float = GatewaySettings.model_fields["prefix_epsilon"].default
@@ -202,6 +208,7 @@ class Result:
     vs_ideal: float = math.nan
     gateways: int = 2
     picks: dict[str, int] = field(default_factory=dict)  # prefix index pick outcomes, this workload
+    migrations: dict[str, int] = field(default_factory=dict)  # llmgw_migrations_total, this workload
 
     @property
     def hotspot(self) -> float:
@@ -514,6 +521,7 @@ class Options:
     pressure_docs: int = 32
     pressure_questions: int = 6
     pressure_words: int = 1150  # ~1,300 SmolLM2 tokens a document
+    migration_stall_s: float = MIGRATION_STALL_S
     rendezvous: bool = False
     ideal: bool = True
     workloads: tuple[str, ...] = WORKLOADS
@@ -689,9 +697,8 @@ class Bench:
         path = self.opts.run_dir / f"fleet-{run.policy}.yaml"
         path.write_text(yaml.safe_dump(policy_fleet(self.base_fleet, run.policy, self.replicas[0].url)))
         ports = self.config.gateway_ports[: run.gateways]
-        config = dataclasses.replace(
-            self.config, fleet_file=path, gateway_env=run.gateway_env, gateway_ports=ports
-        )
+        env = {"LLMGW_MIGRATION_STALL_S": repr(self.opts.migration_stall_s), **run.gateway_env}
+        config = dataclasses.replace(self.config, fleet_file=path, gateway_env=env, gateway_ports=ports)
         gw = Stack(config)
         try:
             for i, port in enumerate(ports, start=1):
@@ -778,26 +785,33 @@ class Bench:
         try:
             results: list[Result] = []
             for workload in self.opts.workloads:
-                before = await self.outcomes(run)
+                before, moves_before = await self.outcomes(run)
                 result = await self.run_workload(run.label, workload, run.gateways)
-                picks = dict(await self.outcomes(run) - before)
-                if picks:
-                    progress(f"policy={run.label} workload={workload}: pick outcomes {picks}")
-                results.append(dataclasses.replace(result, gateways=run.gateways, picks=picks))
+                after, moves_after = await self.outcomes(run)
+                picks, moves = dict(after - before), dict(moves_after - moves_before)
+                if picks or moves:
+                    progress(
+                        f"policy={run.label} workload={workload}: pick outcomes {picks}, migrations {moves}"
+                    )
+                result = dataclasses.replace(result, gateways=run.gateways, picks=picks, migrations=moves)
+                results.append(result)
             if self.opts.serve_random and not any(x["dataset"] == "random" for x in self.served):
                 await self.serve_random(run)
             return results
         finally:
             await gw.down()
 
-    async def outcomes(self, run: Run) -> Counter[str]:
-        """``llmgw_prefix_index_picks_total`` summed over the run's gateways, by outcome."""
-        total: Counter[str] = Counter()
+    async def outcomes(self, run: Run) -> tuple[Counter[str], Counter[str]]:
+        """``llmgw_prefix_index_picks_total`` and ``llmgw_migrations_total`` summed over the run's
+        gateways, by outcome."""
+        picks: Counter[str] = Counter()
+        moves: Counter[str] = Counter()
         for port in self.config.gateway_ports[: run.gateways]:
             with contextlib.suppress(httpx.HTTPError):
                 text = (await self.http.get(f"http://{self.config.host}:{port}/metrics", timeout=5.0)).text
-                total += pick_outcomes(text)
-        return total
+                picks += pick_outcomes(text)
+                moves += pick_outcomes(text, "llmgw_migrations_total{")
+        return picks, moves
 
     async def run_workload(self, policy: str, workload: str, gateways: int = 2) -> Result:
         o = self.opts
@@ -1006,6 +1020,7 @@ def setup(opts: Options) -> dict[str, Any]:
         "seed": opts.seed,
         "prefix_affinity_epsilons": list(opts.epsilons),
         "kv_index": opts.kv_index,
+        "migration_stall_s": opts.migration_stall_s,
     }
 
 
@@ -1095,6 +1110,12 @@ def parse_args(argv: list[str] | None) -> Options:
     p.add_argument(
         "--kv-index", choices=("approximate", "exact"), default=d.kv_index, help="the prefix index's mode"
     )
+    p.add_argument(
+        "--migration-stall-s",
+        type=float,
+        default=d.migration_stall_s,
+        help="the gateways' LLMGW_MIGRATION_STALL_S (the gateway's default: 5)",
+    )
     p.add_argument("--pressure-docs", type=int, default=d.pressure_docs, help="pressure: documents")
     p.add_argument("--pressure-questions", type=int, default=d.pressure_questions, help="pressure: per doc")
     p.add_argument("--pressure-words", type=int, default=d.pressure_words, help="pressure: words per doc")
@@ -1137,6 +1158,7 @@ def parse_args(argv: list[str] | None) -> Options:
         pressure_docs=a.pressure_docs,
         pressure_questions=a.pressure_questions,
         pressure_words=a.pressure_words,
+        migration_stall_s=a.migration_stall_s,
         plot=None if a.no_plot else a.plot,
         plot_only=a.plot_only,
     )

@@ -364,10 +364,11 @@ def ready(url: str, want: int, model: str = MODEL) -> bool:
     return bool(detail.get("models", {}).get(model, {}).get("ready_replicas", 0) >= want)
 
 
-def pick_outcomes(text: str) -> Counter[str]:
+def pick_outcomes(text: str, metric: str = "llmgw_prefix_index_picks_total{") -> Counter[str]:
+    """A gateway's ``metric`` (the prefix index's picks by default), summed by its ``outcome`` label."""
     out: Counter[str] = Counter()
     for line in text.splitlines():
-        if line.startswith("llmgw_prefix_index_picks_total{"):
+        if line.startswith(metric):
             outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
             out[outcome] += int(float(line.rsplit(" ", 1)[1]))
     return out

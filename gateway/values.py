@@ -60,6 +60,9 @@ class RouteRequest:
     session_key: str | None = None
     chain: tuple[str, ...] = ()
     """The prompt's prefix chain (:mod:`gateway.routing.prefix.chain`), for the shared prefix index."""
+    detour: bool = False
+    """A pick away from the replica the request was sent to (a retry, a migration): the shared prefix
+    index places nothing for it (:class:`gateway.routing.prefix.index.PickInput`)."""
 
 
 if TYPE_CHECKING:

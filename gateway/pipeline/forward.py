@@ -7,6 +7,7 @@ broke after it was sent is run again by gateway/pipeline/migrate.py, within the 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Literal
@@ -65,8 +66,9 @@ async def attempt_on(
             f"no ready replica of model '{pool.model}'", retry_after=2.0
         )
     policy = gw.policies[pool.model]
+    route = dataclasses.replace(ctx.route, detour=True) if tried else ctx.route  # not placed: index.py
     with gw.tracing.span(ctx, "pick"):
-        ep = await policy.route(choices, ctx.route)
+        ep = await policy.route(choices, route)
     if tried:
         gw.metrics.retries.labels(pool.model).inc()
     tried.append(ep)

@@ -3,22 +3,24 @@
 -- (a list, latest first), KEYS[5 + i]: LRU of replica i, KEYS[5 + n + i]: KV set of replica i (what its
 -- engine holds, written by its managing agent from vLLM's KV events).
 -- ARGV: n, p, q (in-flight bound), has_session (0/1), session_ttl_ms, sp, sq (share bound), window,
--- then per replica id, instance, load, capacity, exact (0/1), then the chain keys.
+-- detour (0/1: a retry or migration, which places nothing and only enters the recent picks), then per
+-- replica id, instance, load, capacity, exact (0/1), then the chain keys.
 -- Returns {replica id, outcome, depth}.
 local n, p, q = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local has_session, ttl = ARGV[4] == '1', tonumber(ARGV[5])
 local sp, sq, window = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local detour = ARGV[9] == '1'
 local ids, inst, load, cap, exact, index_of = {}, {}, {}, {}, {}, {}
 local total = 0
 for i = 1, n do
-  local b = 8 + (i - 1) * 5
+  local b = 9 + (i - 1) * 5
   ids[i], inst[i], load[i], cap[i] = ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
   exact[i] = ARGV[b + 5] == '1'
   index_of[ids[i]] = i
   total = total + load[i]
 end
 local chain = {}
-for j = 9 + n * 5, #ARGV do chain[#chain + 1] = ARGV[j] end
+for j = 10 + n * 5, #ARGV do chain[#chain + 1] = ARGV[j] end
 
 -- 1. restarted (or first seen) replicas: drop their entries, remember their instance (an exact replica's
 -- restarts are its managing agent's to follow: it resets the replica with its new instance)
@@ -97,9 +99,9 @@ else
   chosen = least_loaded()
 end
 
--- 3. record
+-- 3. record (a detour: only the recent picks)
 local id = ids[chosen]
-if #chain > 0 then
+if #chain > 0 and not detour then
   local seq = redis.call('INCR', KEYS[3])
   local fields, scored = {}, {}
   for j = 1, #chain do
@@ -121,7 +123,7 @@ if #chain > 0 then
     end
   end
 end
-if has_session then redis.call('SET', KEYS[4], id, 'PX', ttl) end
+if has_session and not detour then redis.call('SET', KEYS[4], id, 'PX', ttl) end
 redis.call('LPUSH', KEYS[5], id)
 redis.call('LTRIM', KEYS[5], 0, window - 1)
 return {id, outcome, depth}

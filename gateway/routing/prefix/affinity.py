@@ -118,6 +118,7 @@ class PrefixAffinity(Policy):
             request.session_key or None,
             self._share_ratio,
             share_window(self.options.share_window, len(views)),
+            request.detour,
         )
         decision = await index.pick(model, inp)
         chosen = None if decision is None else next((e for e in candidates if e.id == decision.replica), None)

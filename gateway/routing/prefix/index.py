@@ -20,7 +20,8 @@ The index, per model:
 One pick (:meth:`PrefixIndex.pick`): drop the entries of restarted candidates, decide
 (:func:`decide`), then record: the chosen replica goes first among every chain key's holders, its LRU
 touches them all and drops what is over its capacity, the session (if any) points to it, and it enters
-``recent``.
+``recent``. A *detour* (``PickInput.detour``: a retry or a migration, away from the replica the request
+was placed on) records only ``recent``.
 
 Two bounds, both of :func:`accepts`'s form ``x < (1 + ε) · (Σ x + 1) / n``: the *share* bound on each
 candidate's count in ``recent`` (ε = the model's ``epsilon``), which keeps every replica's share of the
@@ -99,6 +100,13 @@ class PickInput:
     session: str | None = None
     share_ratio: Ratio = (1, 0)
     window: int = 64
+    detour: bool = False
+    """A pick for a request that left the replica it was placed on (a retry after a refusal, a stream
+    migrated off a stalled or broken replica; the candidates exclude the replicas tried): decided alike,
+    but it places nothing: the prefix stays where it was placed, and neither its holders, the chosen
+    replica's LRU nor the session move; only the recent picks count it. A detour that placed the prefix
+    would make the replica it went to its first holder, and under cache pressure one stalled stream
+    would keep a document on both replicas, each copy evicting others."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,8 +309,9 @@ class PrefixIndex:
         held = {r.id: len(self.lru.get(r.id, {})) + len(self.kv.get(r.id, ())) for r in inp.replicas}
         decision = decide(inp, holders, session_replica, self.recent[: inp.window], held)
         chosen = next(r for r in inp.replicas if r.id == decision.replica)
-        self.record(inp.chain, chosen)
-        if inp.session:
-            self.sessions[inp.session] = chosen.id
+        if not inp.detour:
+            self.record(inp.chain, chosen)
+            if inp.session:
+                self.sessions[inp.session] = chosen.id
         self.recent = [chosen.id, *self.recent][: inp.window]
         return decision

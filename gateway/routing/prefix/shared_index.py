@@ -59,7 +59,7 @@ def pick_call(
     names += [keys.prefix_kv(model, r.id) for r in inp.replicas]
     (p, q), (sp, sq) = inp.ratio, inp.share_ratio
     args = [str(len(inp.replicas)), str(p), str(q), "1" if inp.session else "0", str(session_ttl_ms)]
-    args += [str(sp), str(sq), str(inp.window)]
+    args += [str(sp), str(sq), str(inp.window), "1" if inp.detour else "0"]
     for r in inp.replicas:
         args += [r.id, r.instance, str(r.load), str(r.capacity), "1" if r.exact else "0"]
     return names, [*args, *inp.chain]

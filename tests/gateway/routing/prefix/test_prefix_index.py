@@ -44,6 +44,19 @@ def test_cold_prefix_goes_to_the_least_loaded_and_is_recorded() -> None:
     assert idx.lru["b"] == {"k1": 1, "k2": 1}
 
 
+def test_a_detour_places_nothing_and_the_prefix_stays_where_it_was_placed() -> None:
+    """A retry or a migration away from the holder (the candidates exclude it) goes elsewhere, but the
+    document keeps its one holder: under cache pressure a stalled stream must not leave it on both."""
+    idx = PrefixIndex()
+    assert pick(idx, ("doc", "doc-q1"), {"a": 0, "b": 1}, session="s") == Decision("a", "cold", 0)
+    holders, lru, sessions = {k: list(v) for k, v in idx.holders.items()}, dict(idx.lru), dict(idx.sessions)
+    detour = idx.pick(PickInput(("doc", "doc-q2"), views({"b": 0}), R, "s", detour=True))
+    assert detour == Decision("b", "cold", 0)
+    assert (idx.holders, idx.lru, idx.sessions) == (holders, lru, sessions)
+    assert idx.recent == ["b", "a"]  # it still counts toward b's share
+    assert pick(idx, ("doc", "doc-q3"), {"a": 0, "b": 0}) == Decision("a", "hit", 1)
+
+
 def test_cold_prefix_goes_to_the_replica_holding_fewer_keys_whatever_the_loads() -> None:
     """Placement by keys held (shared, read with the pick), not by a gateway's own view of the loads:
     8 documents arriving while the loads swing still split 4 + 4."""

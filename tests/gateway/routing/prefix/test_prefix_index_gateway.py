@@ -17,7 +17,14 @@ import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
 from gateway.routing.prefix.chain import request_chain
-from gateway.routing.prefix.index import PickInput, PrefixIndex, ReplicaView, bound_ratio, capacity_keys
+from gateway.routing.prefix.index import (
+    PickInput,
+    PrefixIndex,
+    ReplicaView,
+    bound_ratio,
+    capacity_keys,
+    tie_hash,
+)
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.poll import until
 from testing.procs import free_port_run, start_fake_engine, start_redis
@@ -201,3 +208,51 @@ async def test_restarted_or_departed_replica_loses_its_entries(
             assert not await r.exists(keys.prefix_lru(MODEL, "r1"))
     finally:
         await r.aclose()
+
+
+async def test_a_migrated_stream_leaves_its_prefix_on_the_replica_it_was_placed_on(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """FAKE ENGINE: the replica a document is placed on stalls the stream after 4 tokens, the gateway
+    moves it to the other replica (a detour), and the document keeps its one holder: the next request
+    for it goes back there (under cache pressure a moved stream must not leave the document on both)."""
+    stall = start_fake_engine(tmp_path, "--fault", "stall-after-4")
+    good = start_fake_engine(tmp_path)
+    prefix = f"pxm{tmp_path.name[-8:]}"
+    try:
+        ids = ["m-0", "m-1"]  # m-0 stalls
+        for rid, proc in zip(ids, (stall, good), strict=True):
+            await register(redis_url, prefix, MODEL, proc.url, rid)
+        # a document whose cold placement (idle, empty index: the tie hash) is m-0
+        doc = next(
+            d
+            for d in (f"Document {i}. " + SYSTEM for i in range(64))
+            if min(ids, key=lambda r: tie_hash(request_chain(doc_body(d, "q"), 512, 64)[0], r)) == "m-0"
+        )
+        keys = RedisKeys(prefix)
+        fleet_text = fleet_yaml([{"name": MODEL, "source": {"path": "/x"}, "policy": "prefix_affinity"}])
+        async with serve_gateway(tmp_path, fleet_text, redis_url, prefix, migration_stall_s=0.5) as gw:
+            async with httpx.AsyncClient(timeout=30) as c:
+                r = await c.post(f"{gw}/v1/chat/completions", json={**doc_body(doc, "q1"), "stream": True})
+                assert r.status_code == 200 and "[DONE]" in r.text
+                moved = 'llmgw_migrations_total{model="m",outcome="continued"} 1.0'
+                assert moved in (await c.get(f"{gw}/metrics")).text
+                redis = aioredis.Redis.from_url(redis_url)
+                try:
+                    chain = request_chain(doc_body(doc, "q1"), 512, 64)
+                    holders = await redis.hmget(keys.prefix_holders(MODEL), list(chain))
+                    assert {h.decode() for h in holders if h is not None} == {"m-0"}
+                    assert await redis.zcard(keys.prefix_lru(MODEL, "m-1")) == 0
+                    recent = [x.decode() for x in await redis.lrange(keys.prefix_recent(MODEL), 0, -1)]
+                    assert recent == ["m-1", "m-0"]  # the detour counts toward m-1's share
+                finally:
+                    await redis.aclose()
+    finally:
+        stall.stop()
+        good.stop()
+
+
+def doc_body(doc: str, question: str) -> dict[str, Any]:
+    """A question on a document, 8 tokens long (the stalling engine stops after 4)."""
+    messages = [{"role": "system", "content": doc}, {"role": "user", "content": question}]
+    return {**body(messages), "max_tokens": 8}

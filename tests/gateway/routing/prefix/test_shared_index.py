@@ -61,7 +61,7 @@ def random_input(
     rng: random.Random, instances: dict[str, str], window: int = 8, exact: frozenset[str] = frozenset()
 ) -> PickInput:
     """A pick over a random subset of 5 replicas, a chain from a small tree of prefixes, maybe a session,
-    random in-flight and share bounds over a window of ``window`` picks."""
+    random in-flight and share bounds over a window of ``window`` picks; one pick in 5 a detour."""
     ids = sorted(rng.sample(sorted(instances), rng.randint(1, 5)))
     reps = tuple(
         ReplicaView(i, instances[i], rng.randint(0, 6), rng.choice([2, 4, 50]), i in exact) for i in ids
@@ -71,7 +71,7 @@ def random_input(
     session = rng.choice([None, None, "alice", "bob"])
     ratio = bound_ratio(rng.choice([0.0, 0.25, 1.0, math.inf]))
     share = bound_ratio(rng.choice([0.0, 0.25, 1.0, math.inf]))
-    return PickInput(chain, reps, ratio, session, share, window)
+    return PickInput(chain, reps, ratio, session, share, window, rng.random() < 0.2)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -175,3 +175,20 @@ async def test_the_policy_counts_a_window_of_picks_per_candidate(
     for i in range(10):
         await policy.route(cands, RouteRequest(chain=(f"k{i}",)))
     assert await clients[0].llen(keys.prefix_recent(MODEL)) == 6
+
+
+async def test_a_detour_through_the_policy_leaves_the_placement(
+    keys: RedisKeys, clients: list[aioredis.Redis]
+) -> None:
+    """A retry or a migration (``RouteRequest.detour``, set by the forwarding step when it excludes the
+    replicas tried) goes to the other replica, but the prefix keeps its one holder."""
+    index = SharedIndex(clients[0], keys)
+    policy = PrefixAffinity(PolicyOptions(model=MODEL, index=index))
+    a, b = (Endpoint(ReplicaRecord(id=rid, model=MODEL, url="http://x")) for rid in ("a", "b"))
+    first = await policy.route([a, b], RouteRequest(chain=("doc", "q1")))
+    other = b if first is a else a
+    assert await policy.route([other], RouteRequest(chain=("doc", "q2"), detour=True)) is other
+    state = await redis_state(clients[0], keys)
+    assert state.holders == {"doc": [first.id], "q1": [first.id]}
+    assert other.id not in state.lru
+    assert await policy.route([a, b], RouteRequest(chain=("doc", "q3"))) is first
