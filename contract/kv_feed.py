@@ -41,6 +41,8 @@ log = logging.getLogger("llmgw.kv_feed")
 
 EXACT, APPROXIMATE = "exact", "approximate"
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
+KV_EVENTS_PORT, KV_REPLAY_PORT = 5557, 5558
+"""The ports of a containerised replica's KV events and their replay (vLLM's default event port)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,13 @@ class KvEndpoints:
     def for_port(cls, port: int, run_dir: str = "/tmp") -> KvEndpoints:
         """The supervisor's endpoints for the replica serving ``port`` (unique per host)."""
         return cls(f"ipc://{run_dir}/llmgw-kv-{port}.pub", f"ipc://{run_dir}/llmgw-kv-{port}.replay")
+
+    @classmethod
+    def tcp(cls, host: str) -> KvEndpoints:
+        """A container's endpoints: vLLM binds ``tcp("*")`` (every interface: vLLM connects, instead of
+        binding, a PUB endpoint that names a host), its agent connects to ``tcp(host)``, where ``host``
+        is the pod's loopback (Kubernetes: same pod) or the vLLM service's name (compose)."""
+        return cls(f"tcp://{host}:{KV_EVENTS_PORT}", f"tcp://{host}:{KV_REPLAY_PORT}")
 
     def engine_config(self) -> str:
         """vLLM's ``--kv-events-config`` value."""
