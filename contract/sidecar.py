@@ -26,7 +26,8 @@ import httpx
 from pydantic import ValidationError
 
 from contract.drain import wait_until_idle
-from contract.kv_feed import FeedTarget, KvEndpoints, KvFeeds
+from contract.kv_feed import KvEndpoints
+from contract.kv_feeds import FeedTarget, KvFeeds
 from contract.redis_keys import RedisKeys
 from contract.redis_url import connect
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, new_instance_id
