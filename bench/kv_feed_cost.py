@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from contract.kv_events import Batch, BlockMirror, Stored
-from contract.kv_feed import load_keyer
+from contract.kv_keyer import load_keyer
 from gateway.routing.prefix.chain import request_chain
 from workers.replica.weights import default_models_dir
 

@@ -27,15 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import resources
-from pathlib import Path
-from typing import Any
 
 import redis.asyncio as aioredis
 import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
-from contract.chat_frames import Frames, jinja_render
 from contract.kv_events import ANY, BlockKeyer, BlockMirror, Delta, Order, decode_batch
 from contract.kv_trust import APPROXIMATE, FeedTiming, StreamTrust
 from contract.redis_keys import RedisKeys
@@ -70,45 +67,6 @@ class KvEndpoints:
         """vLLM's ``--kv-events-config`` value."""
         conf = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": self.events}
         return json.dumps({**conf, "replay_endpoint": self.replay})
-
-
-def special_tokens(conf: dict[str, Any]) -> dict[str, str]:
-    out = {}
-    for k, v in conf.items():
-        if k.endswith("_token"):
-            v = v.get("content") if isinstance(v, dict) else v
-            if isinstance(v, str):
-                out[k] = v
-    return out
-
-
-def load_keyer(
-    model_dir: Path, chat_template: str | None, chunk_bytes: int, max_chunks: int
-) -> BlockKeyer | None:
-    """The model's :class:`BlockKeyer` from its weights folder (``tokenizer.json``, the chat template of the
-    fleet file or the folder); None when it has no such tokenizer or its template cannot be read back."""
-    from tokenizers import Tokenizer
-
-    tok_file = model_dir / "tokenizer.json"
-    if not tok_file.is_file():
-        return None
-    tokenizer = Tokenizer.from_file(str(tok_file))
-    conf_file = model_dir / "tokenizer_config.json"
-    conf = json.loads(conf_file.read_text()) if conf_file.is_file() else {}
-    template = chat_template
-    if template and "{" not in template and Path(template).is_file():
-        template = Path(template).read_text()
-    if not template and (model_dir / "chat_template.jinja").is_file():
-        template = (model_dir / "chat_template.jinja").read_text()
-    template = template or conf.get("chat_template")
-    frames = Frames.learn(jinja_render(template, special_tokens(conf))) if isinstance(template, str) else None
-    if isinstance(template, str) and frames is None:
-        return None
-
-    def decode(ids: list[int]) -> str:
-        return str(tokenizer.decode(ids, skip_special_tokens=False))
-
-    return BlockKeyer(decode, frames, chunk_bytes, max_chunks)
 
 
 class KvIndexWriter:

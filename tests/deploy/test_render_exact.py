@@ -125,3 +125,18 @@ def test_no_other_pod_reaches_the_event_ports() -> None:
         for name, labels in others.items():
             assert not admitted(policies, vllm, labels, port), f"{name} -> vllm:{port}"
     assert admitted(policies, vllm, others["gateway"], 8000)  # the check has teeth
+
+
+def test_a_hugging_face_model_finds_its_tokenizer_where_vllm_downloads_it(tmp_path: Path) -> None:
+    fleet = default_fleet()
+    fleet["models"][EXACT].update(kv_index="exact", source={"hf": "HuggingFaceTB/SmolLM2-135M-Instruct"})
+    k8s, out = render_to(tmp_path, fleet)
+    register = yaml.safe_load((out / "compose.yaml").read_text())["services"]["register"]
+    name = fleet["models"][EXACT]["name"]
+    vllm = yaml.safe_load((out / "compose.yaml").read_text())["services"][f"vllm-{slug(name)}-0"]
+    assert register["environment"]["HF_HOME"] == vllm["environment"]["HF_HOME"] == "/models/hf"
+    args = register["command"]
+    assert args[args.index("--kv-model") + 1 :][:2] == [name, "HuggingFaceTB/SmolLM2-135M-Instruct"]
+    pod = next(d for d in yaml.safe_load_all((k8s / "models" / f"{slug(name)}.yaml").read_text()) if d)
+    sidecar = pod["spec"]["template"]["spec"]["containers"][1]
+    assert {"name": "HF_HOME", "value": "/models/hf"} in sidecar["env"]

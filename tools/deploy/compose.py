@@ -28,6 +28,7 @@ from tools.deploy.common import (
     DEPLOY_TIMING,
     GATEWAY_PORT,
     HEALTH_SCRIPT,
+    HF_HOME,
     NGINX_TEMPLATE,
     PROMETHEUS_TEMPLATE,
     REGISTER_METRICS_PORT,
@@ -209,17 +210,18 @@ def sidecar_service(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
         args += ["--record", literal(record(s))]
     args += ["--drain-grace", f"{o.drain.drain_grace_s:g}", "--drain-settle", f"{o.drain.drain_settle_s:g}"]
     args += ["--metrics-port", str(REGISTER_METRICS_PORT), *kv_args(specs)]
-    feeds: Obj = {"volumes": [f"{o.models_dir}:/models:ro"]} if any(exact(s.model) for s in specs) else {}
+    feeds = any(exact(s.model) for s in specs)
     return {
         **project_service(o),
         "command": args,
         "environment": {
             "LLMGW_REDIS_URL": redis_url("redis"),
             "VLLM_API_KEY": required("LLMGW_VLLM_API_KEY"),
-        },
+        }
+        | ({"HF_HOME": HF_HOME} if feeds else {}),  # where a repo id's tokenizer is
         "depends_on": {"redis": HEALTHY},
         "healthcheck": healthcheck(python_check(f"http://127.0.0.1:{REGISTER_METRICS_PORT}/metrics")),
-        **feeds,
+        **({"volumes": [f"{o.models_dir}:/models:ro"]} if feeds else {}),
         "read_only": True,
         "stop_grace_period": f"{o.drain.drain_settle_s + o.drain.drain_grace_s + 10:g}s",
         "restart": "unless-stopped",

@@ -28,6 +28,7 @@ from tools.deploy.common import (
     ALERT_RULES,
     ALERTMANAGER_CONF,
     DEPLOY_TIMING,
+    HF_HOME,
     NGINX_TEMPLATE,
     REGISTER_METRICS_PORT,
     VLLM_PORT,
@@ -202,7 +203,8 @@ def sidecar_container(model: Model, o: K8sOptions) -> Obj:
         "command": ["python"],
         "args": args,
         "env": [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}} for k, v in field.items()]
-        + [secret_env("REDIS_PASSWORD", "redis-password", o), secret_env(API_KEY_ENV, "vllm-api-key", o)],
+        + [secret_env("REDIS_PASSWORD", "redis-password", o), secret_env(API_KEY_ENV, "vllm-api-key", o)]
+        + ([{"name": "HF_HOME", "value": HF_HOME}] if exact(model) else []),  # a repo id's tokenizer
         "ports": [{"name": "metrics", "containerPort": REGISTER_METRICS_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}},
         "readinessProbe": http_probe("/metrics", "metrics", 10, 3),
