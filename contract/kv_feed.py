@@ -284,8 +284,7 @@ class KvFeed:
                     missed = self.stats.missed
                     if not await self.probe() or self.stats.missed > missed:
                         return
-        finally:
-            self.trust.disconnected()
+        finally:  # the trust stays: a silent stream is approximate already, a resubscribed one caught up
             sub.disable_monitor()
             monitor.close(linger=0)
             sub.close(linger=0)
