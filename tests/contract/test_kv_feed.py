@@ -13,7 +13,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from contract.kv_events import BlockKeyer
-from contract.kv_feed import EXACT, KvEndpoints, KvFeed, KvIndexWriter
+from contract.kv_feed import KvEndpoints, KvFeed, KvIndexWriter
+from contract.kv_trust import EXACT
 from contract.prefix_chain import chain_keys
 from contract.redis_keys import RedisKeys
 from testing.poll import until

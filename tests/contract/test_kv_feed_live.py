@@ -1,7 +1,8 @@
 """Exact mode against a real vLLM CPU replica (SmolLM2, one core, ``--kv-events-config``) and real Redis:
 events flow, the index learns a chat prompt's whole-chunk prefix keys after one request, a restarted
 replica's entries are reset, and a lost event stream (the agent's feed started again) is right again
-after one replay; the times are printed (run under ``flock /tmp/llmgw-heavy.lock``)."""
+after one replay; a replica frozen without a disconnect (SIGSTOP) is found silent, reset, and right
+again after one replay once it runs; the times are printed (run under ``flock /tmp/llmgw-heavy.lock``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from contract.fleet import Model
-from contract.kv_feed import KvEndpoints, KvFeed, KvIndexWriter, load_keyer
+from contract.kv_feed import KvEndpoints, KvFeed, KvIndexWriter
+from contract.kv_keyer import load_keyer
 from contract.prefix_chain import chain_keys
 from contract.redis_keys import RedisKeys
 from gateway.routing.prefix.prompt_text import chat_text
@@ -144,6 +146,25 @@ async def test_events_reach_the_index_and_losses_reset_it(engine: Engine, redis:
         assert feed.stats.resets >= 1 and feed.stats.replays >= 1
         took = time.perf_counter() - t0
         print(f"stream loss: right again after {took:.3f} s ({feed.stats.replays} replay)")
+
+        # a silent stream (the replica frozen, SIGSTOP: no disconnect): a probe finds it, its entries are
+        # reset; once it runs again, one replay makes the index right
+        assert engine.proc is not None
+        os.killpg(engine.proc.pid, signal.SIGSTOP)
+        t0 = time.perf_counter()
+        try:
+            await until(lambda: feed.mode == "approximate", 30, "the silence found")
+            found = time.perf_counter() - t0
+            assert feed.stats.silences == 1 and not await held(redis, "r0")
+            replays = feed.stats.replays
+        finally:
+            os.killpg(engine.proc.pid, signal.SIGCONT)
+        t0 = time.perf_counter()
+        await until(lambda: feed.mode == "exact", 10, "exact again")
+        assert await held(redis, "r0") == before
+        took = time.perf_counter() - t0
+        print(f"frozen: found after {found:.1f} s; right again {took:.3f} s after it ran again "
+              f"({feed.stats.replays - replays} replay)")  # fmt: skip
 
         # restart: a new start (new instance) resets the replica's entries; its new cache is learnt again
         await stop(task)

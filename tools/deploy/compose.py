@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from contract.fleet import Fleet
+from contract.kv_feed import KvEndpoints
 from contract.registry import RegistryTiming
 from tools.deploy.common import (
     ALERTMANAGER_PORT,
     DEPLOY_TIMING,
     GATEWAY_PORT,
     HEALTH_SCRIPT,
+    HF_HOME,
     NGINX_TEMPLATE,
     PROMETHEUS_TEMPLATE,
     REGISTER_METRICS_PORT,
@@ -35,7 +37,9 @@ from tools.deploy.common import (
     alerting_conf,
     budget_label,
     container_launch,
+    exact,
     header,
+    kv_feed_args,
     slug,
     to_yaml,
 )
@@ -186,21 +190,38 @@ def project_service(o: ComposeOptions) -> Obj:
     return {"image": o.project_image, "build": dict(PROJECT_BUILD)}
 
 
+def kv_args(specs: list[ReplicaSpec]) -> list[str]:
+    """The exact models' replicas: each one's KV events on its vLLM service (the compose network), and
+    each model's tokenizer folder and chat template, once."""
+    args: list[str] = []
+    models = {s.model.name: s.model for s in specs if exact(s.model)}
+    for s in specs:
+        if exact(s.model):
+            at = KvEndpoints.tcp(worker_name(s))
+            args += ["--kv-events", f"{s.id}={at.events},{at.replay}"]
+    for model in models.values():
+        args += [literal(a) for a in kv_feed_args(model)]
+    return args
+
+
 def sidecar_service(specs: list[ReplicaSpec], o: ComposeOptions) -> Obj:
     args = ["python", "-m", "contract.sidecar"]
     for s in specs:
         args += ["--record", literal(record(s))]
     args += ["--drain-grace", f"{o.drain.drain_grace_s:g}", "--drain-settle", f"{o.drain.drain_settle_s:g}"]
-    args += ["--metrics-port", str(REGISTER_METRICS_PORT)]
+    args += ["--metrics-port", str(REGISTER_METRICS_PORT), *kv_args(specs)]
+    feeds = any(exact(s.model) for s in specs)
     return {
         **project_service(o),
         "command": args,
         "environment": {
             "LLMGW_REDIS_URL": redis_url("redis"),
             "VLLM_API_KEY": required("LLMGW_VLLM_API_KEY"),
-        },
+        }
+        | ({"HF_HOME": HF_HOME} if feeds else {}),  # where a repo id's tokenizer is
         "depends_on": {"redis": HEALTHY},
         "healthcheck": healthcheck(python_check(f"http://127.0.0.1:{REGISTER_METRICS_PORT}/metrics")),
+        **({"volumes": [f"{o.models_dir}:/models:ro"]} if feeds else {}),
         "read_only": True,
         "stop_grace_period": f"{o.drain.drain_settle_s + o.drain.drain_grace_s + 10:g}s",
         "restart": "unless-stopped",

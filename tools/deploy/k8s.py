@@ -21,19 +21,23 @@ from typing import Any
 
 from contract.drain import drain_argv
 from contract.fleet import Fleet, Model
+from contract.kv_feed import KvEndpoints
 from contract.registry import RegistryTiming
 from contract.vllm_probe import API_KEY_ENV
 from tools.deploy.common import (
     ALERT_RULES,
     ALERTMANAGER_CONF,
     DEPLOY_TIMING,
+    HF_HOME,
     NGINX_TEMPLATE,
     REGISTER_METRICS_PORT,
     VLLM_PORT,
     GpuSizing,
     budget_label,
     container_launch,
+    exact,
     header,
+    kv_feed_args,
     slug,
     to_yaml,
     to_yaml_docs,
@@ -162,7 +166,26 @@ def record_json(model: Model, o: K8sOptions) -> str:
     return json.dumps(record, separators=(",", ":"))
 
 
+KV_SIDECAR = KvEndpoints.tcp("127.0.0.1")
+"""Where the sidecar reads its pod's KV events: the pod's loopback (the vLLM container binds every
+interface; the ``vllm`` NetworkPolicy admits no other pod to those ports)."""
+
+
+def kv_sidecar(model: Model) -> tuple[list[str], Obj]:
+    """An exact model's sidecar: its flags (the pod's KV events, the tokenizer folder, the template) and
+    what more it needs (the models volume; memory for the mirror of the cache and the tokenizer)."""
+    if not exact(model):
+        return [], {}
+    args = ["--kv-events", f"$(POD_NAME)={KV_SIDECAR.events},{KV_SIDECAR.replay}", *kv_feed_args(model)]
+    more = {
+        "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True}],
+    }
+    return args, more
+
+
 def sidecar_container(model: Model, o: K8sOptions) -> Obj:
+    kv_args, kv_more = kv_sidecar(model)
     args = [
         "-m", "contract.sidecar",
         "--record", record_json(model, o),
@@ -170,6 +193,7 @@ def sidecar_container(model: Model, o: K8sOptions) -> Obj:
         "--drain-grace", f"{o.drain.drain_grace_s:g}",
         "--drain-settle", f"{o.drain.drain_settle_s:g}",
         "--metrics-port", str(REGISTER_METRICS_PORT),
+        *kv_args,
     ]  # fmt: skip
     field = {"POD_NAME": "metadata.name", "POD_IP": "status.podIP"}
     return {
@@ -179,7 +203,8 @@ def sidecar_container(model: Model, o: K8sOptions) -> Obj:
         "command": ["python"],
         "args": args,
         "env": [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": v}}} for k, v in field.items()]
-        + [secret_env("REDIS_PASSWORD", "redis-password", o), secret_env(API_KEY_ENV, "vllm-api-key", o)],
+        + [secret_env("REDIS_PASSWORD", "redis-password", o), secret_env(API_KEY_ENV, "vllm-api-key", o)]
+        + ([{"name": "HF_HOME", "value": HF_HOME}] if exact(model) else []),  # a repo id's tokenizer
         "ports": [{"name": "metrics", "containerPort": REGISTER_METRICS_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "192Mi"}},
         "readinessProbe": http_probe("/metrics", "metrics", 10, 3),
@@ -192,6 +217,7 @@ def sidecar_container(model: Model, o: K8sOptions) -> Obj:
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
         },
+        **kv_more,
     }
 
 

@@ -27,7 +27,8 @@ from pathlib import Path
 import httpx
 
 from contract.drain import wait_until_idle
-from contract.kv_feed import FeedTarget, KvEndpoints, KvFeeds
+from contract.kv_feed import KvEndpoints
+from contract.kv_feeds import FeedTarget, KvFeeds
 from contract.registry import ROUTABLE, RegistryWriter, ReplicaState, new_instance_id
 from contract.replica_metrics import SupervisorMetrics
 from contract.replica_states import check_move

@@ -147,16 +147,23 @@ def sleep_mode_args(spec: ReplicaSpec) -> tuple[list[str], dict[str, str]]:
 
 
 def build_launch(
-    spec: ReplicaSpec, weights: Path | str, python: str = sys.executable, sleep_mode: bool = True
+    spec: ReplicaSpec,
+    weights: Path | str,
+    python: str = sys.executable,
+    sleep_mode: bool = True,
+    kv_events: KvEndpoints | None = None,
 ) -> Launch:
     """The vLLM command line and environment of one replica; ``sleep_mode=False`` leaves vLLM's sleep mode
-    off even for an on-demand GPU model (where no agent of ours will call its endpoints)."""
+    off even for an on-demand GPU model (where no agent of ours will call its endpoints). A model whose
+    ``kv_index`` is exact publishes its KV events on ``kv_events`` (default: the supervisor's ipc
+    endpoints of its port, :meth:`contract.kv_feed.KvEndpoints.for_port`)."""
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", *source_args(spec.model, weights)]
     argv += ["--host", spec.host, "--port", str(spec.port), *engine_args(spec.model)]
     if spec.device_kind == "gpu" and spec.gpu_memory_utilization is not None:
         argv += [BUDGET_FLAG, f"{spec.gpu_memory_utilization:.3f}"]
     if spec.model.kv_index == "exact":
-        argv += ["--kv-events-config", KvEndpoints.for_port(spec.port).engine_config()]
+        endpoints = kv_events or KvEndpoints.for_port(spec.port)
+        argv += ["--kv-events-config", endpoints.engine_config()]
     sleep_argv, sleep_env = sleep_mode_args(spec) if sleep_mode else ([], {})
     argv += sleep_argv
     argv += spec.model.engine.extra_args  # last, so that they override

@@ -11,6 +11,9 @@ from gateway.metrics import GatewayMetrics
 from gateway.replicas.ejection import Ejection
 from gateway.replicas.monitor import Monitor
 from gateway.replicas.table import Endpoint, ReplicaTable
+from gateway.routing.base import PolicyOptions
+from gateway.routing.prefix.affinity import PrefixAffinity
+from gateway.routing.prefix.index import capacity_keys
 from testing.procs import running, start_fake_engine
 
 
@@ -40,3 +43,23 @@ async def test_a_scrape_records_our_own_count_with_the_gauges(tmp_path: Path) ->
             await Monitor(client, ReplicaTable(["m"]), Ejection(), GatewayMetrics()).scrape(ep)
     assert (ep.running, ep.waiting, ep.inflight_at_scrape) == (0, 0, 2)
     assert (ep.others, ep.load) == (0, 2)  # nothing of ours reached it, and nobody else's either
+
+
+async def test_a_replicas_cache_size_is_the_engines_own_in_both_index_modes(tmp_path: Path) -> None:
+    """The FAKE ENGINE reports ``vllm:cache_config_info`` as vLLM does (100 blocks of 16 tokens): the scrape
+    gives the replica its size, and the prefix index sizes an approximate replica's LRU from it (not from
+    the ``kv_tokens`` default); an exact replica's entries follow its events, so no cache size enters."""
+    with running(start_fake_engine(tmp_path, "--kv-blocks", "100")) as engine:
+        ep = Endpoint(ReplicaRecord(id="r", model="m", url=engine.url, concurrency=4))
+        async with httpx.AsyncClient() as client:
+            await Monitor(client, ReplicaTable(["m"]), Ejection(), GatewayMetrics()).scrape(ep)
+    assert ep.kv_tokens == 100 * 16
+    options = PolicyOptions(chunk_bytes=512, max_chunks=64, kv_tokens=65536, bytes_per_token=8)
+    policy = PrefixAffinity(options)
+    assert policy.view(ep).capacity == capacity_keys(1600, 512, 8) == 25  # 1600 tokens x 8 bytes / 512
+    assert not policy.view(ep).exact
+    exact = Endpoint(ep.record.model_copy(update={"kv_index": "exact"}))
+    exact.kv_tokens = ep.kv_tokens
+    assert policy.view(exact).exact and policy.view(exact).capacity == 4 * 64  # the pending placements
+    unscraped = Endpoint(ep.record)
+    assert policy.view(unscraped).capacity == capacity_keys(65536, 512, 8)  # only until the first scrape
