@@ -17,6 +17,9 @@ import orjson
 
 from gateway.migration.frames import TOKEN_IDS, facts, take_ids
 
+SETTLE_EVERY = 32
+"""Token frames kept before they are settled (:meth:`Recorder._settle`): what bounds a stream's memory."""
+
 
 @dataclass(slots=True)
 class Identity:
@@ -71,34 +74,57 @@ class Recorder:
     done: bool = False
     identity: Identity = field(default_factory=Identity)
     pending: list[tuple[bytes, bytes]] = field(default_factory=list)
-    """Frames of one token taken on the hot path (id, frame as the client got it), not yet analysed."""
+    """Frames of one token taken on the hot path (id, frame as the client got it), not yet settled."""
+    template_frame: bytes | None = None
+    """The first content frame (as the client got it), parsed into ``identity.template`` only when a
+    continuation needs it (:meth:`analyse`)."""
 
     def original(self, event: bytes) -> bytes:
         """Record one event of the original stream; returns it as the client gets it. A frame of one
-        token (nearly all of them) costs two byte searches here; what it says (text, finish) is read
+        token (nearly all of them) costs two byte searches and a slice here; what it says (text, finish)
+        is read in batches of :data:`SETTLE_EVERY` (only the last frame's text, usually) and in full
         only if the stream has to move (:meth:`analyse`)."""
-        at = event.find(TOKEN_IDS) if self.prompt_ids is not None else -1  # the prompt's frame: below
+        # (the ids are near a frame's end: searched from there; the prompt's frame goes below)
+        at = event.rfind(TOKEN_IDS) if self.prompt_ids is not None else -1
         if at > 0:
             close = event.find(b"]", at)
             inner = event[at + 13 : close]
             if inner.isdigit():
                 stripped = event[: at + 12] + b"null" + event[close + 1 :]
-                self.pending.append((inner, stripped))
+                pending = self.pending
+                pending.append((inner, stripped))
+                if len(pending) >= SETTLE_EVERY:
+                    self._settle()
                 return event if self.keep_ids else stripped
         if TOKEN_IDS in event:  # several ids: in order after those recorded (the end, usage: no need)
             self.analyse()
         return self._frame(event)
 
-    def analyse(self) -> None:
-        """Read the frames the hot path only recorded: their text, the clean seam, the finish."""
+    def _settle(self) -> None:
+        """Commit the hot path's frames: their ids, the clean seam after the last one with text (the
+        frames after it have none: held back), the finish of the last. The frames themselves are
+        dropped, so a stream keeps its ids, not its frames."""
         pending, self.pending = self.pending, []
-        for token, stripped in pending:
-            got = facts(stripped)
-            if self.identity.template is None:
-                self._identify(stripped)
-            self.add([int(token)], None if got.text_empty else _Lazy(stripped))
-            if got.finished:
-                self.finish_reason = self._finish_of(stripped)
+        if not pending:
+            return
+        if self.template_frame is None:
+            self.template_frame = pending[0][1]
+        last = len(pending) - 1
+        while last >= 0 and facts(pending[last][1]).text_empty:
+            last -= 1
+        ids = self.ids
+        ids.extend([int(token) for token, _ in pending])
+        if last >= 0:  # one id with text: the ids up to it are rendered as text (a clean seam)
+            self.clean, self.tail_text = len(ids) - (len(pending) - 1 - last), []
+        end = pending[-1][1]
+        if facts(end).finished:  # (n = 1: only a stream's last token frame has a finish_reason)
+            self.finish_reason = self._finish_of(end)
+
+    def analyse(self) -> None:
+        """Read what the hot path only recorded: the ids, the clean seam, the finish, the template."""
+        self._settle()
+        if self.identity.template is None and self.template_frame is not None:
+            self._identify(self.template_frame)
 
     def _frame(self, event: bytes) -> bytes:
         """Any other frame: the prompt's ids, several ids, the end, usage, an error."""

@@ -103,26 +103,28 @@ class MigratingStream:
         self.outcome = ""
         self.failure: Exception | None = None
         self.base_id = ctx.upstream_id
-        self.stopping = self.slow = False
-        self.watch_s = settings.migration_watch_s
+        self.stopping = False
+        self.read_from = 0.0
+        """When the read in progress began (the stall is counted from it: :meth:`_watch`)."""
+        self.timer: asyncio.TimerHandle | None = None
 
     async def first(self) -> bytes:
+        self._arm(self.settings.migration_watch_s)
         return await self._next()
 
     async def next(self) -> bytes:
         """The next bytes for the client; b'' at the end. Raises a failure it could not move past.
-        The common case (one whole event of the original stream, in time) is read here; anything else
-        goes the general way (:meth:`_next`)."""
-        if self.pending is None and self.failure is None and self.seam is None and not self.slow:
+        The common case (one whole event of the original stream) is read here; anything else goes the
+        general way (:meth:`_next`). No timer per chunk: one watchdog per stream (:meth:`_watch`)."""
+        if self.pending is None and self.failure is None and self.seam is None:
+            self.read_from = time.perf_counter()
             try:
-                async with asyncio.timeout(self.watch_s):
-                    data = await self.up.response.next_chunk()
-            except TimeoutError:
-                self.slow = True
+                data = await self.up.response.next_chunk()
             except FAILURES as exc:
                 self.failure = exc
             else:
-                if data and not self.splitter.rest and data.find(b"\n\n") == len(data) - 2:
+                # one whole event: a single line (JSON has no raw newline) and the blank line after it
+                if data and data.find(b"\n") == len(data) - 2 and data[-1] == 10 and not self.splitter.rest:
                     try:
                         return self.recorder.original(data)
                     except MalformedFrame as exc:
@@ -165,6 +167,9 @@ class MigratingStream:
         if self.closed:
             return
         self.closed = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         self.up.response.close()
         self.release(self.current, ok, blame)
         if self.moves or self.outcome:
@@ -204,39 +209,37 @@ class MigratingStream:
         raise failure
 
     async def _read(self) -> bytes:
-        """The next chunk from the replica, watching for a stall and for the replica leaving."""
+        """The next chunk from the replica (the watchdog, :meth:`_watch`, interrupts a stalled read)."""
         if self.pending is not None:
             data, self.pending = self.pending, None
             return data
-        watch = self.watch_s
-        if self.slow:  # next() waited one watch already
-            self.slow = False
-            return await self._wait(watch)
-        try:
-            async with asyncio.timeout(watch):  # one timer a chunk, as the plain relay
-                return await self.up.response.next_chunk()
-        except TimeoutError:
-            return await self._wait(watch)
+        self.read_from = time.perf_counter()
+        return await self.up.response.next_chunk()
 
-    async def _wait(self, waited: float) -> bytes:
-        """A slow chunk: every ``migration_watch_s`` the replica must still be registered; past
-        ``migration_stall_s`` (``chunk_timeout_s`` when there is nowhere to move) a TimeoutError."""
-        s = self.settings
-        started = self.wait_started = time.perf_counter() - waited
-        while True:
-            if self.current not in self.pool.endpoints:
-                raise ReplicaLeft(f"the replica {self.current.id} left the registry")
-            stall = min(s.migration_stall_s, s.chunk_timeout_s) if self._elsewhere() else s.chunk_timeout_s
-            left = started + stall - time.perf_counter()
-            if left <= 0:
-                raise TimeoutError(f"no token from {self.current.id} within {stall:g} s")
-            try:
-                async with asyncio.timeout(min(s.migration_watch_s, left)):
-                    chunk = await self.up.response.next_chunk()
-            except TimeoutError:
-                continue
-            self.wait_started = None
-            return chunk
+    def _arm(self, delay: float) -> None:
+        self.timer = asyncio.get_running_loop().call_later(max(delay, 0.001), self._watch)
+
+    def _watch(self) -> None:
+        """The stream's watchdog, every ``migration_watch_s`` while it lives (not a timer per chunk):
+        while a read waits for the replica, the replica must still be registered, and the wait must
+        stay under ``migration_stall_s`` (``chunk_timeout_s`` when there is nowhere to move); else the
+        read is interrupted (:class:`ReplicaLeft`, :class:`TimeoutError`) and the stream moves."""
+        self.timer = None
+        if self.closed or self.over:
+            return
+        s, next_in = self.settings, self.settings.migration_watch_s
+        waited = time.perf_counter() - self.read_from  # (stale when no read waits: nothing then)
+        stall = min(s.migration_stall_s, s.chunk_timeout_s) if self._elsewhere() else s.chunk_timeout_s
+        exc: Exception | None = None
+        if self.current not in self.pool.endpoints:
+            exc = ReplicaLeft(f"the replica {self.current.id} left the registry")
+        elif waited >= stall:
+            exc = TimeoutError(f"no token from {self.current.id} within {stall:g} s")
+        else:
+            next_in = min(next_in, stall - waited)
+        if exc is not None and self.up.response.interrupt(exc):  # only a read that waits is interrupted
+            self.wait_started = self.read_from
+        self._arm(next_in)
 
     def _elsewhere(self) -> bool:
         return bool(self.pool.candidates(exclude=self.tried)) and self.moves < self.plan.attempts
@@ -258,6 +261,7 @@ class MigratingStream:
             raise exc if isinstance(exc, FAILURES) else MigrationFailed(str(exc))
         # the stall counts from the last event: the start of the wait that failed, or now (a reset, EOF)
         self.stall_from = self.stall_from or self.wait_started or time.perf_counter()
+        self.wait_started = None
         while self.moves < self.plan.attempts and time.perf_counter() < self.ctx.deadline:
             self.moves += 1
             body = continuation(self.plan.payload, str(self.plan.payload.get("model")), rec.prompt_ids,
