@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from gateway.migration.frames import TOKEN_IDS, facts, take_ids
+from gateway.migration.frames import TOKEN_IDS, cut_ids, facts, parse_ids
 
 SETTLE_EVERY = 32
 """Token frames kept before they are settled (:meth:`Recorder._settle`): what bounds a stream's memory."""
@@ -65,7 +65,8 @@ class Recorder:
     tokens (:meth:`add`). ``keep_ids``: the client asked for token ids itself (they are passed on)."""
 
     keep_ids: bool = False
-    prompt_ids: list[int] | None = None
+    prompt_raw: bytes | None = None
+    """The prompt's ids as the replica wrote them (``1,2,3``), parsed only for a continuation."""
     ids: list[int] = field(default_factory=list)
     clean: int = 0
     tail_text: list[str] = field(default_factory=list)
@@ -85,7 +86,7 @@ class Recorder:
         is read in batches of :data:`SETTLE_EVERY` (only the last frame's text, usually) and in full
         only if the stream has to move (:meth:`analyse`)."""
         # (the ids are near a frame's end: searched from there; the prompt's frame goes below)
-        at = event.rfind(TOKEN_IDS) if self.prompt_ids is not None else -1
+        at = event.rfind(TOKEN_IDS) if self.prompt_raw is not None else -1
         if at > 0:
             close = event.find(b"]", at)
             inner = event[at + 13 : close]
@@ -130,7 +131,8 @@ class Recorder:
         """Any other frame: the prompt's ids, several ids, the end, usage, an error."""
         if not event.startswith(b"data: "):
             return event  # a comment or an unnamed field: passed on as it came
-        stripped, prompt, ids = take_ids(event)
+        stripped, prompt, raw_ids = cut_ids(event)
+        ids = None if raw_ids is None else parse_ids(raw_ids)
         got = facts(stripped)
         if got.done:
             self.done = True
@@ -138,7 +140,7 @@ class Recorder:
         if not stripped.startswith(b"data: {") or stripped.startswith(b'data: {"error"'):
             raise MalformedFrame(f"not a frame of the stream: {event[:80]!r}")
         if prompt is not None:
-            self.prompt_ids = prompt
+            self.prompt_raw = prompt
         if not self.identity.id or (ids and self.identity.template is None):
             self._identify(stripped)
         if ids:
@@ -169,7 +171,13 @@ class Recorder:
 
     def usage(self) -> tuple[int, int]:
         """(prompt, completion) tokens of the whole generation, counted once."""
-        return len(self.prompt_ids or ()), len(self.ids) + len(self.pending)
+        prompt = self.prompt_raw
+        return (prompt.count(b",") + 1 if prompt and prompt.strip() else 0), len(self.ids) + len(self.pending)
+
+    @property
+    def prompt_ids(self) -> list[int] | None:
+        """The prompt's token ids (None: the stream's first frame has not come)."""
+        return None if self.prompt_raw is None else parse_ids(self.prompt_raw)
 
     def _identify(self, stripped: bytes) -> None:
         frame = parse_frame(stripped)

@@ -229,7 +229,9 @@ class MigratingStream:
             return
         s, next_in = self.settings, self.settings.migration_watch_s
         waited = time.perf_counter() - self.read_from  # (stale when no read waits: nothing then)
-        stall = min(s.migration_stall_s, s.chunk_timeout_s) if self._elsewhere() else s.chunk_timeout_s
+        stall = short = min(s.migration_stall_s, s.chunk_timeout_s)
+        if waited >= short and not self._elsewhere():  # (nowhere to move: today's chunk timeout)
+            stall = s.chunk_timeout_s
         exc: Exception | None = None
         if self.current not in self.pool.endpoints:
             exc = ReplicaLeft(f"the replica {self.current.id} left the registry")
@@ -256,7 +258,8 @@ class MigratingStream:
             self.outcome, self.over = "ended", True
             self._log("ended", old, None, exc)
             return b"".join(ending(rec, self.plan.usage))
-        if rec.prompt_ids is None:
+        prompt_ids = rec.prompt_ids
+        if prompt_ids is None:
             self.outcome = "failed"
             raise exc if isinstance(exc, FAILURES) else MigrationFailed(str(exc))
         # the stall counts from the last event: the start of the wait that failed, or now (a reset, EOF)
@@ -264,7 +267,7 @@ class MigratingStream:
         self.wait_started = None
         while self.moves < self.plan.attempts and time.perf_counter() < self.ctx.deadline:
             self.moves += 1
-            body = continuation(self.plan.payload, str(self.plan.payload.get("model")), rec.prompt_ids,
+            body = continuation(self.plan.payload, str(self.plan.payload.get("model")), prompt_ids,
                                 rec.ids[: rec.clean], self.plan.usage)  # fmt: skip
             # vLLM's request id for the continuation: the original's with -moveN (one generation, in parts)
             self.ctx.upstream_id = f"{self.base_id}-move{self.moves}"
