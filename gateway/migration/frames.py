@@ -27,15 +27,20 @@ class EventSplitter:
     def feed(self, data: bytes) -> list[bytes]:
         if not self.rest and data.endswith(b"\n\n") and data.find(b"\n\n") == len(data) - 2:
             return [data]  # one whole event, as a replica writes them
+        block = self.block(data)
+        return [e + b"\n\n" for e in block.split(b"\n\n") if e] if block else []
+
+    def block(self, data: bytes) -> bytes:
+        """The whole events the stream has so far, not split (b"" if none); keeps the rest."""
         buf = self.rest + data if self.rest else data
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n")
         end = buf.rfind(b"\n\n")
         if end < 0:
             self.rest = buf
-            return []
+            return b""
         self.rest = buf[end + 2 :]
-        return [e + b"\n\n" for e in buf[:end].split(b"\n\n") if e]
+        return buf[: end + 2]
 
 
 def _cut_array(frame: bytes, key: bytes) -> tuple[bytes, bytes | None]:

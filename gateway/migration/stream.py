@@ -115,7 +115,8 @@ class MigratingStream:
     async def next(self) -> bytes:
         """The next bytes for the client; b'' at the end. Raises a failure it could not move past.
         The common case (one whole event of the original stream) is read here; anything else goes the
-        general way (:meth:`_next`). No timer per chunk: one watchdog per stream (:meth:`_watch`)."""
+        general way (:meth:`_next`: several one-token frames read together are recorded at once).
+        No timer per chunk: one watchdog per stream (:meth:`_watch`)."""
         if self.pending is None and self.failure is None and self.seam is None:
             self.read_from = time.perf_counter()
             try:
@@ -129,7 +130,7 @@ class MigratingStream:
                         return self.recorder.original(data)
                     except MalformedFrame as exc:
                         self.failure = exc
-                else:
+                else:  # several events read together, or part of one: the general way
                     self.pending = data
         return await self._next()
 
@@ -177,14 +178,17 @@ class MigratingStream:
             self.metrics.migrations.labels(self.pool.model, outcome).inc()
 
     def _take(self, data: bytes) -> bytes:
-        events = self.splitter.feed(data)
-        if len(events) == 1 and self.seam is None and self.stall_from is None:
-            try:  # the hot path: one event of the original stream
-                return self.recorder.original(events[0])
+        parts: list[bytes] = []
+        if self.seam is None:  # the original stream: frames of one token read together go at once
+            try:
+                head, block = self.recorder.bulk(self.splitter.block(data))
             except MalformedFrame as exc:
                 self.failure = exc
                 return self._raise_failure()
-        parts: list[bytes] = []
+            parts.append(head)
+            events = [e + b"\n\n" for e in block.split(b"\n\n") if e] if block else []
+        else:
+            events = self.splitter.feed(data)
         try:
             for event in events:
                 parts += [self.recorder.original(event)] if self.seam is None else self.seam.feed(event)

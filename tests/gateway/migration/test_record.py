@@ -98,3 +98,21 @@ def test_held_back_tokens_across_a_batch_end_stay_after_the_clean_seam(held_back
     rec.analyse()
     assert rec.ids == [1000 + i for i in range(held_back.stop)] and rec.clean == held_back.start
     assert not rec.finished and rec.seen_tail == ""
+
+
+def test_frames_read_together_are_recorded_as_one_by_one() -> None:
+    """Several one-token frames in one read: one regex split records and strips them all; a read with
+    any other event is left to the caller (None), which splits it into events."""
+    rec, one = Recorder(), Recorder()
+    out = [rec.original(CHAT[0]), rec.tokens(b"".join(CHAT[1:4]))]
+    assert rec.tokens(b"".join(CHAT[4:])) is None  # the usage and [DONE]: not frames of one token
+    out += [rec.original(e) for e in CHAT[4:]]
+    assert b"".join(out) == b"".join(one.original(e) for e in CHAT)
+    rec.analyse()
+    one.analyse()
+    assert (rec.ids, rec.clean, rec.finish_reason, rec.usage()) == (one.ids, one.clean, "length", (8, 4))
+    held = Recorder()
+    held.original(CHAT[0])
+    assert held.tokens(b"".join(CHAT[1:3]) + UTF8[2]) is not None and held.usage() == (8, 3)
+    held.analyse()
+    assert held.ids == [504, 6153, 179] and held.clean == 2 and held.identity.template is not None
