@@ -119,9 +119,10 @@ def started(proc: Proc) -> Iterator[Proc]:
         proc.stop()
 
 
-def start_engine(tmp: Path) -> Proc:
+def start_engine(tmp: Path, delay_ms: float = 0.0) -> Proc:
     port = free_port()
-    argv = pinned(LOAD_CORE, [sys.executable, "-m", "testing.fake_engine", "--port", str(port)])
+    argv = [sys.executable, "-m", "testing.fake_engine", "--port", str(port), "--delay-ms", str(delay_ms)]
+    argv = pinned(LOAD_CORE, argv)
     proc = spawn(argv, port, tmp / "engine.log")
     wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), 15, "fake engine")
     return proc
@@ -342,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
             "prefix-2",
         ],
     )
+    p.add_argument(
+        "--engine-delay-ms", type=float, default=0.0, help="the FAKE ENGINE's gap between stream events"
+    )
     p.add_argument("--streams", type=int, default=1000, help="concurrent streams check (0 to skip)")
     p.add_argument("--soak", type=float, default=0, help="seconds of soak at concurrency 256 (0 to skip)")
     p.add_argument("--json", type=Path, default=REPO / "bench/results/hotpath.json")
@@ -362,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        with started(start_engine(tmp)) as engine, started(start_redis(tmp)) as redis:
+        with started(start_engine(tmp, args.engine_delay_ms)) as engine, started(start_redis(tmp)) as redis:
             say(f"fake engine on :{engine.port} (core {LOAD_CORE}); proxies on core {PROXY_CORE}")
             for name in args.targets:
                 rows += bench_one(name, tmp, engine, redis, args, notes)

@@ -63,7 +63,8 @@ class GatewaySettings(BaseSettings):
     """A migrating stream with no token this long moves to another replica (docs/gateway/migration.md;
     with nowhere to move, ``chunk_timeout_s`` stands)."""
     migration_watch_s: Seconds = 0.5
-    """How often a migrating stream that waits for its replica checks it is still registered."""
+    """How often a migrating stream's watchdog checks the read that waits for its replica (still
+    registered, not stalled)."""
     max_connections: Annotated[int, Field(ge=1)] = 1024
     """Upstream connections the gateway keeps open (all replicas together)."""
     keepalive_timeout_s: Seconds = Field(

@@ -131,14 +131,20 @@ def usage_event(cfg: Config, chat: bool, n: int, rid: str) -> bytes:
 
 
 def stream_event(cfg: Config, chat: bool, i: int, rid: str) -> bytes:
+    return event_template(cfg, chat, rid) % json.dumps(f"tok{i} ").encode()
+
+
+def event_template(cfg: Config, chat: bool, rid: str) -> bytes:
+    """A plain stream's event, its text as ``%b`` (what json.dumps of the frame writes, built once a
+    stream: token-id frames are built as cheaply, testing/fake_tokens.py)."""
     if chat:
-        choice = {"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}
+        choice = {"index": 0, "delta": {"content": "\0"}, "finish_reason": None}
         obj = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": f"tok{i} ", "finish_reason": None}
+        choice = {"index": 0, "text": "\0", "finish_reason": None}
         obj = "text_completion"
     payload = {"id": rid, "object": obj, "created": 0, "model": cfg.model, "choices": [choice]}
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+    return b"data: " + json.dumps(payload).replace("%", "%%").replace('"\\u0000"', "%b").encode() + b"\n\n"
 
 
 class FakeEngine(asyncio.Protocol):
@@ -418,7 +424,7 @@ class FakeEngine(asyncio.Protocol):
         usage: bool = False,
     ) -> bool:
         self.write(http_head(200, "text/event-stream", None))
-        delay = self.cfg.delay_ms / 1000
+        delay, template = self.cfg.delay_ms / 1000, event_template(self.cfg, chat, rid)
         for i in range(n):
             if i == stall:
                 await asyncio.sleep(3600)
@@ -429,7 +435,7 @@ class FakeEngine(asyncio.Protocol):
                 return False
             if delay:
                 await asyncio.sleep(delay)
-            self.write(chunked(stream_event(self.cfg, chat, i, rid)))
+            self.write(chunked(template % json.dumps(f"tok{i} ").encode()))
         if usage:
             self.write(chunked(usage_event(self.cfg, chat, n, rid)))
         self.write(chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")

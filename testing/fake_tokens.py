@@ -63,6 +63,15 @@ class TokenFrames:
         self.n = min(int(limit or req.get("max_tokens") or tokens), max(max_model_len, MAX_STREAM_TOKENS))
         self.rid, self.created = rid, int(time.time())
         self.decoder = codecs.getincrementaldecoder("utf-8")()
+        # a middle token's frame from two byte templates (what json.dumps of its dict writes, at a tenth
+        # of the CPU: the FAKE ENGINE must not be slower with token ids than without, or the gateway of
+        # `make bench` would read a migrating stream in more, smaller pieces than a plain one)
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        head = {"id": rid, "object": obj, "created": self.created, "model": model}
+        self.pre = json.dumps(head, separators=(",", ":")).encode()[:-1] + b',"choices":[{"index":0,'
+        self.pre = b"data: " + self.pre + (b'"delta":{"content":' if chat else b'"text":')
+        self.mid = (b"}," if chat else b",") + b'"logprobs":null,"finish_reason":null,'
+        self.mid += b'"token_ids":[' if chat else b'"stop_reason":null,"prompt_token_ids":null,"token_ids":['
 
     def _frame(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
@@ -90,6 +99,8 @@ class TokenFrames:
         i = self.start + j
         text = self.decoder.decode(token_bytes(i, self.multibyte))
         last = j == self.n - 1
+        if j > 0 and not last:
+            return self.pre + json.dumps(text).encode() + self.mid + str(GENERATED + i).encode() + b"]}]}\n\n"
         choice: dict[str, Any] = {"index": 0}
         choice.update({"delta": {"content": text}} if self.chat else {"text": text})
         choice.update(logprobs=None, finish_reason="length" if last else None)

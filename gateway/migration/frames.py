@@ -27,18 +27,23 @@ class EventSplitter:
     def feed(self, data: bytes) -> list[bytes]:
         if not self.rest and data.endswith(b"\n\n") and data.find(b"\n\n") == len(data) - 2:
             return [data]  # one whole event, as a replica writes them
+        block = self.block(data)
+        return [e + b"\n\n" for e in block.split(b"\n\n") if e] if block else []
+
+    def block(self, data: bytes) -> bytes:
+        """The whole events the stream has so far, not split (b"" if none); keeps the rest."""
         buf = self.rest + data if self.rest else data
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n")
         end = buf.rfind(b"\n\n")
         if end < 0:
             self.rest = buf
-            return []
+            return b""
         self.rest = buf[end + 2 :]
-        return [e + b"\n\n" for e in buf[:end].split(b"\n\n") if e]
+        return buf[: end + 2]
 
 
-def _cut_array(frame: bytes, key: bytes) -> tuple[bytes, list[int] | None]:
+def _cut_array(frame: bytes, key: bytes) -> tuple[bytes, bytes | None]:
     at = frame.find(key)  # (a key is found with its quotes: "token_ids" is not found in "prompt_token_ids")
     if at < 0:
         return frame, None
@@ -46,16 +51,26 @@ def _cut_array(frame: bytes, key: bytes) -> tuple[bytes, list[int] | None]:
     close = frame.find(b"]", open_at)
     if close < 0:
         return frame, None
-    inner = frame[open_at:close]
-    ids = [int(x) for x in inner.split(b",")] if inner.strip() else []
-    return frame[: open_at - 1] + b"null" + frame[close + 1 :], ids
+    return frame[: open_at - 1] + b"null" + frame[close + 1 :], frame[open_at:close]
+
+
+def parse_ids(inner: bytes) -> list[int]:
+    """The ids of an array's inside (``1,2,3``)."""
+    return [int(x) for x in inner.split(b",")] if inner.strip() else []
+
+
+def cut_ids(frame: bytes) -> tuple[bytes, bytes | None, bytes | None]:
+    """(the frame with both arrays as null, the prompt's ids or None, the generated ids or None), the
+    ids as the array's inside, unparsed (``1,2,3``)."""
+    frame, prompt = _cut_array(frame, PROMPT_IDS)
+    frame, ids = _cut_array(frame, TOKEN_IDS)
+    return frame, prompt, ids
 
 
 def take_ids(frame: bytes) -> tuple[bytes, list[int] | None, list[int] | None]:
     """(the frame with both arrays as null, prompt ids or None, generated ids or None)."""
-    frame, prompt = _cut_array(frame, PROMPT_IDS)
-    frame, ids = _cut_array(frame, TOKEN_IDS)
-    return frame, prompt, ids
+    frame, prompt, ids = cut_ids(frame)
+    return frame, None if prompt is None else parse_ids(prompt), None if ids is None else parse_ids(ids)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ the model sees exactly the sequence it was extending. Every sampling parameter i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -38,6 +39,7 @@ DROPPED = frozenset(
 )  # fmt: skip
 
 
+STRUCTURED = ("structured_outputs", "guided_json", "guided_regex")
 SEED_MULTIPLIER = 1_000_003
 SEED_MODULUS = 2**31 - 1
 
@@ -65,28 +67,17 @@ def _numbers(payload: dict[str, Any], *names: str) -> list[str]:
 
 
 def why_not(payload: dict[str, Any], path: str, adapter: bool = False) -> str:
-    """The reason the request cannot move, or ``""`` when it can continue token-exact."""
-    checks: list[tuple[bool, str]] = [
-        (path not in MOVABLE_PATHS, f"the {path} API streams its own events"),
-        (adapter, "a LoRA adapter is not migrated"),
-        ((payload.get("n") or 1) != 1 or (payload.get("best_of") or 1) != 1, "n > 1"),
-        (bool(payload.get("use_beam_search")), "beam search"),
-        (_logprobs(payload), "logprobs"),
-        (payload.get("prompt_logprobs") is not None, "prompt logprobs"),
-        (bool(payload.get("echo")), "echo"),
-        (bool(payload.get("tools")) and payload.get("tool_choice") != "none", "tool calls"),
-        (bool(payload.get("include_reasoning")), "reasoning"),
-        (_response_format(payload), "structured output"),
-        (bool(payload.get("stop")), "stop strings (their held-back text spans the seam)"),
-        (bool(_numbers(payload, "frequency_penalty", "presence_penalty")), "frequency/presence penalty"),
-        (_multimodal(payload.get("messages")), "multimodal input"),
-        (_many_prompts(payload.get("prompt")), "several prompts"),
-        (_continuous_usage(payload), "continuous usage stats"),
-    ]
-    for failed, reason in checks:
-        if failed:
+    """The reason the request cannot move, or ``""`` when it can continue token-exact. Only the checks
+    of the parameters the request names run (a plain request: its messages or prompt)."""
+    if path not in MOVABLE_PATHS:
+        return f"the {path} API streams its own events"
+    if adapter:
+        return "a LoRA adapter is not migrated"
+    present = CHECKED.intersection(payload)
+    for keys, failed, reason in CHECKS:
+        if not keys.isdisjoint(present) and failed(payload):
             return reason
-    unknown = sorted(k for k in payload if k not in KEPT and k not in DROPPED)
+    unknown = sorted(payload.keys() - KEPT - DROPPED)
     return f"parameters not known to migrate: {', '.join(unknown)}" if unknown else ""
 
 
@@ -94,7 +85,7 @@ def _response_format(payload: dict[str, Any]) -> bool:
     fmt = payload.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
         return True
-    return any(payload.get(k) is not None for k in ("structured_outputs", "guided_json", "guided_regex"))
+    return any(payload.get(k) is not None for k in STRUCTURED)
 
 
 def _many_prompts(prompt: object) -> bool:
@@ -151,3 +142,31 @@ def _limit(payload: dict[str, Any]) -> int | None:
 def _logprobs(payload: dict[str, Any]) -> bool:
     asked = payload.get("logprobs")
     return (asked is not None and asked is not False) or bool(payload.get("top_logprobs"))
+
+
+Check = tuple[frozenset[str], Callable[[dict[str, Any]], bool], str]
+CHECKS: tuple[Check, ...] = (
+    (frozenset({"n", "best_of"}), lambda p: (p.get("n") or 1) != 1 or (p.get("best_of") or 1) != 1, "n > 1"),
+    (frozenset({"use_beam_search"}), lambda p: bool(p.get("use_beam_search")), "beam search"),
+    (frozenset({"logprobs", "top_logprobs"}), _logprobs, "logprobs"),
+    (frozenset({"prompt_logprobs"}), lambda p: p.get("prompt_logprobs") is not None, "prompt logprobs"),
+    (frozenset({"echo"}), lambda p: bool(p.get("echo")), "echo"),
+    (frozenset({"tools"}), lambda p: bool(p.get("tools")) and p.get("tool_choice") != "none", "tool calls"),
+    (frozenset({"include_reasoning"}), lambda p: bool(p.get("include_reasoning")), "reasoning"),
+    (frozenset({"response_format", *STRUCTURED}), _response_format, "structured output"),
+    (
+        frozenset({"stop"}),
+        lambda p: bool(p.get("stop")),
+        "stop strings (their held-back text spans the seam)",
+    ),
+    (
+        frozenset({"frequency_penalty", "presence_penalty"}),
+        lambda p: bool(_numbers(p, "frequency_penalty", "presence_penalty")),
+        "frequency/presence penalty",
+    ),
+    (frozenset({"messages"}), lambda p: _multimodal(p.get("messages")), "multimodal input"),
+    (frozenset({"prompt"}), lambda p: _many_prompts(p.get("prompt")), "several prompts"),
+    (frozenset({"stream_options"}), _continuous_usage, "continuous usage stats"),
+)
+"""What stops a request from moving, in order: the parameters each check reads, the check, the reason."""
+CHECKED = frozenset().union(*(keys for keys, _, _ in CHECKS))

@@ -41,14 +41,11 @@ class MigrationFailed(UpstreamClosed):
 
 
 def plan_migration(ctx: RequestContext, model: Model) -> MigrationPlan | None:
-    """The plan of a generation of a model that migrates; None for any other request. A stream that
-    may move is sent asking for token ids (``ctx.body`` rewritten); a non-streamed request is sent as
-    the client wrote it (``whole``: if its replica fails, it runs again elsewhere, gateway/pipeline/
-    migrate.py)."""
+    """The plan of a streamed generation of a model that migrates; None for any other request. A
+    stream that may move is sent asking for token ids (``ctx.body`` rewritten). (A non-streamed
+    request's plan is gateway/migration/whole.py's.)"""
     if not model.migrates or ctx.api.name not in MOVABLE_PATHS:
         return None
-    if not ctx.stream:
-        return MigrationPlan({}, whole=True, attempts=model.migration_attempts)
     payload = ctx.payload if ctx.payload is not None else orjson.loads(ctx.body)
     adapter = ctx.model_name not in (model.name, *model.aliases)
     plan = MigrationPlan(payload, why_not(payload, ctx.api.name, adapter), ctx.api.name == "chat/completions")
@@ -103,31 +100,34 @@ class MigratingStream:
         self.outcome = ""
         self.failure: Exception | None = None
         self.base_id = ctx.upstream_id
-        self.stopping = self.slow = False
-        self.watch_s = settings.migration_watch_s
+        self.stopping = False
+        self.read_from = 0.0
+        """When the read in progress began (the stall is counted from it: :meth:`_watch`)."""
+        self.timer: asyncio.TimerHandle | None = None
 
     async def first(self) -> bytes:
+        self._arm(self.settings.migration_watch_s)
         return await self._next()
 
     async def next(self) -> bytes:
         """The next bytes for the client; b'' at the end. Raises a failure it could not move past.
-        The common case (one whole event of the original stream, in time) is read here; anything else
-        goes the general way (:meth:`_next`)."""
-        if self.pending is None and self.failure is None and self.seam is None and not self.slow:
+        The common case (one whole event of the original stream) is read here; anything else goes the
+        general way (:meth:`_next`: several one-token frames read together are recorded at once).
+        No timer per chunk: one watchdog per stream (:meth:`_watch`)."""
+        if self.pending is None and self.failure is None and self.seam is None:
+            self.read_from = time.perf_counter()
             try:
-                async with asyncio.timeout(self.watch_s):
-                    data = await self.up.response.next_chunk()
-            except TimeoutError:
-                self.slow = True
+                data = await self.up.response.next_chunk()
             except FAILURES as exc:
                 self.failure = exc
             else:
-                if data and not self.splitter.rest and data.find(b"\n\n") == len(data) - 2:
+                # one whole event: a single line (JSON has no raw newline) and the blank line after it
+                if data and data.find(b"\n") == len(data) - 2 and data[-1] == 10 and not self.splitter.rest:
                     try:
                         return self.recorder.original(data)
                     except MalformedFrame as exc:
                         self.failure = exc
-                else:
+                else:  # several events read together, or part of one: the general way
                     self.pending = data
         return await self._next()
 
@@ -165,6 +165,9 @@ class MigratingStream:
         if self.closed:
             return
         self.closed = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         self.up.response.close()
         self.release(self.current, ok, blame)
         if self.moves or self.outcome:
@@ -172,14 +175,17 @@ class MigratingStream:
             self.metrics.migrations.labels(self.pool.model, outcome).inc()
 
     def _take(self, data: bytes) -> bytes:
-        events = self.splitter.feed(data)
-        if len(events) == 1 and self.seam is None and self.stall_from is None:
-            try:  # the hot path: one event of the original stream
-                return self.recorder.original(events[0])
+        parts: list[bytes] = []
+        if self.seam is None:  # the original stream: frames of one token read together go at once
+            try:
+                head, block = self.recorder.bulk(self.splitter.block(data))
             except MalformedFrame as exc:
                 self.failure = exc
                 return self._raise_failure()
-        parts: list[bytes] = []
+            parts.append(head)
+            events = [e + b"\n\n" for e in block.split(b"\n\n") if e] if block else []
+        else:
+            events = self.splitter.feed(data)
         try:
             for event in events:
                 parts += [self.recorder.original(event)] if self.seam is None else self.seam.feed(event)
@@ -204,39 +210,39 @@ class MigratingStream:
         raise failure
 
     async def _read(self) -> bytes:
-        """The next chunk from the replica, watching for a stall and for the replica leaving."""
+        """The next chunk from the replica (the watchdog, :meth:`_watch`, interrupts a stalled read)."""
         if self.pending is not None:
             data, self.pending = self.pending, None
             return data
-        watch = self.watch_s
-        if self.slow:  # next() waited one watch already
-            self.slow = False
-            return await self._wait(watch)
-        try:
-            async with asyncio.timeout(watch):  # one timer a chunk, as the plain relay
-                return await self.up.response.next_chunk()
-        except TimeoutError:
-            return await self._wait(watch)
+        self.read_from = time.perf_counter()
+        return await self.up.response.next_chunk()
 
-    async def _wait(self, waited: float) -> bytes:
-        """A slow chunk: every ``migration_watch_s`` the replica must still be registered; past
-        ``migration_stall_s`` (``chunk_timeout_s`` when there is nowhere to move) a TimeoutError."""
-        s = self.settings
-        started = self.wait_started = time.perf_counter() - waited
-        while True:
-            if self.current not in self.pool.endpoints:
-                raise ReplicaLeft(f"the replica {self.current.id} left the registry")
-            stall = min(s.migration_stall_s, s.chunk_timeout_s) if self._elsewhere() else s.chunk_timeout_s
-            left = started + stall - time.perf_counter()
-            if left <= 0:
-                raise TimeoutError(f"no token from {self.current.id} within {stall:g} s")
-            try:
-                async with asyncio.timeout(min(s.migration_watch_s, left)):
-                    chunk = await self.up.response.next_chunk()
-            except TimeoutError:
-                continue
-            self.wait_started = None
-            return chunk
+    def _arm(self, delay: float) -> None:
+        self.timer = asyncio.get_running_loop().call_later(max(delay, 0.001), self._watch)
+
+    def _watch(self) -> None:
+        """The stream's watchdog, every ``migration_watch_s`` while it lives (not a timer per chunk):
+        while a read waits for the replica, the replica must still be registered, and the wait must
+        stay under ``migration_stall_s`` (``chunk_timeout_s`` when there is nowhere to move); else the
+        read is interrupted (:class:`ReplicaLeft`, :class:`TimeoutError`) and the stream moves."""
+        self.timer = None
+        if self.closed or self.over:
+            return
+        s, next_in = self.settings, self.settings.migration_watch_s
+        waited = time.perf_counter() - self.read_from  # (stale when no read waits: nothing then)
+        stall = short = min(s.migration_stall_s, s.chunk_timeout_s)
+        if waited >= short and not self._elsewhere():  # (nowhere to move: today's chunk timeout)
+            stall = s.chunk_timeout_s
+        exc: Exception | None = None
+        if self.current not in self.pool.endpoints:
+            exc = ReplicaLeft(f"the replica {self.current.id} left the registry")
+        elif waited >= stall:
+            exc = TimeoutError(f"no token from {self.current.id} within {stall:g} s")
+        else:
+            next_in = min(next_in, stall - waited)
+        if exc is not None and self.up.response.interrupt(exc):  # only a read that waits is interrupted
+            self.wait_started = self.read_from
+        self._arm(next_in)
 
     def _elsewhere(self) -> bool:
         return bool(self.pool.candidates(exclude=self.tried)) and self.moves < self.plan.attempts
@@ -253,14 +259,16 @@ class MigratingStream:
             self.outcome, self.over = "ended", True
             self._log("ended", old, None, exc)
             return b"".join(ending(rec, self.plan.usage))
-        if rec.prompt_ids is None:
+        prompt_ids = rec.prompt_ids
+        if prompt_ids is None:
             self.outcome = "failed"
             raise exc if isinstance(exc, FAILURES) else MigrationFailed(str(exc))
         # the stall counts from the last event: the start of the wait that failed, or now (a reset, EOF)
         self.stall_from = self.stall_from or self.wait_started or time.perf_counter()
+        self.wait_started = None
         while self.moves < self.plan.attempts and time.perf_counter() < self.ctx.deadline:
             self.moves += 1
-            body = continuation(self.plan.payload, str(self.plan.payload.get("model")), rec.prompt_ids,
+            body = continuation(self.plan.payload, str(self.plan.payload.get("model")), prompt_ids,
                                 rec.ids[: rec.clean], self.plan.usage)  # fmt: skip
             # vLLM's request id for the continuation: the original's with -moveN (one generation, in parts)
             self.ctx.upstream_id = f"{self.base_id}-move{self.moves}"

@@ -68,14 +68,14 @@ class _Conn(asyncio.Protocol):
             try:
                 self.parser.feed_data(data)
             except httptools.HttpParserError as exc:
-                self._fail(UpstreamClosed(f"bad response from upstream: {exc}"))
+                self.fail(UpstreamClosed(f"bad response from upstream: {exc}"))
         if self.spoiled and self.transport is not None:
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if not self.complete:
-            self._fail(UpstreamClosed("upstream closed the connection"))
+            self.fail(UpstreamClosed("upstream closed the connection"))
         self.pool.forget(self)
 
     # httptools callbacks
@@ -108,6 +108,7 @@ class _Conn(asyncio.Protocol):
 
     def taken(self) -> None:
         """The reader took every buffered chunk: read from the upstream again if paused."""
+        self.chunks.clear()
         self.buffered = 0
         if self.paused and self.transport is not None and not self.closed:
             self.paused = False
@@ -119,7 +120,7 @@ class _Conn(asyncio.Protocol):
         self.complete = True
         self._wake()
 
-    def _fail(self, exc: Exception) -> None:
+    def fail(self, exc: Exception) -> None:
         self.error = exc
         self._wake()
 
@@ -132,7 +133,6 @@ class _Conn(asyncio.Protocol):
     def reset(self) -> None:
         self.status, self.head_done, self.complete, self.got_bytes = 0, False, False, False
         self.headers, self.error = [], None
-        self.chunks.clear()
         self.taken()
         self.parser = httptools.HttpResponseParser(self)
 
@@ -171,14 +171,17 @@ class Response:
                 self._finish()
                 return b""
             await conn.wait()
-        chunk = conn.chunks.popleft() if len(conn.chunks) == 1 else b"".join(self._drain())
+        chunk = conn.chunks.popleft() if len(conn.chunks) == 1 else b"".join(conn.chunks)
         conn.taken()
         return chunk
 
-    def _drain(self) -> list[bytes]:
-        parts = list(self._conn.chunks)
-        self._conn.chunks.clear()
-        return parts
+    def interrupt(self, exc: Exception) -> bool:
+        """Wake a reader waiting in :meth:`next_chunk` with ``exc`` (the connection is not reused)."""
+        waiter = self._conn.waiter
+        if waiter is None or waiter.done():
+            return False
+        self._conn.fail(exc)
+        return True
 
     @property
     def arrived(self) -> bool:

@@ -166,6 +166,22 @@ async def test_replica_leaving_the_registry_moves_the_stream(
     assert_one_whole_stream(parsed)
 
 
+async def test_a_stall_with_nowhere_to_move_waits_the_chunk_timeout(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stream's watchdog: with no other replica, a frozen one is given today's chunk timeout (not
+    the shorter migration stall), then the stream ends with the error event."""
+    caplog.set_level(logging.WARNING, "llmgw.migration")
+    settings = {"migration_stall_s": 0.2, "chunk_timeout_s": 1.5, "migration_watch_s": 0.1}
+    async with gateway(tmp_path, redis_url, [engines["stall"].url], **settings) as (gw, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            parsed = frames(await stream(c, gw, CHAT))
+    assert parsed[-1]["error"]["code"] == "upstream_timeout"
+    assert content(parsed[:-1]) == "".join(f"tok{i} " for i in range(4))
+    failed = [r.getMessage() for r in caplog.records if "migration failed" in r.getMessage()]
+    assert len(failed) == 1 and "no token from m-0 within 1.5 s" in failed[0]
+
+
 async def test_attempts_exhausted_end_with_the_error_event(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:

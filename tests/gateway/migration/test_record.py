@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.migration.record import MalformedFrame, Recorder
+from gateway.migration.record import SETTLE_EVERY, MalformedFrame, Recorder
 from tests.gateway.migration.frames_recorded import CHAT, CHAT_PLAIN_FIRST, COMPLETION, UTF8
 
 
@@ -59,3 +59,60 @@ def test_completion_frames_lose_both_arrays_and_keep_the_prompt() -> None:
     assert rec.prompt_ids == [504, 3575, 282, 4649, 314] and rec.usage() == (5, 2)
     rec.analyse()
     assert rec.ids == [7042, 30] and rec.clean == 2 and rec.pending == []
+
+
+def token_frame(i: int, text: str, finish: str | None = None) -> bytes:
+    reason = f'"{finish}"' if finish else "null"
+    return (
+        b'data: {"id":"chatcmpl-9d1c","object":"chat.completion.chunk","created":1764870000,'
+        b'"model":"smollm2","choices":[{"index":0,"delta":{"content":"'
+        + text.encode()
+        + b'"},"logprobs":null,"finish_reason":'
+        + reason.encode()
+        + b',"token_ids":['
+        + str(i).encode()
+        + b"]}]}\n\n"
+    )
+
+
+def test_a_long_stream_keeps_its_ids_not_its_frames() -> None:
+    """Frames are settled in batches: the ids kept, the frames dropped."""
+    rec, n = Recorder(), 100
+    rec.original(CHAT[0])
+    for i in range(n):
+        rec.original(token_frame(1000 + i, f"t{i}", "length" if i == n - 1 else None))
+        assert len(rec.pending) < SETTLE_EVERY
+    rec.analyse()
+    assert rec.ids == [1000 + i for i in range(n)] and rec.clean == n and rec.finished
+    assert rec.identity.template is not None and rec.usage() == (8, n)
+
+
+@pytest.mark.parametrize("held_back", [range(60, 64), range(29, 33), range(31, 40)])
+def test_held_back_tokens_across_a_batch_end_stay_after_the_clean_seam(held_back: range) -> None:
+    """The clean seam of a stream that breaks just after tokens whose text was held back (empty), where
+    they straddle a batch's end: that of a frame-by-frame reading."""
+    rec = Recorder()
+    rec.original(CHAT[0])
+    for i in range(held_back.stop):
+        rec.original(token_frame(1000 + i, "" if i in held_back else f"t{i}"))
+    rec.analyse()
+    assert rec.ids == [1000 + i for i in range(held_back.stop)] and rec.clean == held_back.start
+    assert not rec.finished and rec.seen_tail == ""
+
+
+def test_frames_read_together_are_recorded_as_one_by_one() -> None:
+    """Several one-token frames in one read: one regex split records and strips them all; a read with
+    any other event is left to the caller (None), which splits it into events."""
+    rec, one = Recorder(), Recorder()
+    out = [rec.original(CHAT[0]), rec.tokens(b"".join(CHAT[1:4]))]
+    assert rec.tokens(b"".join(CHAT[4:])) is None  # the usage and [DONE]: not frames of one token
+    out += [rec.original(e) for e in CHAT[4:]]
+    assert b"".join(out) == b"".join(one.original(e) for e in CHAT)
+    rec.analyse()
+    one.analyse()
+    assert (rec.ids, rec.clean, rec.finish_reason, rec.usage()) == (one.ids, one.clean, "length", (8, 4))
+    held = Recorder()
+    held.original(CHAT[0])
+    assert held.tokens(b"".join(CHAT[1:3]) + UTF8[2]) is not None and held.usage() == (8, 3)
+    held.analyse()
+    assert held.ids == [504, 6153, 179] and held.clean == 2 and held.identity.template is not None
