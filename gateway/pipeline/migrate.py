@@ -64,7 +64,7 @@ async def whole_continued(
     A refusal (not 200) is ``read`` and passed on as the replica wrote it."""
     plan = ctx.migration
     assert plan is not None
-    up = await forward(gw, ctx, pool)
+    up = await _head(gw, ctx, pool, plan.attempts)
     ctx.status, ctx.reply_type = up.status, up.content_type
     if up.status != 200:
         body = await read(up)
@@ -91,6 +91,26 @@ async def whole_continued(
         source.close(ok, blame)
     ctx.reply_type = "application/json"
     return (body, *assembler.counts(source.usage()))
+
+
+async def _head(gw: Gateway, ctx: RequestContext, pool: ModelPool, attempts: int) -> Upstream:
+    """The stream's head, watched: when the replica leaves the registry or is ejected before its head
+    came (a frozen replica), the request is sent again to a replica not tried yet (vLLM id
+    ``<id>-rerunN``: the client has seen nothing, nor the gateway a token), at most ``attempts`` times
+    within the deadline."""
+    tried: list[Endpoint] = []
+    watch, base_id = ReplicaWatch(ctx), ctx.upstream_id
+    for again in range(attempts + 1):
+        try:
+            with watch:
+                return await forward(gw, ctx, pool, tried)
+        except ReplicaLeft as exc:
+            late = time.perf_counter() >= ctx.deadline
+            if again == attempts or late or not candidates(ctx, pool, tried):
+                raise UpstreamError(str(exc)) from None
+            ctx.upstream_id = f"{base_id}-{RERUN}{again + 1}"
+            _log(ctx, pool, "re-run", _id(ctx.replica), "-", again + 1, str(exc))
+    raise AssertionError("unreachable")
 
 
 class ReplicaWatch:
