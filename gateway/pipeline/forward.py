@@ -113,11 +113,9 @@ async def attempt_on(
 
 
 def wait_s(gw: Gateway, ctx: RequestContext) -> float:
-    """How long to wait for the answer's first byte: a stream's first-byte timeout (a non-streamed
-    request that may move is sent as a stream: gateway/migration/whole.py); for a non-streamed answer
-    (its head comes only once generation ends) what is left of the deadline."""
-    plan = ctx.migration
-    if ctx.stream or (plan is not None and plan.whole and not plan.reason):
+    """How long to wait for the answer's first byte: a stream's first-byte timeout; for a non-streamed
+    answer (its head comes only once generation ends) what is left of the deadline."""
+    if ctx.stream:
         return gw.settings.first_byte_timeout_s
     return max(0.0, ctx.deadline - time.perf_counter())
 

@@ -64,7 +64,7 @@ async def whole_continued(
     A refusal (not 200) is ``read`` and passed on as the replica wrote it."""
     plan = ctx.migration
     assert plan is not None
-    up = await _head(gw, ctx, pool, plan.attempts)
+    up = await _head(gw, ctx, pool)
     ctx.status, ctx.reply_type = up.status, up.content_type
     if up.status != 200:
         body = await read(up)
@@ -93,24 +93,16 @@ async def whole_continued(
     return (body, *assembler.counts(source.usage()))
 
 
-async def _head(gw: Gateway, ctx: RequestContext, pool: ModelPool, attempts: int) -> Upstream:
+async def _head(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> Upstream:
     """The stream's head, watched: when the replica leaves the registry or is ejected before its head
-    came (a frozen replica), the request is sent again to a replica not tried yet (vLLM id
-    ``<id>-rerunN``: the client has seen nothing, nor the gateway a token), at most ``attempts`` times
-    within the deadline."""
-    tried: list[Endpoint] = []
-    watch, base_id = ReplicaWatch(ctx), ctx.upstream_id
-    for again in range(attempts + 1):
-        try:
-            with watch:
-                return await forward(gw, ctx, pool, tried)
-        except ReplicaLeft as exc:
-            late = time.perf_counter() >= ctx.deadline
-            if again == attempts or late or not candidates(ctx, pool, tried):
-                raise UpstreamError(str(exc)) from None
-            ctx.upstream_id = f"{base_id}-{RERUN}{again + 1}"
-            _log(ctx, pool, "re-run", _id(ctx.replica), "-", again + 1, str(exc))
-    raise AssertionError("unreachable")
+    came (a frozen replica), the wait ends at once with a clear error (502). It is not sent again: the
+    replica took it and may run it when it wakes (a generation run twice), and no token came that a
+    continuation could start from."""
+    try:
+        with ReplicaWatch(ctx):
+            return await forward(gw, ctx, pool)
+    except ReplicaLeft as exc:
+        raise UpstreamError(f"{exc}; it had not started its answer") from None
 
 
 class ReplicaWatch:
