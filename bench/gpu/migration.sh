@@ -16,7 +16,10 @@
 #   8.    (no carry)                     bash .g30/bench/gpu/migration.sh wait 560   (until it prints DRIVER DONE)
 # Here, without a GPU: `bash bench/gpu/migration.sh dry` runs the same driver against FAKE GPU ENGINES (a
 # FAKE nvidia-smi, a private Redis; 8 streams of 40 tokens).
-# STREAMS (64) and TOKENS (200) in `start` change the load; PASSES="llama-2-7b smollm2" the passes.
+# STREAMS (64) and TOKENS (200) in `start` change the load; PASSES="llama-2-7b smollm2" the passes;
+# MODES="invariant default" serves the fleet twice, first with vLLM's batch-invariant kernels
+# (VLLM_BATCH_INVARIANT=1: a token's numerics do not depend on the batch or on prefill against decode),
+# then without; results are named migration-MODEL-MODE.json.
 set -uo pipefail
 PHASE=${1:?phase: weights DIR | unpack DIR | start | wait SECONDS | driver | dry | stop}
 . "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver, recipe, fresh_run, ...
@@ -24,40 +27,55 @@ recipe migration 6382  # SRC, APP, RUN, REDIS_PORT, ...; the GPU environment
 WEIGHTS=/tmp/migration-weights  # the parts (calls 2-6), joined by `start`
 PY=${PY:-python3} WORKERS=${WORKERS:-workers.cli} GW=${GW:-9000} BASE=${BASE:-8100} METRICS_PORT=${METRICS_PORT:-9400}
 
-pass() {  # pass MODEL PORTS ARGS...: one migration_gpu run against the gateway
+pass() {  # pass MODEL PORTS ARGS...: one migration_gpu run against the gateway ($MODE names the results)
   local model=$1 ports=$2; shift 2
-  say "pass $model: ${STREAMS:-64} streams, replicas $ports"
+  say "pass $model ($MODE): ${STREAMS:-64} streams, replicas $ports"
   $PY -m bench.gpu.migration_gpu --url http://127.0.0.1:$GW --model "$model" --replica-ports "$ports" \
-    --streams "${STREAMS:-64}" --tokens "${TOKENS:-200}" --gateway-log $RUN/gateway.log \
-    --out "$RUN/results/migration-$model.json" "$@" 2>&1 | tee -a $RUN/check.log
+    --streams "${STREAMS:-64}" --tokens "${TOKENS:-200}" --gateway-log $RUN/gateway-$MODE.log \
+    --out "$RUN/results/migration-$model-$MODE.json" "$@" 2>&1 | tee -a $RUN/check.log
   say "gpu after $model: $(smi)"
 }
 
-driver() {
-  local fleet=$RUN/fleet.yaml want; want=$(grep -c 'replicas:' $RUN/fleet.yaml)
+serve() {  # serve MODE: the fleet and one gateway (MODE invariant: VLLM_BATCH_INVARIANT=1 in every
+  # replica), the passes, then both stopped; each mode its own Redis database and logs
+  local fleet=$RUN/fleet.yaml want db; want=$(grep -c 'replicas:' $RUN/fleet.yaml); db=$((db_next++))
+  MODE=$1
+  if [ "$MODE" = invariant ]; then export VLLM_BATCH_INVARIANT=1; else unset VLLM_BATCH_INVARIANT; fi
+  local url=redis://127.0.0.1:$REDIS_PORT/$db; mkdir -p $RUN/logs/$MODE
   $PY -c "from $WORKERS import main; raise SystemExit(main())" --fleet $fleet \
-    --redis-url $REDIS_URL --log-dir $RUN/logs --devices 1 --metrics-port $METRICS_PORT --ready-deadline 900 \
-    > $RUN/supervisor.log 2>&1 &
+    --redis-url $url --log-dir $RUN/logs/$MODE --devices 1 --metrics-port $METRICS_PORT --ready-deadline 900 \
+    > $RUN/supervisor-$MODE.log 2>&1 &
   echo $! > $RUN/supervisor.pid
   $PY -c "from gateway.cli import main; raise SystemExit(main())" --fleet $fleet \
-    --redis-url $REDIS_URL --port $GW --gateway-id gw1 > $RUN/gateway.log 2>&1 &
+    --redis-url $url --port $GW --gateway-id gw1 > $RUN/gateway-$MODE.log 2>&1 &
   echo $! > $RUN/gateway.pid
   for _ in $(seq 1 900); do
-    [ "$(grep -c ' ready in ' $RUN/supervisor.log)" -ge $((want * 2)) ] && break
-    grep -qE "STOPPED|NOT STARTED|Traceback" $RUN/supervisor.log && { say "supervisor failed"; return 1; }
+    [ "$(grep -c ' ready in ' $RUN/supervisor-$MODE.log)" -ge $((want * 2)) ] && break
+    grep -qE "STOPPED|NOT STARTED|Traceback" $RUN/supervisor-$MODE.log && { say "supervisor failed ($MODE)"; return 1; }
     sleep 1
   done
-  say "replicas ready: gpu $(smi)"
+  say "replicas ready ($MODE): gpu $(smi)"
   for m in ${PASSES:-llama-2-7b smollm2}; do
     case $m in
     llama-2-7b) pass llama-2-7b $BASE,$((BASE + 1)) --prompts story ;;
     smollm2) pass smollm2 $((BASE + 2)),$((BASE + 3)) --prompts text --no-ignore-eos --neighbours ${STREAMS:-64} ;;
     esac
   done
-  grep -c "migration moved" $RUN/gateway.log | xargs echo "gateway log lines 'migration moved':"
+  grep -c "migration moved" $RUN/gateway-$MODE.log | xargs echo "gateway log lines 'migration moved' ($MODE):"
   $PY -c "import httpx, sys; print(httpx.get(sys.argv[1]).text)" http://127.0.0.1:$GW/metrics \
-    | grep -E "^llmgw_migration" > $RUN/results/gateway-migration-metrics.txt
-  grep -E "_count|_sum|migrations_total" $RUN/results/gateway-migration-metrics.txt
+    | grep -E "^llmgw_migration" > $RUN/results/gateway-migration-metrics-$MODE.txt
+  grep -E "_count|_sum|migrations_total" $RUN/results/gateway-migration-metrics-$MODE.txt
+  for f in $RUN/gateway.pid $RUN/supervisor.pid; do [ -f "$f" ] && stop_pidfile "$f"; done
+  say "stopped ($MODE): gpu $(smi)"
+}
+
+driver() {  # MODES (default "default"; "invariant default" runs both, one after the other)
+  db_next=0
+  for mode in ${MODES:-default}; do
+    serve "$mode" || { say "MODE $mode FAILED"; failed=1; }
+    for f in $RUN/gateway.pid $RUN/supervisor.pid; do if [ -f "$f" ]; then stop_pidfile "$f"; fi; done
+  done
+  return ${failed:-0}
 }
 
 case "$PHASE" in
@@ -92,7 +110,7 @@ data["models"] = [m for m in data["models"] if m["name"] in sys.argv[3].split()]
 yaml.safe_dump(data, open(sys.argv[2], "w"))
 PYEOF
   check_imports "psutil, bench.gpu.migration_gpu" || exit 1
-  STREAMS=${STREAMS:-64} TOKENS=${TOKENS:-200} PASSES=${PASSES:-llama-2-7b smollm2} \
+  STREAMS=${STREAMS:-64} TOKENS=${TOKENS:-200} PASSES=${PASSES:-llama-2-7b smollm2} MODES=${MODES:-default} \
     setsid bash $APP/bench/gpu/migration.sh driver > $RUN/driver.log 2>&1 < /dev/null &
   say "driver started (pid $!)"
   ;;
@@ -105,8 +123,8 @@ driver)
   ;;
 wait)
   follow_driver $RUN/driver.log ${2:-540}
-  cp $RUN/results/migration-*.json $RUN/results/gateway-migration-metrics.txt "$OUT/" 2>/dev/null
-  pack_logs "$OUT/logs.tar.gz" "$RUN/*.log" "$RUN/logs/*.log"
+  cp $RUN/results/migration-*.json $RUN/results/gateway-migration-metrics-*.txt "$OUT/" 2>/dev/null
+  pack_logs "$OUT/logs.tar.gz" "$RUN/*.log" "$RUN/logs/*/*.log"
   ls -la "$OUT"
   ;;
 stop)

@@ -8,9 +8,12 @@ process group) once every stream has tokens. Against a running gateway (bench/gp
 - the pass with the fault: errors, byte identity against reference 1, and the seam check that does not
   depend on numerics, per stream: one ``finish_reason``, usage sent once, ``completion_tokens`` = the
   token ids the client received (``ignore_eos``: = ``--tokens``), ``prompt_tokens`` = the reference's;
-- the stall of each migrated stream (the gateway's log names them: ``request_id=MODEL-hit-I ...
-  migration moved``): the gap between its last event before the kill and its first after, against
-  reference 1's TTFT p50, and the same gap for the streams that stayed (the pause their own streams saw).
+- the stall of each migrated stream (the gateway's log names them and the seam's token offset:
+  ``request_id=MODEL-hit-I ... migration moved ... offset=N``): the gap at the seam (the last event with
+  at most N token ids to the next one; events the gateway read before the kill reach the client after
+  it), against reference 1's TTFT p50, and for the streams that stayed the longest gap in the 3 s after
+  the kill (the pause while their replica prefilled the newcomers);
+- where a stream's token ids first differ from reference 1, against its seam (``differ_*``).
 
     python -m bench.gpu.migration_gpu --url http://127.0.0.1:9000 --model llama-2-7b \\
         --replica-ports 8100,8101 --prompts story --gateway-log /tmp/run-migration/gateway.log
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -60,6 +64,7 @@ class Capture:
     finishes: int = 0
     usages: list[dict[str, Any]] = field(default_factory=list)
     times: list[float] = field(default_factory=list)  # perf_counter of every event
+    counts: list[int] = field(default_factory=list)  # len(ids) after each event (beside ``times``)
     sent: float = 0.0
 
     @property
@@ -71,6 +76,19 @@ class Capture:
         before = [x for x in self.times if x <= t]
         after = [x for x in self.times if x > t]
         return after[0] - before[-1] if before and after else 0.0
+
+    def seam_gap(self, offset: int) -> float:
+        """The gap between the last event with at most ``offset`` token ids and the next one: the stall
+        a moved stream's client saw at the seam (``offset``: the gateway's log line). Events the gateway
+        had read before the kill still reach the client after it, so the gap around the kill's own time
+        is not the seam's."""
+        k = next((k for k, n in enumerate(self.counts) if n > offset), 0)
+        return self.times[k] - self.times[k - 1] if k > 0 else 0.0
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest gap between two events that both fall in ``[start, end]``."""
+        ts = [t for t in self.times if start <= t <= end]
+        return max((b - a for a, b in itertools.pairwise(ts)), default=0.0)
 
 
 def group_on(port: int) -> int:
@@ -121,8 +139,10 @@ async def stream(client: httpx.AsyncClient, url: str, req: dict[str, Any], rid: 
                 if line.startswith("data: "):
                     out.times.append(time.perf_counter())
                     if line == "data: [DONE]":
+                        out.counts.append(len(out.ids))
                         return
                     take(json.loads(line[6:]), out)
+                    out.counts.append(len(out.ids))
         out.error = out.error or "no [DONE]"
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         out.error = f"{type(exc).__name__}: {exc}"
@@ -180,11 +200,15 @@ def seam_ok(ref: Capture, hit: Capture, a: argparse.Namespace) -> list[str]:
     return wrong
 
 
-def moved_ids(log_path: str, model: str) -> set[int]:
-    """The targets the gateway moved (its ``migration moved`` lines for request_id=MODEL-hit-I)."""
+def moved_ids(log_path: str, model: str) -> dict[int, int]:
+    """The targets the gateway moved and the token offset of each one's (first) seam: its ``migration
+    moved ... offset=N`` lines for request_id=MODEL-hit-I."""
     text = Path(log_path).read_text(errors="replace") if log_path and Path(log_path).exists() else ""
-    found = re.findall(rf"request_id={re.escape(model)}-hit-(\d+) .*migration moved", text)
-    return {int(m) for m in found}
+    found = re.findall(rf"request_id={re.escape(model)}-hit-(\d+) .*migration moved.* offset=(\d+)", text)
+    moved: dict[int, int] = {}
+    for i, offset in found:
+        moved.setdefault(int(i), int(offset))
+    return moved
 
 
 def dist(xs: list[float], unit: str = "_s") -> dict[str, float | int | None]:
@@ -194,6 +218,30 @@ def dist(xs: list[float], unit: str = "_s") -> dict[str, float | int | None]:
     return {
         "n": len(xs), f"median{unit}": round(statistics.median(xs), 3),
         f"p90{unit}": round(quantile(xs, 0.9), 3), f"max{unit}": round(max(xs), 3),
+    }  # fmt: skip
+
+
+def first_diff(a: list[int], b: list[int]) -> int:
+    """The index of the first id where ``a`` and ``b`` differ (the shorter length if one is a prefix)."""
+    return next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def divergence(ref: list[Capture], hit: list[Capture], moved: dict[int, int]) -> dict[str, Any]:
+    """Where the fault pass's token ids first differ from reference 1, against each stream's seam: a moved
+    stream that differs before its seam differed before the gateway did anything; after it, the survivor's
+    numerics (the continuation's prefill of the generated tokens, another batch) chose another token."""
+    differ = [i for i in range(len(ref)) if hit[i].ids != ref[i].ids and not hit[i].error]
+    after = [first_diff(hit[i].ids, ref[i].ids) - moved[i] for i in differ if i in moved]
+    return {
+        "differ_moved": sum(1 for i in differ if i in moved),
+        "differ_stayed": sum(1 for i in differ if i not in moved),
+        "differ_moved_before_seam": sum(1 for d in after if d < 0),
+        "first_diff_minus_seam_moved": dist([float(d) for d in after], ""),
+        "per_stream": {
+            f"hit-{i}": {"moved": i in moved, "first_diff": first_diff(hit[i].ids, ref[i].ids),
+                         "seam": moved.get(i), "ids": len(hit[i].ids)}
+            for i in differ
+        },
     }  # fmt: skip
 
 
@@ -219,10 +267,13 @@ def report(
         "seam_problems": {f"hit-{i}": w for i, w in seams.items() if w},
         "ttft_p50_s": round(ttft, 3), "ttft_p90_s": round(quantile([r.ttft_s for r in ref], 0.9), 3),
         "moved": len(moved),
-        "stall_moved": dist([hit[i].gap_over(at) for i in sorted(moved)]),
-        "stall_moved_minus_ttft_p50": dist([hit[i].gap_over(at) - ttft for i in sorted(moved)]),
-        "gap_stayed": dist([hit[i].gap_over(at) for i in n if i not in moved and hit[i].gap_over(at)]),
+        "stall_moved": dist([hit[i].seam_gap(o) for i, o in sorted(moved.items())]),
+        "stall_moved_minus_ttft_p50": dist([hit[i].seam_gap(o) - ttft for i, o in sorted(moved.items())]),
+        "gap_around_kill_moved": dist([hit[i].gap_over(at) for i in sorted(moved)]),
+        "gap_stayed": dist([hit[i].longest_gap(at - 0.1, at + 3.0) for i in n if i not in moved]),
         "events_before_kill_moved": dist([float(sum(1 for t in hit[i].times if t <= at)) for i in moved], ""),
+        "batch_invariant": os.environ.get("VLLM_BATCH_INVARIANT", "0") == "1",
+        **divergence(ref, hit, moved),
     }  # fmt: skip
 
 

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bench.gpu.migration_gpu import Capture, moved_ids, report, seam_ok, take
+from bench.gpu.migration_gpu import Capture, divergence, first_diff, moved_ids, report, seam_ok, take
 
 # a chat stream as vLLM sends it with return_token_ids and include_usage (one choice)
 FRAMES: list[dict[str, Any]] = [
@@ -32,6 +32,7 @@ def captured(frames: list[dict[str, Any]], start: float = 0.0) -> Capture:
     for k, frame in enumerate(frames):
         out.times.append(start + 0.1 * (k + 1))
         take(frame, out)
+        out.counts.append(len(out.ids))
     return out
 
 
@@ -74,13 +75,37 @@ def test_moved_streams_come_from_the_gateway_log_of_that_model(tmp_path: Path) -
         line.format(rid="m-hit-3", m="m") + line.format(rid="m-hit-5", m="m")
         + line.format(rid="other-hit-7", m="other") + line.format(rid="m-ref-1", m="m")
     )  # fmt: skip
-    assert moved_ids(str(log), "m") == {3, 5}
+    assert moved_ids(str(log), "m") == {3: 9, 5: 9}  # each moved stream with its seam's token offset
 
 
 def test_the_stall_is_the_gap_over_the_kill() -> None:
     cap = Capture(times=[1.0, 1.1, 1.2, 1.9, 2.0])
     assert round(cap.gap_over(1.25), 3) == 0.7
     assert cap.gap_over(5.0) == 0.0
+
+
+def test_the_seam_gap_is_at_the_logged_offset_not_at_the_kill() -> None:
+    # ids 1-3 arrive by 1.2; ids 4-5 (read before the kill at 1.25) reach the client at 1.3 and 1.35;
+    # the survivor's first id (the 6th) at 1.9: the seam's stall is 0.55 s, the gap over the kill 0.05 s
+    cap = Capture(times=[1.0, 1.1, 1.2, 1.3, 1.35, 1.9, 2.0], counts=[1, 2, 3, 4, 5, 6, 7])
+    assert round(cap.seam_gap(5), 3) == 0.55
+    assert round(cap.gap_over(1.25), 3) == 0.1
+    assert cap.seam_gap(0) == 0.0  # nothing before the first event
+
+
+def test_the_longest_gap_counts_only_events_inside_the_window() -> None:
+    cap = Capture(times=[0.0, 1.0, 1.1, 1.5, 1.6, 9.0])
+    assert round(cap.longest_gap(0.9, 3.0), 3) == 0.4
+
+
+def test_divergence_is_placed_against_each_moved_streams_seam() -> None:
+    ref = [Capture(ids=[1, 2, 3, 4, 5]), Capture(ids=[1, 2, 3, 4, 5]), Capture(ids=[1, 2, 3])]
+    hit = [Capture(ids=[1, 2, 3, 9, 9]), Capture(ids=[1, 9, 3, 4, 5]), Capture(ids=[1, 2, 7])]
+    out = divergence(ref, hit, {0: 2, 1: 3})  # streams 0 and 1 moved at offsets 2 and 3; 2 stayed
+    assert (out["differ_moved"], out["differ_stayed"], out["differ_moved_before_seam"]) == (2, 1, 1)
+    assert out["per_stream"]["hit-0"] == {"moved": True, "first_diff": 3, "seam": 2, "ids": 5}
+    assert out["per_stream"]["hit-2"]["seam"] is None
+    assert first_diff([1, 2], [1, 2, 3]) == 2
 
 
 def test_identity_counts_only_prompts_stable_in_both_references(tmp_path: Path) -> None:
