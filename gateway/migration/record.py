@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from gateway.migration.frames import TOKEN_IDS, cut_ids, facts, parse_ids
+from gateway.migration.frames import DONE, PROMPT_IDS, TOKEN_IDS, cut_array, cut_ids, facts, parse_ids
 
 SETTLE_EVERY = 32
 ONE_TOKEN = re.compile(rb'"token_ids":\[(\d+)\]')
@@ -82,6 +82,9 @@ class Recorder:
     template_frame: bytes | None = None
     """The first content frame (as the client got it), parsed into ``identity.template`` only when a
     continuation needs it (:meth:`analyse`)."""
+    first_frame: bytes | None = None
+    """The stream's first frame (its ids cut out), parsed into ``identity`` only when a continuation or
+    the stream's end needs it (:meth:`analyse`)."""
 
     def original(self, event: bytes) -> bytes:
         """Record one event of the original stream; returns it as the client gets it. A frame of one
@@ -100,9 +103,25 @@ class Recorder:
                 if len(pending) >= SETTLE_EVERY:
                     self._settle()
                 return event if self.keep_ids else stripped
+        if self.prompt_raw is None:
+            return self._first(event)
+        if event.startswith(DONE):
+            self.done = True
+            return event
         if TOKEN_IDS in event:  # several ids: in order after those recorded (the end, usage: no need)
             self.analyse()
         return self._frame(event)
+
+    def _first(self, event: bytes) -> bytes:
+        """The stream's first frame: the prompt's ids cut out by byte search (kept as the replica wrote
+        them), then the frame recorded as any other (one generated id: the hot path). Not parsed here:
+        its identity is read when a continuation needs it (:meth:`analyse`)."""
+        cut, prompt = cut_array(event, PROMPT_IDS)
+        if prompt is None or not cut.startswith(b"data: {") or cut.startswith(b'data: {"error"'):
+            return self._frame(event)  # not a frame with the prompt's ids: the general way
+        self.prompt_raw, self.first_frame = prompt, cut
+        out = self.original(cut)
+        return event if self.keep_ids else out
 
     def bulk(self, block: bytes) -> tuple[bytes, bytes]:
         """Whole events read together: the stream's first frame (the prompt's ids) on its own, then the
@@ -167,7 +186,10 @@ class Recorder:
     def analyse(self) -> None:
         """Read what the hot path only recorded: the ids, the clean seam, the finish, the template."""
         self._settle()
-        if self.identity.template is None and self.template_frame is not None:
+        ident = self.identity
+        if not ident.id and self.first_frame is not None:
+            self._identify(self.first_frame)
+        if ident.template is None and self.template_frame is not None:
             self._identify(self.template_frame)
 
     def _frame(self, event: bytes) -> bytes:
@@ -184,8 +206,10 @@ class Recorder:
             raise MalformedFrame(f"not a frame of the stream: {event[:80]!r}")
         if prompt is not None:
             self.prompt_raw = prompt
-        if not self.identity.id or (ids and self.identity.template is None):
-            self._identify(stripped)
+        if self.first_frame is None:
+            self.first_frame = stripped
+        if ids and self.template_frame is None and b'"role":' not in stripped:
+            self.template_frame = stripped
         if ids:
             self.add(ids, None if got.text_empty else _Lazy(stripped))
         if got.finished:

@@ -116,3 +116,15 @@ def test_frames_read_together_are_recorded_as_one_by_one() -> None:
     assert held.tokens(b"".join(CHAT[1:3]) + UTF8[2]) is not None and held.usage() == (8, 3)
     held.analyse()
     assert held.ids == [504, 6153, 179] and held.clean == 2 and held.identity.template is not None
+
+
+def test_the_first_frame_is_parsed_only_when_a_continuation_needs_it() -> None:
+    for frames in (CHAT, COMPLETION):
+        rec = Recorder()
+        out = rec.original(frames[0])
+        assert b'prompt_token_ids":[' not in out and rec.prompt_raw is not None
+        assert rec.identity.id == ""  # not parsed on the hot path
+        rec.analyse()
+        assert rec.identity.id == frames[0].split(b'"id":"')[1].split(b'"')[0].decode()
+    rec = Recorder(keep_ids=True)
+    assert rec.original(COMPLETION[0]) == COMPLETION[0] and rec.ids == [] and rec.usage() == (5, 1)
