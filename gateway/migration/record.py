@@ -65,9 +65,12 @@ class MalformedFrame(ValueError):
 @dataclass(slots=True)
 class Recorder:
     """Fed every event of the original stream (:meth:`original`) and, after a seam, the continuation's
-    tokens (:meth:`add`). ``keep_ids``: the client asked for token ids itself (they are passed on)."""
+    tokens (:meth:`add`). ``keep_ids``: the client asked for token ids itself (they are passed on).
+    ``drop_usage``: the usage event is the gateway's own ask (gateway/pipeline/usage.py), not the
+    client's: it is recorded and not passed on (the continuation's and :func:`~.seam.ending`'s too)."""
 
     keep_ids: bool = False
+    drop_usage: bool = False
     prompt_raw: bytes | None = None
     """The prompt's ids as the replica wrote them (``1,2,3``), parsed only for a continuation."""
     ids: list[int] = field(default_factory=list)
@@ -79,6 +82,8 @@ class Recorder:
     identity: Identity = field(default_factory=Identity)
     pending: list[tuple[bytes, bytes]] = field(default_factory=list)
     """Frames of one token taken on the hot path (id, frame as the client got it), not yet settled."""
+    pending_ids: int = 0
+    """How many ids ``pending`` holds (one a frame)."""
     template_frame: bytes | None = None
     """The first content frame (as the client got it), parsed into ``identity.template`` only when a
     continuation needs it (:meth:`analyse`)."""
@@ -100,6 +105,7 @@ class Recorder:
                 stripped = event[: at + 12] + b"null" + event[close + 1 :]
                 pending = self.pending
                 pending.append((inner, stripped))
+                self.pending_ids += 1
                 if len(pending) >= SETTLE_EVERY:
                     self._settle()
                 return event if self.keep_ids else stripped
@@ -151,6 +157,7 @@ class Recorder:
         stripped = TOKEN_NULL.join(parts[0::2])
         pending = self.pending
         pending.append((b",".join(parts[1::2]), stripped))
+        self.pending_ids += len(parts) // 2
         if len(pending) >= SETTLE_EVERY:
             self._settle()
         return chunk if self.keep_ids else stripped
@@ -160,7 +167,7 @@ class Recorder:
         frames after it have none: held back), the finish of the last. The frames themselves are
         dropped, so a stream keeps its ids, not its frames. A pending entry is one read: its ids
         (``1,2``, one per event) and its events as the client got them."""
-        pending, self.pending = self.pending, []
+        pending, self.pending, self.pending_ids = self.pending, [], 0
         if not pending:
             return
         if self.template_frame is None:
@@ -216,6 +223,8 @@ class Recorder:
             self.finish_reason = self._finish_of(stripped)
         if got.usage:
             self.usage_sent = True
+            if self.drop_usage and b'"choices":[]' in stripped:
+                return b""
         return event if self.keep_ids else stripped
 
     def add(self, ids: list[int], text: str | _Lazy | None) -> None:
@@ -238,8 +247,8 @@ class Recorder:
 
     def usage(self) -> tuple[int, int]:
         """(prompt, completion) tokens of the whole generation, counted once."""
-        prompt, pending = self.prompt_raw, sum(t.count(b",") + 1 for t, _ in self.pending)
-        return (prompt.count(b",") + 1 if prompt and prompt.strip() else 0), len(self.ids) + pending
+        prompt = self.prompt_raw
+        return (prompt.count(b",") + 1 if prompt and prompt.strip() else 0), len(self.ids) + self.pending_ids
 
     @property
     def prompt_ids(self) -> list[int] | None:

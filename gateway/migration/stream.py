@@ -90,7 +90,8 @@ class MigratingStream:
         assert ctx.replica is not None
         self.current: Endpoint = ctx.replica
         self.tried: list[Endpoint] = [ctx.replica]
-        self.recorder = Recorder(keep_ids=plan.keep_ids)
+        # the usage the gateway asked for itself is dropped here (the relay's UsageStrip is not used)
+        self.recorder = Recorder(keep_ids=plan.keep_ids, drop_usage=ctx.strip_usage and not plan.whole)
         self.splitter = EventSplitter()
         self.seam: Seam | None = None
         self.pending: bytes | None = up.first

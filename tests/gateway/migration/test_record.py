@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.migration.record import SETTLE_EVERY, MalformedFrame, Recorder
+from gateway.migration.seam import ending
 from tests.gateway.migration.frames_recorded import CHAT, CHAT_PLAIN_FIRST, COMPLETION, UTF8
 
 
@@ -128,3 +129,15 @@ def test_the_first_frame_is_parsed_only_when_a_continuation_needs_it() -> None:
         assert rec.identity.id == frames[0].split(b'"id":"')[1].split(b'"')[0].decode()
     rec = Recorder(keep_ids=True)
     assert rec.original(COMPLETION[0]) == COMPLETION[0] and rec.ids == [] and rec.usage() == (5, 1)
+
+
+def test_the_gateways_own_usage_event_is_recorded_and_not_passed_on() -> None:
+    rec = Recorder(drop_usage=True)
+    out = [rec.original(e) for e in CHAT]
+    assert out[5] == b"" and b'"usage"' not in b"".join(out) and out[6] == CHAT[6]
+    assert rec.usage_sent and rec.usage() == (8, 4)
+    assert ending(rec, wants_usage=True) == []  # usage was had, [DONE] too
+    cut = Recorder(drop_usage=True)
+    for event in CHAT[:5]:  # the replica failed after the last token: the gateway ends the stream
+        cut.original(event)
+    assert ending(cut, wants_usage=True) == [b"data: [DONE]\n\n"] and cut.usage_sent
