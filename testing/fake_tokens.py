@@ -72,6 +72,8 @@ class TokenFrames:
         self.pre = b"data: " + self.pre + (b'"delta":{"content":' if chat else b'"text":')
         self.mid = (b"}," if chat else b",") + b'"logprobs":null,"finish_reason":null,'
         self.mid += b'"token_ids":[' if chat else b'"stop_reason":null,"prompt_token_ids":null,"token_ids":['
+        # the whole middle frame as one template (text, id): one format a frame, as a plain stream's
+        self.template = self.pre.replace(b"%", b"%%") + b"%b" + self.mid.replace(b"%", b"%%") + b"%d]}]}\n\n"
 
     def _frame(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
@@ -97,10 +99,12 @@ class TokenFrames:
     def token(self, j: int) -> bytes:
         """The frame of the ``j``-th token this request generates."""
         i = self.start + j
-        text = self.decoder.decode(token_bytes(i, self.multibyte))
         last = j == self.n - 1
         if j > 0 and not last:
-            return self.pre + json.dumps(text).encode() + self.mid + str(GENERATED + i).encode() + b"]}]}\n\n"
+            # (ASCII tokens leave the decoder no state: it is needed only for the multibyte ones)
+            text = self.decoder.decode(token_bytes(i, True)) if self.multibyte else f"tok{i} "
+            return self.template % (json.dumps(text).encode(), GENERATED + i)
+        text = self.decoder.decode(token_bytes(i, self.multibyte))
         choice: dict[str, Any] = {"index": 0}
         choice.update({"delta": {"content": text}} if self.chat else {"text": text})
         choice.update(logprobs=None, finish_reason="length" if last else None)

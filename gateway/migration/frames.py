@@ -43,7 +43,8 @@ class EventSplitter:
         return buf[: end + 2]
 
 
-def _cut_array(frame: bytes, key: bytes) -> tuple[bytes, bytes | None]:
+def cut_array(frame: bytes, key: bytes) -> tuple[bytes, bytes | None]:
+    """(the frame with the array after ``key`` as null, the array's inside or None when it has none)."""
     at = frame.find(key)  # (a key is found with its quotes: "token_ids" is not found in "prompt_token_ids")
     if at < 0:
         return frame, None
@@ -62,8 +63,8 @@ def parse_ids(inner: bytes) -> list[int]:
 def cut_ids(frame: bytes) -> tuple[bytes, bytes | None, bytes | None]:
     """(the frame with both arrays as null, the prompt's ids or None, the generated ids or None), the
     ids as the array's inside, unparsed (``1,2,3``)."""
-    frame, prompt = _cut_array(frame, PROMPT_IDS)
-    frame, ids = _cut_array(frame, TOKEN_IDS)
+    frame, prompt = cut_array(frame, PROMPT_IDS)
+    frame, ids = cut_array(frame, TOKEN_IDS)
     return frame, prompt, ids
 
 

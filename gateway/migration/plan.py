@@ -73,12 +73,21 @@ def why_not(payload: dict[str, Any], path: str, adapter: bool = False) -> str:
         return f"the {path} API streams its own events"
     if adapter:
         return "a LoRA adapter is not migrated"
-    present = CHECKED.intersection(payload)
-    for keys, failed, reason in CHECKS:
-        if not keys.isdisjoint(present) and failed(payload):
+    for _, failed, reason in _checks_of(payload):
+        if failed(payload):
             return reason
-    unknown = sorted(payload.keys() - KEPT - DROPPED)
-    return f"parameters not known to migrate: {', '.join(unknown)}" if unknown else ""
+    if KNOWN.issuperset(payload):
+        return ""
+    unknown = sorted(payload.keys() - KNOWN)
+    return f"parameters not known to migrate: {', '.join(unknown)}"
+
+
+def _checks_of(payload: dict[str, Any]) -> list[Check]:
+    """The checks that read a parameter the request names, in :data:`CHECKS`' order."""
+    present = CHECKED.intersection(payload)
+    if len(present) <= 1:  # (a plain request: its messages or prompt)
+        return CHECKS_OF[next(iter(present))] if present else []
+    return [check for check in CHECKS if not check[0].isdisjoint(present)]
 
 
 def _response_format(payload: dict[str, Any]) -> bool:
@@ -170,3 +179,6 @@ CHECKS: tuple[Check, ...] = (
 )
 """What stops a request from moving, in order: the parameters each check reads, the check, the reason."""
 CHECKED = frozenset().union(*(keys for keys, _, _ in CHECKS))
+CHECKS_OF = {key: [check for check in CHECKS if key in check[0]] for key in CHECKED}
+"""The checks that read each parameter."""
+KNOWN = KEPT | DROPPED

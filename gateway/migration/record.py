@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from gateway.migration.frames import TOKEN_IDS, cut_ids, facts, parse_ids
+from gateway.migration.frames import DONE, PROMPT_IDS, TOKEN_IDS, cut_array, cut_ids, facts, parse_ids
 
 SETTLE_EVERY = 32
 ONE_TOKEN = re.compile(rb'"token_ids":\[(\d+)\]')
@@ -65,9 +65,12 @@ class MalformedFrame(ValueError):
 @dataclass(slots=True)
 class Recorder:
     """Fed every event of the original stream (:meth:`original`) and, after a seam, the continuation's
-    tokens (:meth:`add`). ``keep_ids``: the client asked for token ids itself (they are passed on)."""
+    tokens (:meth:`add`). ``keep_ids``: the client asked for token ids itself (they are passed on).
+    ``drop_usage``: the usage event is the gateway's own ask (gateway/pipeline/usage.py), not the
+    client's: it is recorded and not passed on (the continuation's and :func:`~.seam.ending`'s too)."""
 
     keep_ids: bool = False
+    drop_usage: bool = False
     prompt_raw: bytes | None = None
     """The prompt's ids as the replica wrote them (``1,2,3``), parsed only for a continuation."""
     ids: list[int] = field(default_factory=list)
@@ -79,9 +82,14 @@ class Recorder:
     identity: Identity = field(default_factory=Identity)
     pending: list[tuple[bytes, bytes]] = field(default_factory=list)
     """Frames of one token taken on the hot path (id, frame as the client got it), not yet settled."""
+    pending_ids: int = 0
+    """How many ids ``pending`` holds (one a frame)."""
     template_frame: bytes | None = None
     """The first content frame (as the client got it), parsed into ``identity.template`` only when a
     continuation needs it (:meth:`analyse`)."""
+    first_frame: bytes | None = None
+    """The stream's first frame (its ids cut out), parsed into ``identity`` only when a continuation or
+    the stream's end needs it (:meth:`analyse`)."""
 
     def original(self, event: bytes) -> bytes:
         """Record one event of the original stream; returns it as the client gets it. A frame of one
@@ -97,12 +105,29 @@ class Recorder:
                 stripped = event[: at + 12] + b"null" + event[close + 1 :]
                 pending = self.pending
                 pending.append((inner, stripped))
+                self.pending_ids += 1
                 if len(pending) >= SETTLE_EVERY:
                     self._settle()
                 return event if self.keep_ids else stripped
+        if self.prompt_raw is None:
+            return self._first(event)
+        if event.startswith(DONE):
+            self.done = True
+            return event
         if TOKEN_IDS in event:  # several ids: in order after those recorded (the end, usage: no need)
             self.analyse()
         return self._frame(event)
+
+    def _first(self, event: bytes) -> bytes:
+        """The stream's first frame: the prompt's ids cut out by byte search (kept as the replica wrote
+        them), then the frame recorded as any other (one generated id: the hot path). Not parsed here:
+        its identity is read when a continuation needs it (:meth:`analyse`)."""
+        cut, prompt = cut_array(event, PROMPT_IDS)
+        if prompt is None or not cut.startswith(b"data: {") or cut.startswith(b'data: {"error"'):
+            return self._frame(event)  # not a frame with the prompt's ids: the general way
+        self.prompt_raw, self.first_frame = prompt, cut
+        out = self.original(cut)
+        return event if self.keep_ids else out
 
     def bulk(self, block: bytes) -> tuple[bytes, bytes]:
         """Whole events read together: the stream's first frame (the prompt's ids) on its own, then the
@@ -132,6 +157,7 @@ class Recorder:
         stripped = TOKEN_NULL.join(parts[0::2])
         pending = self.pending
         pending.append((b",".join(parts[1::2]), stripped))
+        self.pending_ids += len(parts) // 2
         if len(pending) >= SETTLE_EVERY:
             self._settle()
         return chunk if self.keep_ids else stripped
@@ -141,7 +167,7 @@ class Recorder:
         frames after it have none: held back), the finish of the last. The frames themselves are
         dropped, so a stream keeps its ids, not its frames. A pending entry is one read: its ids
         (``1,2``, one per event) and its events as the client got them."""
-        pending, self.pending = self.pending, []
+        pending, self.pending, self.pending_ids = self.pending, [], 0
         if not pending:
             return
         if self.template_frame is None:
@@ -167,7 +193,10 @@ class Recorder:
     def analyse(self) -> None:
         """Read what the hot path only recorded: the ids, the clean seam, the finish, the template."""
         self._settle()
-        if self.identity.template is None and self.template_frame is not None:
+        ident = self.identity
+        if not ident.id and self.first_frame is not None:
+            self._identify(self.first_frame)
+        if ident.template is None and self.template_frame is not None:
             self._identify(self.template_frame)
 
     def _frame(self, event: bytes) -> bytes:
@@ -184,14 +213,18 @@ class Recorder:
             raise MalformedFrame(f"not a frame of the stream: {event[:80]!r}")
         if prompt is not None:
             self.prompt_raw = prompt
-        if not self.identity.id or (ids and self.identity.template is None):
-            self._identify(stripped)
+        if self.first_frame is None:
+            self.first_frame = stripped
+        if ids and self.template_frame is None and b'"role":' not in stripped:
+            self.template_frame = stripped
         if ids:
             self.add(ids, None if got.text_empty else _Lazy(stripped))
         if got.finished:
             self.finish_reason = self._finish_of(stripped)
         if got.usage:
             self.usage_sent = True
+            if self.drop_usage and b'"choices":[]' in stripped:
+                return b""
         return event if self.keep_ids else stripped
 
     def add(self, ids: list[int], text: str | _Lazy | None) -> None:
@@ -214,8 +247,8 @@ class Recorder:
 
     def usage(self) -> tuple[int, int]:
         """(prompt, completion) tokens of the whole generation, counted once."""
-        prompt, pending = self.prompt_raw, sum(t.count(b",") + 1 for t, _ in self.pending)
-        return (prompt.count(b",") + 1 if prompt and prompt.strip() else 0), len(self.ids) + pending
+        prompt = self.prompt_raw
+        return (prompt.count(b",") + 1 if prompt and prompt.strip() else 0), len(self.ids) + self.pending_ids
 
     @property
     def prompt_ids(self) -> list[int] | None:

@@ -39,7 +39,8 @@ class Seam:
             raise MalformedFrame(f"continuation frame: {event[:80]!r}")
         choices = frame.get("choices") or []
         if not choices:
-            return [self._usage(frame)] if frame.get("usage") else []
+            usage = [self._usage(frame)] if frame.get("usage") else []
+            return [] if self.recorder.drop_usage else usage
         return self._choice(choices[0], frame.get("system_fingerprint"))
 
     def _choice(self, choice: dict[str, Any], fingerprint: object = None) -> list[bytes]:
@@ -111,7 +112,8 @@ def ending(recorder: Recorder, wants_usage: bool) -> list[bytes]:
         usage = {"prompt_tokens": prompt, "total_tokens": prompt + completion}
         usage["completion_tokens"] = completion
         frame = {"id": ident.id, "object": ident.object, "created": ident.created, "model": ident.model}
-        out.append(b"data: " + orjson.dumps({**frame, "choices": [], "usage": usage}) + b"\n\n")
+        if not recorder.drop_usage:
+            out.append(b"data: " + orjson.dumps({**frame, "choices": [], "usage": usage}) + b"\n\n")
         recorder.usage_sent = True
     if not recorder.done:
         out.append(DONE_EVENT)

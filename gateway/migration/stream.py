@@ -90,7 +90,8 @@ class MigratingStream:
         assert ctx.replica is not None
         self.current: Endpoint = ctx.replica
         self.tried: list[Endpoint] = [ctx.replica]
-        self.recorder = Recorder(keep_ids=plan.keep_ids)
+        # the usage the gateway asked for itself is dropped here (the relay's UsageStrip is not used)
+        self.recorder = Recorder(keep_ids=plan.keep_ids, drop_usage=ctx.strip_usage and not plan.whole)
         self.splitter = EventSplitter()
         self.seam: Seam | None = None
         self.pending: bytes | None = up.first
@@ -106,7 +107,6 @@ class MigratingStream:
         self.timer: asyncio.TimerHandle | None = None
 
     async def first(self) -> bytes:
-        self._arm(self.settings.migration_watch_s)
         return await self._next()
 
     async def next(self) -> bytes:
@@ -115,9 +115,8 @@ class MigratingStream:
         general way (:meth:`_next`: several one-token frames read together are recorded at once).
         No timer per chunk: one watchdog per stream (:meth:`_watch`)."""
         if self.pending is None and self.failure is None and self.seam is None:
-            self.read_from = time.perf_counter()
             try:
-                data = await self.up.response.next_chunk()
+                data = await self._chunk()
             except FAILURES as exc:
                 self.failure = exc
             else:
@@ -214,14 +213,22 @@ class MigratingStream:
         if self.pending is not None:
             data, self.pending = self.pending, None
             return data
+        return await self._chunk()
+
+    async def _chunk(self) -> bytes:
+        """The replica's next chunk. The watchdog starts with the first read that may wait (a stream
+        whose whole answer came with its head, as the FAKE ENGINE writes it, needs none)."""
         self.read_from = time.perf_counter()
+        if self.timer is None and not self.up.response.arrived:
+            self._arm(self.settings.migration_watch_s)
         return await self.up.response.next_chunk()
 
     def _arm(self, delay: float) -> None:
         self.timer = asyncio.get_running_loop().call_later(max(delay, 0.001), self._watch)
 
     def _watch(self) -> None:
-        """The stream's watchdog, every ``migration_watch_s`` while it lives (not a timer per chunk):
+        """The stream's watchdog, every ``migration_watch_s`` from its first read that may wait until it
+        ends (not a timer per chunk):
         while a read waits for the replica, the replica must still be registered, and the wait must
         stay under ``migration_stall_s`` (``chunk_timeout_s`` when there is nowhere to move); else the
         read is interrupted (:class:`ReplicaLeft`, :class:`TimeoutError`) and the stream moves."""

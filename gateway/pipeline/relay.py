@@ -62,8 +62,8 @@ async def answer(
         assert ctx.replica is not None and ctx.model is not None
         itl = gw.metrics.itl.labels(ctx.model.name)
         events, tail, ok, blame, ended = 0, b"", True, True, False
-        recorded = ctx.api.stored != "create"
-        strip = UsageStrip() if ctx.strip_usage else None
+        recorded = ctx.api.stored != "create" or source is not None  # (moves: chats and completions)
+        strip = UsageStrip() if ctx.strip_usage and source is None else None  # (a moving one: its own)
 
         def end() -> None:  # the gateway is stopping: break the stream to give it its planned end
             nonlocal ended
@@ -78,7 +78,8 @@ async def answer(
             chunk = up.first if source is None else await source.first()
             t = time.perf_counter()
             while chunk:
-                events += chunk.count(b"data: ")
+                if source is None:  # (a stream that may move counts its tokens itself: source.usage())
+                    events += chunk.count(b"data: ")
                 tail = tail[-4096:] + chunk
                 recorded = recorded or events > 8 or await remember(ctx, gw.affinity, tail)
                 out = chunk if strip is None else strip.feed(chunk)

@@ -7,14 +7,13 @@ the gateway.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import orjson
 
 USAGE_OPTION_APIS = frozenset({"chat/completions", "completions"})
 ASK = b'"stream_options":{"include_usage":true},'
-EVENT_END = re.compile(rb"(\r?\n\r?\n)")
+USAGE_KEY = b'"usage"'
 
 
 def ask_usage(payload: dict[str, Any], body: bytes) -> tuple[bytes, bool]:
@@ -43,6 +42,38 @@ def is_usage_event(event: bytes) -> bool:
     return isinstance(data, dict) and data.get("choices") == [] and isinstance(data.get("usage"), dict)
 
 
+def without_usage_events(block: bytes) -> bytes:
+    """``block`` (whole events) less its usage events. Only the events that name ``"usage"`` are cut
+    out and checked, found from the block's end (the usage event is one of the last); the bytes between
+    them are kept as they came, not split into events (a whole answer read at once is 10+ KB). An
+    event ends with a blank line: ``\\n\\n``, or with CRs, ``\\r\\n\\r\\n``."""
+    kept: list[bytes] = []
+    end = len(block)  # the block from here on is in ``kept`` (or dropped)
+    at = block.rfind(USAGE_KEY)
+    while at >= 0:
+        start, stop = _bounds(block, at)
+        if is_usage_event(block[start:stop]):
+            kept.append(block[stop:end])
+            end = start
+        at = block.rfind(USAGE_KEY, 0, start)
+    if end == len(block):
+        return block
+    kept.append(block[:end])
+    return b"".join(reversed(kept))
+
+
+def _bounds(block: bytes, at: int) -> tuple[int, int]:
+    """Where the event holding byte ``at`` starts and where its blank line ends: the nearest
+    ``\\n\\n`` each way, or a nearer ``\\n\\r\\n`` (a CR blank line), searched only up to it."""
+    lf = block.rfind(b"\n\n", 0, at)
+    cr = block.rfind(b"\n\r\n", max(lf, 0), at)
+    start = cr + 3 if cr >= 0 else lf + 2 if lf >= 0 else 0
+    lf = block.find(b"\n\n", at)
+    lf_end = len(block) if lf < 0 else lf + 2
+    cr = block.find(b"\n\r\n", at, lf_end)
+    return start, cr + 3 if cr >= 0 else lf_end
+
+
 class UsageStrip:
     """Passes a stream through whole events, less the usage event; an incomplete event waits for its
     end (the engine writes one event per chunk, so nothing usually waits)."""
@@ -51,8 +82,8 @@ class UsageStrip:
         self.pending = b""
 
     def feed(self, chunk: bytes) -> bytes:
-        if not self.pending and chunk.endswith(b"\n\n") and b'"usage"' not in chunk:
-            return chunk  # the common case: one whole event that is not the usage event
+        if not self.pending and chunk.endswith(b"\n\n"):  # whole events (one, as the engine writes them)
+            return without_usage_events(chunk)
         data = self.pending + chunk if self.pending else chunk
         lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
         end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
@@ -60,11 +91,7 @@ class UsageStrip:
             self.pending = data
             return b""
         out, self.pending = data[:end], data[end:]
-        if b'"usage"' not in out:
-            return out
-        parts = EVENT_END.split(out)  # event, its end, event, its end, ..., b""
-        pairs = zip(parts[0::2], parts[1::2], strict=False)
-        return b"".join(event + sep for event, sep in pairs if not is_usage_event(event))
+        return without_usage_events(out)
 
     def rest(self) -> bytes:
         """What waited for an end that never came (a stream that broke, or ended without one)."""

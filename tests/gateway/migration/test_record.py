@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.migration.record import SETTLE_EVERY, MalformedFrame, Recorder
+from gateway.migration.seam import ending
 from tests.gateway.migration.frames_recorded import CHAT, CHAT_PLAIN_FIRST, COMPLETION, UTF8
 
 
@@ -116,3 +117,27 @@ def test_frames_read_together_are_recorded_as_one_by_one() -> None:
     assert held.tokens(b"".join(CHAT[1:3]) + UTF8[2]) is not None and held.usage() == (8, 3)
     held.analyse()
     assert held.ids == [504, 6153, 179] and held.clean == 2 and held.identity.template is not None
+
+
+def test_the_first_frame_is_parsed_only_when_a_continuation_needs_it() -> None:
+    for frames in (CHAT, COMPLETION):
+        rec = Recorder()
+        out = rec.original(frames[0])
+        assert b'prompt_token_ids":[' not in out and rec.prompt_raw is not None
+        assert rec.identity.id == ""  # not parsed on the hot path
+        rec.analyse()
+        assert rec.identity.id == frames[0].split(b'"id":"')[1].split(b'"')[0].decode()
+    rec = Recorder(keep_ids=True)
+    assert rec.original(COMPLETION[0]) == COMPLETION[0] and rec.ids == [] and rec.usage() == (5, 1)
+
+
+def test_the_gateways_own_usage_event_is_recorded_and_not_passed_on() -> None:
+    rec = Recorder(drop_usage=True)
+    out = [rec.original(e) for e in CHAT]
+    assert out[5] == b"" and b'"usage"' not in b"".join(out) and out[6] == CHAT[6]
+    assert rec.usage_sent and rec.usage() == (8, 4)
+    assert ending(rec, wants_usage=True) == []  # usage was had, [DONE] too
+    cut = Recorder(drop_usage=True)
+    for event in CHAT[:5]:  # the replica failed after the last token: the gateway ends the stream
+        cut.original(event)
+    assert ending(cut, wants_usage=True) == [b"data: [DONE]\n\n"] and cut.usage_sent

@@ -102,3 +102,16 @@ def test_ending_a_stream_that_had_its_last_token() -> None:
     }
     assert out[1] == b"data: [DONE]\n\n"
     assert ending(rec, wants_usage=True) == []
+
+
+def test_the_continuations_usage_is_not_passed_on_when_the_gateway_asked_for_it() -> None:
+    rec, _ = recorded(CHAT[:3])
+    rec.drop_usage = True  # the client did not ask for usage: the gateway's own ask
+    seam = Seam(rec, chat=True)
+    usage = b'data: {"id":"cmpl-other","object":"text_completion","created":9,"model":"m","choices":[],'
+    usage += b'"usage":{"prompt_tokens":10,"total_tokens":12,"completion_tokens":2}}\n\n'
+    out = []
+    for e in [cont(" is", [314]), cont(" blue", [3789], "length"), usage, b"data: [DONE]\n\n"]:
+        out += seam.feed(e)
+    assert len(out) == 3 and b'"usage"' not in b"".join(out) and out[-1] == b"data: [DONE]\n\n"
+    assert rec.usage_sent and rec.usage() == (8, 4)

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from gateway.pipeline.usage import UsageStrip, ask_usage
+from gateway.pipeline.usage import UsageStrip, ask_usage, without_usage_events
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.procs import start_fake_engine
 
@@ -51,6 +51,19 @@ def test_strip_takes_out_the_usage_event_whatever_the_chunking() -> None:
     strip = UsageStrip()
     out = strip.feed(crlf[:40]) + strip.feed(crlf[40:]) + strip.rest()
     assert out == (DELTA + DELTA + DONE).replace(b"\n\n", b"\r\n\r\n")
+
+
+def test_a_block_read_at_once_loses_only_its_usage_events() -> None:
+    chat = b'data: {"id":"a","choices":[{"index":0,"delta":{"content":"\\"usage\\": {}"}}]}\n\n'
+    named = b'data: {"id":"a","choices":[{"index":0,"text":"x"}],"usage":null}\n\n'  # not the usage event
+    block = DELTA * 40 + chat + named + DELTA + USAGE + DONE
+    assert without_usage_events(block) == DELTA * 40 + chat + named + DELTA + DONE
+    assert without_usage_events(USAGE) == b"" and without_usage_events(USAGE + USAGE + DONE) == DONE
+    for end in (b"\r\n\r\n", b"\r\n\n", b"\n\r\n"):  # every blank line SSE allows
+        assert without_usage_events(block.replace(b"\n\n", end)) == (
+            DELTA * 40 + chat + named + DELTA + DONE
+        ).replace(b"\n\n", end)
+    assert UsageStrip().feed(block) == DELTA * 40 + chat + named + DELTA + DONE  # a whole answer, one read
 
 
 async def stream_lines(c: httpx.AsyncClient, url: str, body: dict[str, object]) -> list[str]:
