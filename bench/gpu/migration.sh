@@ -25,7 +25,7 @@ PHASE=${1:?phase: weights DIR | unpack DIR | start | wait SECONDS | driver | dry
 . "$(dirname "$0")/lib.sh"  # say, smi, untar, stop_pidfile, follow_driver, recipe, fresh_run, ...
 recipe migration 6382  # SRC, APP, RUN, REDIS_PORT, ...; the GPU environment
 WEIGHTS=/tmp/migration-weights  # the parts (calls 2-6), joined by `start`
-PY=${PY:-python3} WORKERS=${WORKERS:-workers.cli} GW=${GW:-9000} BASE=${BASE:-8100} METRICS_PORT=${METRICS_PORT:-9400}
+PY=${PY:-python3} WORKERS=${WORKERS:-workers.cli} GW=${GW:-9000} METRICS_PORT=${METRICS_PORT:-9400}
 
 pass() {  # pass MODEL PORTS ARGS...: one migration_gpu run against the gateway ($MODE names the results)
   local model=$1 ports=$2; shift 2
@@ -34,6 +34,19 @@ pass() {  # pass MODEL PORTS ARGS...: one migration_gpu run against the gateway 
     --streams "${STREAMS:-64}" --tokens "${TOKENS:-200}" --gateway-log $RUN/gateway-$MODE.log \
     --out "$RUN/results/migration-$model-$MODE.json" "$@" 2>&1 | tee -a $RUN/check.log
   say "gpu after $model: $(smi)"
+}
+
+ports_of() {  # ports_of MODEL: its replicas' ports, as the supervisor gives them (base_port on, in the
+  # fleet file's order: with PASSES=smollm2 the fleet holds SmolLM2 alone, on the first ports)
+  $PY - $RUN/fleet.yaml "$1" <<'PYEOF'
+import sys, yaml
+data = yaml.safe_load(open(sys.argv[1]))
+port = int(data["defaults"]["base_port"])
+for m in data["models"]:
+    if m["name"] == sys.argv[2]:
+        print(",".join(str(port + k) for k in range(int(m["replicas"]))))
+    port += int(m["replicas"])
+PYEOF
 }
 
 serve() {  # serve MODE: the fleet and one gateway (MODE invariant: VLLM_BATCH_INVARIANT=1 in every
@@ -57,8 +70,8 @@ serve() {  # serve MODE: the fleet and one gateway (MODE invariant: VLLM_BATCH_I
   say "replicas ready ($MODE): gpu $(smi)"
   for m in ${PASSES:-llama-2-7b smollm2}; do
     case $m in
-    llama-2-7b) pass llama-2-7b $BASE,$((BASE + 1)) --prompts story ;;
-    smollm2) pass smollm2 $((BASE + 2)),$((BASE + 3)) --prompts text --no-ignore-eos --neighbours ${STREAMS:-64} ;;
+    llama-2-7b) pass llama-2-7b "$(ports_of llama-2-7b)" --prompts story ;;
+    smollm2) pass smollm2 "$(ports_of smollm2)" --prompts text --no-ignore-eos --neighbours ${STREAMS:-64} ;;
     esac
   done
   grep -c "migration moved" $RUN/gateway-$MODE.log | xargs echo "gateway log lines 'migration moved' ($MODE):"
@@ -136,11 +149,12 @@ dry)  # here, no GPU: FAKE GPU ENGINES + FAKE nvidia-smi, a private Redis, the s
   export PYTHONPATH=$SRC LLMGW_FAKE_GPU=1 FAKE_GPU_MEMORY_DIR=$RUN/gpu-mem FAKE_GPU_BASELINE_MIB=0
   fresh_run && mkdir -p $RUN/bin $RUN/gpu-mem
   printf '#!/bin/sh\nexec %s -m testing.fake_nvidia_smi "$@"\n' "$PY" > $RUN/bin/nvidia-smi && chmod +x $RUN/bin/nvidia-smi
-  export PATH=$RUN/bin:$PATH GW=19000 BASE=18100 METRICS_PORT=19400 STREAMS=${STREAMS:-8} TOKENS=${TOKENS:-40}
+  export PATH=$RUN/bin:$PATH GW=19000 METRICS_PORT=19400 STREAMS=${STREAMS:-8} TOKENS=${TOKENS:-40}
   export REDIS_PORT=16392 REDIS_URL=redis://127.0.0.1:16392/0
-  $PY - "$SRC"/bench/gpu/fleet-migration.yaml $RUN/fleet.yaml <<'PYEOF'
+  $PY - "$SRC"/bench/gpu/fleet-migration.yaml $RUN/fleet.yaml "${PASSES:-llama-2-7b smollm2}" <<'PYEOF'
 import sys, yaml
 data = yaml.safe_load(open(sys.argv[1]))
+data["models"] = [m for m in data["models"] if m["name"] in sys.argv[3].split()]  # as `start` does
 data["defaults"]["base_port"] = 18100
 for m in data["models"]:
     m["engine"]["extra_args"] = ["--delay-ms", "20"]  # the FAKE ENGINE's pace: a kill lands mid-stream
