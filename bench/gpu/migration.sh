@@ -145,7 +145,7 @@ stop)
   smi
   ;;
 dry)  # here, no GPU: FAKE GPU ENGINES + FAKE nvidia-smi, a private Redis, the same driver (short load)
-  export APP=$SRC RUN=${RUN_DRY:-/tmp/migration-dry} PY=${PY_DRY:-/work/main/.venv/bin/python} WORKERS=testing.fake_workers
+  export APP=$SRC RUN=${RUN_DRY:-/tmp/migration-dry} PY=${PY_DRY:-$SRC/.venv/bin/python} WORKERS=testing.fake_workers
   export PYTHONPATH=$SRC LLMGW_FAKE_GPU=1 FAKE_GPU_MEMORY_DIR=$RUN/gpu-mem FAKE_GPU_BASELINE_MIB=0
   fresh_run && mkdir -p $RUN/bin $RUN/gpu-mem
   printf '#!/bin/sh\nexec %s -m testing.fake_nvidia_smi "$@"\n' "$PY" > $RUN/bin/nvidia-smi && chmod +x $RUN/bin/nvidia-smi
