@@ -34,14 +34,20 @@ def recorded(events: list[bytes]) -> tuple[Recorder, list[bytes]]:
     return rec, out
 
 
+def continued(seam: Seam) -> list[bytes]:
+    """What ``seam`` passes on of a continuation: " is", " blue" (length), its usage, ``[DONE]``."""
+    usage = b'data: {"id":"cmpl-other","object":"text_completion","created":9,"model":"m","choices":[],'
+    usage += b'"usage":{"prompt_tokens":10,"total_tokens":12,"completion_tokens":2}}\n\n'
+    out: list[bytes] = []
+    for e in [cont(" is", [314]), cont(" blue", [3789], "length"), usage, b"data: [DONE]\n\n"]:
+        out += seam.feed(e)
+    return out
+
+
 def test_chat_continues_in_the_original_shape() -> None:
     rec, seen = recorded(CHAT[:3])  # "The sky" then the replica dies
     seam = Seam(rec, chat=True)
-    usage = b'data: {"id":"cmpl-other","object":"text_completion","created":9,"model":"m","choices":[],'
-    usage += b'"usage":{"prompt_tokens":10,"total_tokens":12,"completion_tokens":2}}\n\n'
-    out = []
-    for e in [cont(" is", [314]), cont(" blue", [3789], "length"), usage, b"data: [DONE]\n\n"]:
-        out += seam.feed(e)
+    out = continued(seam)
     assert content(seen + out) == "The sky is blue"
     frames = [orjson.loads(e[6:]) for e in out[:3]]
     for f in frames:
@@ -108,10 +114,6 @@ def test_the_continuations_usage_is_not_passed_on_when_the_gateway_asked_for_it(
     rec, _ = recorded(CHAT[:3])
     rec.drop_usage = True  # the client did not ask for usage: the gateway's own ask
     seam = Seam(rec, chat=True)
-    usage = b'data: {"id":"cmpl-other","object":"text_completion","created":9,"model":"m","choices":[],'
-    usage += b'"usage":{"prompt_tokens":10,"total_tokens":12,"completion_tokens":2}}\n\n'
-    out = []
-    for e in [cont(" is", [314]), cont(" blue", [3789], "length"), usage, b"data: [DONE]\n\n"]:
-        out += seam.feed(e)
+    out = continued(seam)
     assert len(out) == 3 and b'"usage"' not in b"".join(out) and out[-1] == b"data: [DONE]\n\n"
     assert rec.usage_sent and rec.usage() == (8, 4)
