@@ -460,6 +460,12 @@ class FakeEngine(asyncio.Protocol):
             if self.cfg.delay_ms:
                 await asyncio.sleep(self.cfg.delay_ms / 1000)
             self.write(chunked(frames.token(j)))
+        if self.cfg.delay_ms:  # paced: the usage event and [DONE] each a write of its own, as vLLM's
+            for event in frames.tail():
+                await asyncio.sleep(self.cfg.delay_ms / 1000)
+                self.write(chunked(event))
+            self.write(b"0\r\n\r\n")
+            return True
         self.write(b"".join(chunked(e) for e in frames.tail()) + b"0\r\n\r\n")
         return True
 

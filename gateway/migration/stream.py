@@ -123,9 +123,12 @@ class MigratingStream:
                 # one whole event: a single line (JSON has no raw newline) and the blank line after it
                 if data and data.find(b"\n") == len(data) - 2 and data[-1] == 10 and not self.splitter.rest:
                     try:
-                        return self.recorder.original(data)
+                        out = self.recorder.original(data)
                     except MalformedFrame as exc:
                         self.failure = exc
+                    else:
+                        if out:  # (an event the client does not get, the gateway's own usage: read on)
+                            return out
                 else:  # several events read together, or part of one: the general way
                     self.pending = data
         return await self._next()

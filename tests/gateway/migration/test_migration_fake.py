@@ -45,6 +45,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc
     procs["hang"] = start_fake_engine(tmp, "--fault", "hang")
     procs["mb_die"] = start_fake_engine(tmp, "--multibyte", "--fault", "die-after-4")
     procs["mb_good"] = start_fake_engine(tmp, "--multibyte")
+    procs["paced"] = start_fake_engine(tmp, "--delay-ms", "40")  # each event its own read, as vLLM writes
     yield procs
     for p in procs.values():
         p.stop()
@@ -123,6 +124,21 @@ async def test_each_trigger_continues_token_exact(
     assert usage[0]["total_tokens"] == usage[0]["prompt_tokens"] + N
     moved = [r.getMessage() for r in caplog.records if "migration moved" in r.getMessage()]
     assert len(moved) == 1 and "from=m-0 to=m-1 offset=4" in moved[0] and "request_id=" in moved[0]
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+async def test_a_paced_stream_ends_with_done_whether_or_not_the_client_asked_for_usage(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc], include_usage: bool
+) -> None:
+    # the gateway asks for usage itself; when the client did not, the usage event is dropped, and a read
+    # that held only it must not end the stream before [DONE] (it did: 38 cut streams in the real e2e)
+    async with gateway(tmp_path, redis_url, [engines["paced"].url, engines["good"].url]) as (gw, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            body = {**CHAT, "stream_options": {"include_usage": True}} if include_usage else CHAT
+            parsed = frames(await stream(c, gw, body))  # [DONE] once, last
+    assert content(parsed) == UNDISTURBED
+    assert_one_whole_stream(parsed)
+    assert len([f for f in parsed if f.get("usage")]) == int(include_usage)
 
 
 async def test_completion_continues_in_its_own_shape(
