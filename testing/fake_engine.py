@@ -91,6 +91,7 @@ class Config:
     multibyte: bool = False
     max_model_len: int = 2048
     log_requests: bool = False  # vLLM's --enable-log-requests: "Received request <id>" per generation
+    split_tail: bool = False  # the usage event and [DONE] each their own write, --delay-ms apart
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -460,7 +461,7 @@ class FakeEngine(asyncio.Protocol):
             if self.cfg.delay_ms:
                 await asyncio.sleep(self.cfg.delay_ms / 1000)
             self.write(chunked(frames.token(j)))
-        if self.cfg.delay_ms:  # paced: the usage event and [DONE] each a write of its own, as vLLM's
+        if self.cfg.split_tail:  # the usage event and [DONE] each a read of its own, as vLLM's often are
             for event in frames.tail():
                 await asyncio.sleep(self.cfg.delay_ms / 1000)
                 self.write(chunked(event))
@@ -510,6 +511,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model", default="fake-model")
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--delay-ms", type=float, default=0.0)
+    p.add_argument("--split-tail", action="store_true", help="token-id streams: usage, [DONE] apart")
     p.add_argument("--latency-ms", type=float, default=0.0, help="wait before answering any generation")
     p.add_argument("--fault", default="")
     p.add_argument("--multibyte", action="store_true", help="token ids: pieces of UTF-8 characters")
@@ -536,6 +538,7 @@ def main(argv: list[str] | None = None) -> None:
         a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
         prefix_cache_blocks=a.prefix_cache_blocks, prefill_ms_per_block=a.prefill_ms_per_block,
         multibyte=a.multibyte, max_model_len=a.max_model_len, log_requests=a.enable_log_requests,
+        split_tail=a.split_tail,
     )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))

@@ -45,7 +45,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc
     procs["hang"] = start_fake_engine(tmp, "--fault", "hang")
     procs["mb_die"] = start_fake_engine(tmp, "--multibyte", "--fault", "die-after-4")
     procs["mb_good"] = start_fake_engine(tmp, "--multibyte")
-    procs["paced"] = start_fake_engine(tmp, "--delay-ms", "40")  # each event its own read, as vLLM writes
+    procs["paced"] = start_fake_engine(tmp, "--delay-ms", "40", "--split-tail")  # each event its own read
     yield procs
     for p in procs.values():
         p.stop()
