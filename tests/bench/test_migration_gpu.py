@@ -1,6 +1,7 @@
 """bench/gpu/migration_gpu.py's checks on recorded frames and log lines (the H200 recipe of issue 30):
-the seam check that does not depend on numerics, which streams the gateway moved, the stall over the
-kill, and byte identity counted only where two references agree."""
+the seam check that does not depend on numerics, which streams the gateway moved and at which token
+offset, the stall at the seam and the gap over the kill, where ids diverge against the seam, and byte
+identity counted only where two references agree."""
 
 from __future__ import annotations
 
