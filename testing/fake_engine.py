@@ -33,7 +33,16 @@ with token ids, deterministic so that a continuation equals an undisturbed run (
 ``error-after-N`` (vLLM's in-stream error frame) and ``garbage-after-N`` (a frame that is not JSON).
 With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
 ``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
-``--enable-log-requests`` (vLLM's flag): ``Received request <X-Request-Id>`` on stderr per generation.
+``--enable-log-requests`` (vLLM's flag): ``Received request <X-Request-Id>`` on stderr per generation, on
+every API that runs the model (chat, completions, embeddings, Responses, Messages, rerank, score, pooling,
+classify), so that a fault suite counts each request's generations by id (bench/faults/checks.py).
+Faults for the fault suite (bench/faults), each its own option: ``--crash-on-prompt TEXT`` (a request whose
+body holds TEXT is logged as received, then the whole process exits 1: a replica that crashes on one given
+prompt, after it worked on it), ``--reset-on-prompt TEXT`` (the same, but only the connection closes),
+``--idle-close-ms N`` (a keep-alive connection idle for N ms is closed, as uvicorn's keep-alive timeout
+does: the next request on it finds it closed before it was written), and ``POST /fake/health-delay-ms/N``
+(``/health`` answers N ms late from then on; 0: at once) and ``POST /fake/idle-close-ms/N`` (the same as
+``--idle-close-ms``, at run time).
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -92,6 +102,7 @@ class Config:
     max_model_len: int = 2048
     log_requests: bool = False  # vLLM's --enable-log-requests: "Received request <id>" per generation
     split_tail: bool = False  # the usage event and [DONE] each their own write, --delay-ms apart
+    faults: FaultConfig = field(default_factory=lambda: FaultConfig())
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -148,6 +159,69 @@ def event_template(cfg: Config, chat: bool, rid: str) -> bytes:
     return b"data: " + json.dumps(payload).replace("%", "%%").replace('"\\u0000"', "%b").encode() + b"\n\n"
 
 
+@dataclass(frozen=True)
+class FaultConfig:
+    """The fault suite's options (bench/faults): prompts that crash the process or close the connection
+    once received, and the idle time after which a keep-alive connection is closed (0: never)."""
+
+    crash_on_prompt: str = ""
+    reset_on_prompt: str = ""
+    idle_close_ms: float = 0.0
+
+
+@dataclass
+class Knobs:
+    """What the fault suite changes at run time, per engine: how late ``/health`` answers, and after how
+    long an idle keep-alive connection is closed (0: ``--idle-close-ms``)."""
+
+    health_delay_ms: float = 0.0
+    idle_close_ms: float = 0.0
+
+
+HEALTH_DELAY, IDLE_CLOSE = "/fake/health-delay-ms/", "/fake/idle-close-ms/"
+GENERATING = frozenset({"/v1/responses", "/v1/messages", "/v1/rerank", "/v1/score", "/rerank", "/score",
+                        "/v2/rerank", "/pooling", "/classify"})  # fmt: skip
+
+
+def log_generation(cfg: Config, path: str, headers: dict[str, str]) -> None:
+    """``Received request <id>`` for a request to an API that runs the model (with --enable-log-requests):
+    chat, completions and embeddings log in :meth:`FakeEngine.generate`, the others here."""
+    if cfg.log_requests and path in GENERATING:
+        print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
+
+
+def prompt_fault(cfg: FaultConfig, body: bytes) -> str:
+    """``crash`` or ``reset`` when the request's body holds the prompt that triggers one, else ''."""
+    if cfg.crash_on_prompt and cfg.crash_on_prompt.encode() in body:
+        return "crash"
+    if cfg.reset_on_prompt and cfg.reset_on_prompt.encode() in body:
+        return "reset"
+    return ""
+
+
+def strike_on_prompt(fault: str) -> bool:
+    """After the request was received (and logged): ``crash`` ends the process at once (as a segfault
+    does), ``reset`` closes the connection (False: the caller closes it)."""
+    if fault == "crash":
+        os._exit(1)
+    return False
+
+
+async def set_knob(knobs: Knobs, path: str) -> tuple[int, bytes]:
+    """``POST /fake/health-delay-ms/N``: ``/health`` answers N ms late from then on;
+    ``POST /fake/idle-close-ms/N``: keep-alive connections idle N ms are closed (0: the start flag's)."""
+    name, _, value = path.rpartition("/")
+    try:
+        number = float(value)
+    except ValueError:
+        return 400, b'{"error":"not a number"}'
+    if name + "/" == HEALTH_DELAY:
+        knobs.health_delay_ms = number
+    else:
+        knobs.idle_close_ms = number
+    return 200, b"{}"
+
+
 class FakeEngine(asyncio.Protocol):
     def __init__(
         self,
@@ -156,8 +230,10 @@ class FakeEngine(asyncio.Protocol):
         apis: FakeApis,
         sleep: FakeSleep | None = None,
         cache: PrefixCache | None = None,
+        knobs: Knobs | None = None,
     ) -> None:
         self.cfg, self.stats, self.apis, self.cache = cfg, stats, apis, cache
+        self.knobs = knobs or Knobs()
         self.sleep = sleep or FakeSleep(SleepConfig())
         self.buf = b""
         self.transport: asyncio.Transport | None = None
@@ -192,9 +268,24 @@ class FakeEngine(asyncio.Protocol):
         assert self.transport is not None
         self.transport.write(data)
 
+    async def next_request(self) -> tuple[str, str, dict[str, str], bytes] | None:
+        """The next request on this connection; None when ``--idle-close-ms`` passed without one."""
+        idle_ms = self.knobs.idle_close_ms or self.cfg.faults.idle_close_ms
+        if not idle_ms:
+            return await self.queue.get()
+        try:
+            return await asyncio.wait_for(self.queue.get(), idle_ms / 1000)
+        except TimeoutError:
+            return None
+
     async def serve(self) -> None:
         while True:
-            method, path, headers, body = await self.queue.get()
+            got = await self.next_request()
+            if got is None:  # idle past --idle-close-ms: closed, as uvicorn's keep-alive timeout does
+                assert self.transport is not None
+                self.transport.close()
+                return
+            method, path, headers, body = got
             if not await self.handle(method, path, headers, body):
                 assert self.transport is not None
                 self.transport.close()
@@ -213,6 +304,10 @@ class FakeEngine(asyncio.Protocol):
     async def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> bool:
         if not self.authorized(path, headers):
             return self.send(401, b'{"error":"Unauthorized"}')
+        if path.startswith((HEALTH_DELAY, IDLE_CLOSE)) and method == "POST":
+            return self.send(*await set_knob(self.knobs, path))
+        if path == "/health" and self.knobs.health_delay_ms:
+            await asyncio.sleep(self.knobs.health_delay_ms / 1000)
         if self.sleep.handles(path):
             return self.send(*self.sleep.handle(method, path, body))
         if method == "GET":
@@ -238,6 +333,10 @@ class FakeEngine(asyncio.Protocol):
             return self.send(*self.apis.unload_lora(json.loads(body or b"{}")))
         self.stats.enter()
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
+        log_generation(self.cfg, path, headers)
+        if fault := prompt_fault(self.cfg.faults, body):
+            self.stats.leave()
+            return strike_on_prompt(fault)
         try:
             return await self.answer(path, headers, body)
         finally:
@@ -372,6 +471,8 @@ class FakeEngine(asyncio.Protocol):
             await asyncio.sleep(float(fault.removeprefix("slow-first-")) / 1000)
         if self.cfg.log_requests:
             print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
+        if prompt_fault(self.cfg.faults, body):
+            return strike_on_prompt(prompt_fault(self.cfg.faults, body))
         if self.cfg.latency_ms:
             await asyncio.sleep(self.cfg.latency_ms / 1000)
         if self.cache is not None:
@@ -493,13 +594,29 @@ async def serve(cfg: Config, host: str, port: int, count: int = 1) -> None:
         apis = FakeApis(cfg.model, tag=str(p), lora=cfg.lora)
         sleep = FakeSleep(cfg.sleep)
         cache = PrefixCache(cfg.prefix_cache_blocks) if cfg.prefix_cache_blocks else None
+        knobs = Knobs()
         servers.append(
             await loop.create_server(
-                lambda s=stats, a=apis, z=sleep, c=cache: FakeEngine(cfg, s, a, z, c),  # type: ignore[misc]
+                lambda s=stats, a=apis, z=sleep, c=cache, k=knobs: FakeEngine(cfg, s, a, z, c, k),  # type: ignore[misc]
                 host, p, backlog=4096,
             )
         )  # fmt: skip
     await asyncio.gather(*(s.serve_forever() for s in servers))
+
+
+def add_fault_args(p: argparse.ArgumentParser) -> None:
+    """The fault suite's options (:class:`FaultConfig`)."""
+    p.add_argument("--crash-on-prompt", default="", help="exit 1 once a request holding this is received")
+    p.add_argument(
+        "--reset-on-prompt", default="", help="close the connection once such a request is received"
+    )
+    p.add_argument(
+        "--idle-close-ms", type=float, default=0.0, help="close keep-alive connections idle this long"
+    )
+
+
+def fault_config(a: argparse.Namespace) -> FaultConfig:
+    return FaultConfig(a.crash_on_prompt, a.reset_on_prompt, a.idle_close_ms)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -530,6 +647,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tool-strict-level", default="", help="vLLM's flag (the default fleet sets it): ignored")
     p.add_argument("--max-model-len", type=int, default=2048, help="what /v1/models says of the context")
     p.add_argument("--enable-log-requests", action="store_true", help="as vLLM's: log each generation's id")
+    add_fault_args(p)
     a = p.parse_args(argv)
     sleep = SleepConfig(
         a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
@@ -538,7 +656,7 @@ def main(argv: list[str] | None = None) -> None:
         a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
         prefix_cache_blocks=a.prefix_cache_blocks, prefill_ms_per_block=a.prefill_ms_per_block,
         multibyte=a.multibyte, max_model_len=a.max_model_len, log_requests=a.enable_log_requests,
-        split_tail=a.split_tail,
+        split_tail=a.split_tail, faults=fault_config(a),
     )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))

@@ -1,0 +1,382 @@
+"""The faults of `make faults`, one function each: it strikes the running stack while the load runs, waits
+for the fault to end (a frozen process thawed, a killed one started again), and returns what it did,
+noting in :class:`Strike` what the checkers need (logs cut at a kill, processes it killed itself, the end
+of a Redis outage, a gateway killed, extra outcomes of its own requests)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench.faults.checks import Exit, Outcome
+from bench.faults.stack import CRASH_PROMPT, RESET_PROMPT, registry_whole
+from bench.faults.workload import CHAT, Load, Request, mix, send, slow_uploads, with_prompt
+from contract.redis_keys import RedisKeys
+from testing.poll import until
+from tools.stack.redis_topology import SERVICE, Node, cli
+from tools.stack.stack import Stack
+from workers.life.adopt import StateFile, pid_alive
+
+PAUSE_S = 4.0  # a SIGSTOP lasts this long (past the gateways' 5 s chunk timeout only with the load's own)
+DOWN_S = 2.0  # a killed Redis or gateway stays down this long
+
+
+@dataclass
+class Strike:
+    """What a fault did, for the checkers."""
+
+    note: str = ""
+    cuts: dict[Path, int] = field(default_factory=dict)
+    exits: list[Exit] = field(default_factory=list)
+    gateway_killed: bool = False
+    outage_end: float | None = None
+    """When a Redis outage ended (monotonic): the registry must be whole within 10 s of it."""
+    outcomes: list[Outcome] = field(default_factory=list)
+    not_injected: str = ""
+
+
+@dataclass
+class Ctx:
+    stack: Stack
+    load: Load
+    strike: Strike = field(default_factory=Strike)
+
+    @property
+    def state_file(self) -> Path:
+        return self.stack.config.run_dir / "workers-state.json"
+
+    def replica_pids(self, model: str = CHAT) -> list[tuple[str, int]]:
+        return sorted(
+            (e.id, e.pid) for e in StateFile(self.state_file).load() if e.spec().model.name == model
+        )
+
+    def replica_log(self, replica_id: str) -> Path:
+        return self.stack.logs / f"{replica_id}.log"
+
+    async def dead(self, pid: int, deadline_s: float = 10.0) -> None:
+        await until(lambda: not pid_alive(pid), deadline_s, f"pid {pid} dead", interval_s=0.05)
+
+    async def kill_replica(self, replica_id: str, pid: int, sig: int = signal.SIGKILL) -> bool:
+        """Signal the replica's group; when it dies, its log is cut there (its runs ended with it)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+        with contextlib.suppress(AssertionError):
+            await self.dead(pid, 3.0 if sig != signal.SIGKILL else 10.0)
+        if pid_alive(pid):
+            return False
+        path = self.replica_log(replica_id)
+        self.strike.cuts[path] = path.stat().st_size
+        return True
+
+    async def service_signal(self, name: str, sig: int, *, restart_after_s: float | None = None) -> str:
+        """Signal a stack service's group; if it died, note its exit, start it again (same command line,
+        same id) after ``restart_after_s`` (or at once)."""
+        svc = self.stack.service(name)
+        svc.signal_group(sig)
+        with contextlib.suppress(AssertionError):
+            await until(lambda: not svc.alive, 3.0 if sig != signal.SIGKILL else 10.0, name, interval_s=0.05)
+        if svc.alive:
+            return f"{name} lives on after {signal.Signals(sig).name}"
+        code = svc.returncode()
+        self.strike.exits.append(Exit(name, code if code is not None else 0, asked=sig == signal.SIGKILL))
+        await asyncio.sleep(restart_after_s or 0.0)
+        await self.stack.restart(name)
+        return f"{name} exited ({code}) on {signal.Signals(sig).name}; started again under the same id"
+
+    def redis_nodes(self) -> list[Node]:
+        topo = self.stack.topology
+        return [n for n in topo.nodes if n.role != "sentinel"] if topo is not None else []
+
+
+# ---- replicas (engines) -------------------------------------------------------------------------
+
+
+async def engine_signal(c: Ctx, sig: int) -> str:
+    rid, pid = c.replica_pids()[0]
+    died = await c.kill_replica(rid, pid, sig)
+    fate = "died; the supervisor restarts it" if died else "lives on"
+    return f"replica {rid} (pid {pid}) {signal.Signals(sig).name}: {fate}"
+
+
+async def engine_kill9(c: Ctx) -> str:
+    return await engine_signal(c, signal.SIGKILL)
+
+
+async def engine_hup(c: Ctx) -> str:
+    return await engine_signal(c, signal.SIGHUP)
+
+
+async def freeze(pids: list[int], pause_s: float) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(pause_s)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGCONT)
+
+
+async def engine_stop(c: Ctx) -> str:
+    rid, pid = c.replica_pids()[0]
+    await freeze([pid], PAUSE_S)
+    return f"replica {rid} SIGSTOP for {PAUSE_S:g} s, then SIGCONT"
+
+
+async def prompt_request(c: Ctx, prompt: str, req: Request) -> Outcome:
+    """One request of ours holding ``prompt`` (counted with the load's ids), through nginx."""
+    tenant = c.load.tenants[0]
+    async with httpx.AsyncClient(timeout=c.load.timeout_s) as client:
+        out = await send(client, c.load.url, with_prompt(req, prompt), c.load.next_id(), tenant)
+    c.strike.outcomes.append(out)
+    return out
+
+
+async def crash_on_prompt(c: Ctx) -> str:
+    """A non-streamed chat whose prompt crashes the replica that takes it (after it received it)."""
+    before = dict(c.replica_pids())
+    out = await prompt_request(c, CRASH_PROMPT, mix(8)[0])
+    after = dict(c.replica_pids())
+    crashed = [r for r, p in before.items() if after.get(r) != p or not pid_alive(p)]
+    return f"a prompt that crashes its replica: {out.outcome} {out.detail}; replicas crashed: {crashed}"
+
+
+async def reset_after_write(c: Ctx) -> str:
+    """Requests whose replica closes the connection once it received them (non-streamed chat, a stream
+    before its first token, an embedding-free Responses call)."""
+    kinds = [r for r in mix(8) if r.kind in ("chat", "chat-stream", "responses", "messages")]
+    outs = [await prompt_request(c, RESET_PROMPT, r) for r in kinds]
+    return "connection closed after the request was received: " + ", ".join(
+        f"{r.kind} {o.outcome}" for r, o in zip(kinds, outs, strict=True)
+    )
+
+
+async def set_knob(urls: list[str], path: str) -> None:
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        for url in urls:
+            with contextlib.suppress(httpx.HTTPError):
+                await client.post(url + path)
+
+
+def replica_urls(c: Ctx, model: str = CHAT) -> list[str]:
+    entries = StateFile(c.state_file).load()
+    return sorted(f"http://{e.host}:{e.port}" for e in entries if e.spec().model.name == model)
+
+
+async def slow_health(c: Ctx) -> str:
+    """One replica's /health answers 2.5 s late for 8 s (a busy CPU replica), then at once again."""
+    url = replica_urls(c)[0]
+    await set_knob([url], "/fake/health-delay-ms/2500")
+    try:
+        await asyncio.sleep(8.0)
+    finally:
+        await set_knob([url], "/fake/health-delay-ms/0")
+    return f"{url}/health 2.5 s late for 8 s"
+
+
+async def reset_before_write(c: Ctx) -> str:
+    """Every chat replica closes keep-alive connections idle for 100 ms, for 6 s (as uvicorn's keep-alive
+    timeout does, sooner): a gateway that reuses one finds it closed before its request was written."""
+    urls = replica_urls(c)
+    await set_knob(urls, "/fake/idle-close-ms/100")
+    try:
+        await asyncio.sleep(6.0)
+    finally:
+        await set_knob(urls, "/fake/idle-close-ms/0")
+    return f"{len(urls)} replicas closed keep-alive connections idle 100 ms, for 6 s"
+
+
+# ---- gateways ------------------------------------------------------------------------------------
+
+
+async def gateway_kill9(c: Ctx) -> str:
+    c.strike.gateway_killed = True
+    return await c.service_signal("gateway-1", signal.SIGKILL, restart_after_s=DOWN_S)
+
+
+async def gateway_stop(c: Ctx) -> str:
+    svc = c.stack.service("gateway-1")
+    assert svc.pid is not None
+    await freeze([svc.pid], PAUSE_S)
+    return f"gateway-1 SIGSTOP for {PAUSE_S:g} s, then SIGCONT"
+
+
+async def gateway_hup(c: Ctx) -> str:
+    return await c.service_signal("gateway-1", signal.SIGHUP)
+
+
+async def slow_upload(c: Ctx) -> str:
+    """16 uploads without a key, straight to a gateway (nginx would absorb them), 1 KiB a second."""
+    port = c.stack.config.gateway_ports[0]
+    outs = await slow_uploads(f"http://{c.stack.config.host}:{port}", 16, deadline_s=15.0)
+    c.strike.outcomes += outs
+    return "16 slow uploads without a key to gateway-1: " + ", ".join(sorted({o.outcome for o in outs}))
+
+
+# ---- the supervisor -------------------------------------------------------------------------------
+
+
+async def supervisor_kill9(c: Ctx) -> str:
+    return await c.service_signal("workers", signal.SIGKILL, restart_after_s=1.0)
+
+
+async def supervisor_stop(c: Ctx) -> str:
+    svc = c.stack.service("workers")
+    assert svc.pid is not None
+    await freeze([svc.pid], PAUSE_S)
+    return f"supervisor SIGSTOP for {PAUSE_S:g} s, then SIGCONT"
+
+
+async def supervisor_hup(c: Ctx) -> str:
+    return await c.service_signal("workers", signal.SIGHUP)
+
+
+async def supervisor_dies_in_start(c: Ctx) -> str:
+    """A replica killed -9; the moment the supervisor starts its successor, the supervisor is killed -9
+    (its half-started replica is in no state file yet), then started again."""
+    rid, pid = c.replica_pids()[0]
+    log = c.stack.logs / "workers.log"
+    mark = log.stat().st_size
+    await c.kill_replica(rid, pid)
+
+    def starting() -> bool:
+        with log.open("rb") as f:
+            f.seek(mark)
+            return f"replica={rid} starting".encode() in f.read()
+
+    await until(starting, 15.0, f"{rid} starting again", interval_s=0.02)
+    note = await c.service_signal("workers", signal.SIGKILL, restart_after_s=1.0)
+    return f"replica {rid} killed -9; supervisor killed -9 while it started it again; {note}"
+
+
+# ---- Redis ----------------------------------------------------------------------------------------
+
+
+async def redis_kill9(c: Ctx) -> str:
+    """single: kill -9, started again empty after 2 s; Sentinel and Cluster: the master of the chat
+    model's registry key killed -9 (the others fail over), started again as it was 2 s later."""
+    topo = c.stack.topology
+    if topo is None:
+        note = await c.service_signal("redis", signal.SIGKILL, restart_after_s=DOWN_S)
+    else:
+        port = topo.master_port(RedisKeys().registry(CHAT))
+        node = topo.node(port)
+        node.kill(signal.SIGKILL)
+        await asyncio.sleep(DOWN_S)
+        restart_node(node)
+        note = f"master {port} killed -9, started again after {DOWN_S:g} s"
+    c.strike.outage_end = time.monotonic()
+    return note
+
+
+def restart_node(node: Node) -> None:
+    """The same redis-server command line again, in its own folder (it rejoins as it was configured)."""
+    argv = [str(a) for a in node.popen.args]  # type: ignore[union-attr]
+    folder = Path(argv[argv.index("--dir") + 1]) if "--dir" in argv else Path.cwd()
+    with (folder / "redis.log").open("ab") as out:
+        node.popen = subprocess.Popen(
+            argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder
+        )
+
+
+async def redis_pause_all(c: Ctx) -> str:
+    """Every data node SIGSTOPped for 4 s at once (a whole-cluster pause; single: the one server)."""
+    if c.stack.topology is None:
+        svc = c.stack.service("redis")
+        assert svc.pid is not None
+        pids = [svc.pid]
+    else:
+        pids = [n.popen.pid for n in c.redis_nodes()]
+    await freeze(pids, PAUSE_S)
+    c.strike.outage_end = time.monotonic()
+    return f"{len(pids)} Redis data node(s) SIGSTOP for {PAUSE_S:g} s, then SIGCONT"
+
+
+async def redis_hup(c: Ctx) -> str:
+    if c.stack.topology is None:
+        note = await c.service_signal("redis", signal.SIGHUP)
+    else:
+        for n in c.redis_nodes():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(n.popen.pid, signal.SIGHUP)
+        note = "SIGHUP to every Redis data node"
+    c.strike.outage_end = time.monotonic()
+    return note
+
+
+async def sentinel_failover(c: Ctx) -> str:
+    topo = c.stack.topology
+    assert topo is not None
+    sentinel = next(n.port for n in topo.nodes if n.role == "sentinel")
+    before = topo.master_port()
+    cli(sentinel, "SENTINEL", "FAILOVER", SERVICE)
+    with contextlib.suppress(AssertionError):
+        await until(lambda: topo.master_port() != before, 20.0, "failover", interval_s=0.2)
+    c.strike.outage_end = time.monotonic()
+    return f"SENTINEL FAILOVER: master {before} -> {topo.master_port()}"
+
+
+async def no_fault(c: Ctx) -> str:
+    return "no fault (the load alone)"
+
+
+async def not_yet(c: Ctx) -> str:
+    return "not injected yet"
+
+
+Fault = Callable[[Ctx], Awaitable[str]]
+FAULTS: dict[str, Fault] = {
+    "none": no_fault,
+    "kill9-engine": engine_kill9,
+    "stop-engine": engine_stop,
+    "hup-engine": engine_hup,
+    "crash-on-prompt": crash_on_prompt,
+    "reset-after-write": reset_after_write,
+    "reset-before-write": reset_before_write,
+    "slow-health": slow_health,
+    "kill9-gateway": gateway_kill9,
+    "stop-gateway": gateway_stop,
+    "hup-gateway": gateway_hup,
+    "slow-upload": slow_upload,
+    "slow-reader": not_yet,
+    "kill9-supervisor": supervisor_kill9,
+    "stop-supervisor": supervisor_stop,
+    "hup-supervisor": supervisor_hup,
+    "supervisor-dies-in-start": supervisor_dies_in_start,
+    "supervisor-dies-in-wake": not_yet,
+    "kill9-redis": redis_kill9,
+    "pause-redis": redis_pause_all,
+    "hup-redis": redis_hup,
+    "sentinel-failover": sentinel_failover,
+}
+REDIS_FAULTS = frozenset({"kill9-redis", "pause-redis", "hup-redis", "sentinel-failover"})
+NOT_YET = {
+    "slow-reader": "not injected yet: a reader slow enough to matter needs a stream larger than the socket "
+    "buffers between the gateway and the client (nginx's too)",
+    "supervisor-dies-in-wake": "not injected yet: needs an on-demand model in the suite's fleet",
+}
+
+
+def not_injected(fault: str, topology: str) -> str:
+    """Why ``fault`` is not injected on ``topology`` ('' when it is)."""
+    if fault == "sentinel-failover" and topology != "sentinel":
+        return "Sentinel topology only"
+    return NOT_YET.get(fault, "")
+
+
+async def back_to_strength(stack: Stack, deadline_s: float = 60.0) -> None:
+    """Every service alive (one that died is started again) and the fleet whole again."""
+    for svc in list(stack.services):
+        if not svc.alive:
+            await stack.restart(svc.name)
+    await until(lambda: registry_whole(stack), deadline_s, "the registry whole again", interval_s=0.25)
