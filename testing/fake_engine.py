@@ -41,8 +41,8 @@ body holds TEXT is logged as received, then the whole process exits 1: a replica
 prompt, after it worked on it), ``--reset-on-prompt TEXT`` (the same, but only the connection closes),
 ``--idle-close-ms N`` (a keep-alive connection idle for N ms is closed, as uvicorn's keep-alive timeout
 does: the next request on it finds it closed before it was written), and ``POST /fake/health-delay-ms/N``
-(``/health`` answers N ms late from then on; 0: at once) and ``POST /fake/idle-close-ms/N`` (the same as
-``--idle-close-ms``, at run time).
+(``/health`` answers N ms late from then on; 0: at once), ``POST /fake/idle-close-ms/N`` (the same as
+``--idle-close-ms``, at run time) and ``POST /fake/latency-ms/N`` (``--latency-ms`` at run time).
 """
 
 from __future__ import annotations
@@ -171,14 +171,17 @@ class FaultConfig:
 
 @dataclass
 class Knobs:
-    """What the fault suite changes at run time, per engine: how late ``/health`` answers, and after how
-    long an idle keep-alive connection is closed (0: ``--idle-close-ms``)."""
+    """What the fault suite changes at run time, per engine: how late ``/health`` answers, after how long
+    an idle keep-alive connection is closed (0: ``--idle-close-ms``), and how long a generation waits
+    after it was received before it answers (as ``--latency-ms``: a busy replica)."""
 
     health_delay_ms: float = 0.0
     idle_close_ms: float = 0.0
+    latency_ms: float = 0.0
 
 
-HEALTH_DELAY, IDLE_CLOSE = "/fake/health-delay-ms/", "/fake/idle-close-ms/"
+HEALTH_DELAY, IDLE_CLOSE, LATENCY = "/fake/health-delay-ms/", "/fake/idle-close-ms/", "/fake/latency-ms/"
+KNOBS = {HEALTH_DELAY: "health_delay_ms", IDLE_CLOSE: "idle_close_ms", LATENCY: "latency_ms"}
 GENERATING = frozenset({"/v1/responses", "/v1/messages", "/v1/rerank", "/v1/score", "/rerank", "/score",
                         "/v2/rerank", "/pooling", "/classify"})  # fmt: skip
 
@@ -209,16 +212,13 @@ def strike_on_prompt(fault: str) -> bool:
 
 async def set_knob(knobs: Knobs, path: str) -> tuple[int, bytes]:
     """``POST /fake/health-delay-ms/N``: ``/health`` answers N ms late from then on;
-    ``POST /fake/idle-close-ms/N``: keep-alive connections idle N ms are closed (0: the start flag's)."""
+    ``POST /fake/idle-close-ms/N``: keep-alive connections idle N ms are closed (0: the start flag's);
+    ``POST /fake/latency-ms/N``: each generation waits N ms once received."""
     name, _, value = path.rpartition("/")
     try:
-        number = float(value)
-    except ValueError:
-        return 400, b'{"error":"not a number"}'
-    if name + "/" == HEALTH_DELAY:
-        knobs.health_delay_ms = number
-    else:
-        knobs.idle_close_ms = number
+        setattr(knobs, KNOBS[name + "/"], float(value))
+    except (ValueError, KeyError):
+        return 400, b'{"error":"no such knob or not a number"}'
     return 200, b"{}"
 
 
@@ -304,7 +304,7 @@ class FakeEngine(asyncio.Protocol):
     async def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> bool:
         if not self.authorized(path, headers):
             return self.send(401, b'{"error":"Unauthorized"}')
-        if path.startswith((HEALTH_DELAY, IDLE_CLOSE)) and method == "POST":
+        if path.startswith(tuple(KNOBS)) and method == "POST":
             return self.send(*await set_knob(self.knobs, path))
         if path == "/health" and self.knobs.health_delay_ms:
             await asyncio.sleep(self.knobs.health_delay_ms / 1000)
@@ -473,8 +473,8 @@ class FakeEngine(asyncio.Protocol):
             print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
         if prompt_fault(self.cfg.faults, body):
             return strike_on_prompt(prompt_fault(self.cfg.faults, body))
-        if self.cfg.latency_ms:
-            await asyncio.sleep(self.cfg.latency_ms / 1000)
+        if self.cfg.latency_ms or self.knobs.latency_ms:
+            await asyncio.sleep((self.cfg.latency_ms or self.knobs.latency_ms) / 1000)
         if self.cache is not None:
             blocks, hits = self.cache.admit(prompt_text(req))
             await asyncio.sleep((blocks - hits) * self.cfg.prefill_ms_per_block / 1000)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import httpx
 
-from bench.faults.checks import Exit, Outcome
+from bench.faults.checks import ANSWERED, Exit, Outcome
 from bench.faults.stack import CRASH_PROMPT, RESET_PROMPT, registry_whole
-from bench.faults.workload import CHAT, Load, Request, mix, send, slow_uploads, with_prompt
+from bench.faults.workload import CHAT, ON_DEMAND, Load, Request, mix, send, slow_uploads, with_prompt
 from contract.redis_keys import RedisKeys
 from testing.poll import until
 from tools.stack.redis_topology import SERVICE, Node, cli
@@ -174,14 +174,18 @@ def replica_urls(c: Ctx, model: str = CHAT) -> list[str]:
 
 
 async def slow_health(c: Ctx) -> str:
-    """One replica's /health answers 2.5 s late for 8 s (a busy CPU replica), then at once again."""
+    """One replica busy for 8 s, as a loaded CPU replica is: its /health answers 2.5 s late and each
+    generation waits 2 s for its first token (within the gateways' 5 s first-byte timeout); then at once
+    again. It serves throughout: no request may fail."""
     url = replica_urls(c)[0]
     await set_knob([url], "/fake/health-delay-ms/2500")
+    await set_knob([url], "/fake/latency-ms/2000")
     try:
         await asyncio.sleep(8.0)
     finally:
         await set_knob([url], "/fake/health-delay-ms/0")
-    return f"{url}/health 2.5 s late for 8 s"
+        await set_knob([url], "/fake/latency-ms/0")
+    return f"{url} busy for 8 s: /health 2.5 s late, first tokens 2 s late"
 
 
 async def reset_before_write(c: Ctx) -> str:
@@ -200,8 +204,24 @@ async def reset_before_write(c: Ctx) -> str:
 
 
 async def gateway_kill9(c: Ctx) -> str:
+    """gateway-1 killed -9, started again under the same id 2 s later; how long until it answers."""
     c.strike.gateway_killed = True
-    return await c.service_signal("gateway-1", signal.SIGKILL, restart_after_s=DOWN_S)
+    note = await c.service_signal("gateway-1", signal.SIGKILL, restart_after_s=DOWN_S)
+    return f"{note}; first answer through it {await first_answer(c, 0):.1f} s after its start"
+
+
+async def first_answer(c: Ctx, gateway: int, deadline_s: float = 60.0) -> float:
+    """Seconds until a chat request straight to the gateway is answered (tried again after each failure)."""
+    url = f"http://{c.stack.config.host}:{c.stack.config.gateway_ports[gateway]}"
+    started = time.monotonic()
+    async with httpx.AsyncClient(timeout=deadline_s) as client:
+        while time.monotonic() - started < deadline_s:
+            out = await send(client, url, mix(8)[0], c.load.next_id(), c.load.tenants[0])
+            c.strike.outcomes.append(out)
+            if out.outcome == ANSWERED:
+                break
+            await asyncio.sleep(0.2)
+    return time.monotonic() - started
 
 
 async def gateway_stop(c: Ctx) -> str:
@@ -257,6 +277,28 @@ async def supervisor_dies_in_start(c: Ctx) -> str:
     await until(starting, 15.0, f"{rid} starting again", interval_s=0.02)
     note = await c.service_signal("workers", signal.SIGKILL, restart_after_s=1.0)
     return f"replica {rid} killed -9; supervisor killed -9 while it started it again; {note}"
+
+
+async def supervisor_dies_in_wake(c: Ctx) -> str:
+    """A request for the asleep on-demand model; the moment the supervisor starts its replica, the
+    supervisor is killed -9, then started again. The request must end (answer or clear error) within the
+    model's wake timeout, and the replica must not be left behind."""
+    log = c.stack.logs / "workers.log"
+    mark = log.stat().st_size
+    req = Request("wake", "/v1/chat/completions", {**mix(8)[0].body, "model": ON_DEMAND}, False)
+    waiter = asyncio.create_task(prompt_request(c, "wake up", req))
+
+    def starting() -> bool:
+        with log.open("rb") as f:
+            f.seek(mark)
+            return f"replica={ON_DEMAND}-0 waking".encode() in f.read()
+
+    await until(starting, 15.0, f"{ON_DEMAND} waking", interval_s=0.02)
+    note = await c.service_signal("workers", signal.SIGKILL, restart_after_s=1.0)
+    out = await waiter
+    return (
+        f"wake of {ON_DEMAND}; supervisor killed -9 while it started it: {note}; the request: {out.outcome}"
+    )
 
 
 # ---- Redis ----------------------------------------------------------------------------------------
@@ -353,7 +395,7 @@ FAULTS: dict[str, Fault] = {
     "stop-supervisor": supervisor_stop,
     "hup-supervisor": supervisor_hup,
     "supervisor-dies-in-start": supervisor_dies_in_start,
-    "supervisor-dies-in-wake": not_yet,
+    "supervisor-dies-in-wake": supervisor_dies_in_wake,
     "kill9-redis": redis_kill9,
     "pause-redis": redis_pause_all,
     "hup-redis": redis_hup,
@@ -363,7 +405,6 @@ REDIS_FAULTS = frozenset({"kill9-redis", "pause-redis", "hup-redis", "sentinel-f
 NOT_YET = {
     "slow-reader": "not injected yet: a reader slow enough to matter needs a stream larger than the socket "
     "buffers between the gateway and the client (nginx's too)",
-    "supervisor-dies-in-wake": "not injected yet: needs an on-demand model in the suite's fleet",
 }
 
 

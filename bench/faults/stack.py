@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 import yaml
 
 from bench.faults.checks import KeyState, ProcInfo, inflight_count
-from bench.faults.workload import CHAT, EMBED
+from bench.faults.workload import CHAT, EMBED, ON_DEMAND
 from bench.fleet_scenarios import FakeWorkersStack
 from contract.redis_keys import RedisKeys
 from contract.redis_url import connect
@@ -42,7 +42,8 @@ def free_port() -> int:
 
 
 def fleet(base_port: int, delay_ms: int, tokens: int) -> dict[str, Any]:
-    """Two FAKE ENGINE replicas of a generating model (tools on) and two of a pooling one."""
+    """Two FAKE ENGINE replicas of a generating model (tools on), two of a pooling one, and an on-demand
+    model (asleep until a request wakes it; back to sleep 3 s after)."""
     flags = ["--enable-log-requests", "--delay-ms", str(delay_ms), "--tokens", str(tokens),
              "--crash-on-prompt", CRASH_PROMPT, "--reset-on-prompt", RESET_PROMPT]  # fmt: skip
     chat = {"name": CHAT, "source": {"path": f"/{CHAT}"}, "replicas": 2, "concurrency": 4,
@@ -50,7 +51,10 @@ def fleet(base_port: int, delay_ms: int, tokens: int) -> dict[str, Any]:
             "engine": {"tool_call_parser": "hermes", "extra_args": flags}}  # fmt: skip
     embed = {"name": EMBED, "source": {"path": f"/{EMBED}"}, "replicas": 2, "concurrency": 4,
              "engine": {"runner": "pooling", "extra_args": ["--enable-log-requests"]}}  # fmt: skip
-    return {"defaults": {"device": "cpu", "base_port": base_port}, "models": [chat, embed]}
+    lazy = {"name": ON_DEMAND, "source": {"path": f"/{ON_DEMAND}"}, "activation": "on_demand",
+            "idle_timeout_s": 3, "wake_timeout_s": 15,
+            "engine": {"extra_args": ["--enable-log-requests"]}}  # fmt: skip
+    return {"defaults": {"device": "cpu", "base_port": base_port}, "models": [chat, embed, lazy]}
 
 
 def config(run_dir: Path, fleet_file: Path, topology: str) -> StackConfig:
@@ -85,7 +89,7 @@ async def tenants(stack: Stack) -> list[dict[str, str]]:
 
 
 async def registry_whole(stack: Stack) -> bool:
-    """Every replica of every model READY in the registry (read afresh: any topology)."""
+    """Every replica of every ``always`` model READY in the registry (read afresh: any topology)."""
     redis = connect(stack.redis_url, socket_timeout=1.0)
     try:
         recs = await read_registry(redis, RedisKeys())
@@ -94,7 +98,7 @@ async def registry_whole(stack: Stack) -> bool:
     finally:
         with contextlib.suppress(Exception):
             await redis.aclose()
-    want = {m.name: m.replicas for m in stack.fleet.models}
+    want = {m.name: m.replicas for m in stack.fleet.models if not m.on_demand}
     ready = [r.model for r in recs if r.state is ReplicaState.READY]
     return all(ready.count(m) >= n for m, n in want.items())
 

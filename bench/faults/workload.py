@@ -15,7 +15,7 @@ import httpx
 
 from bench.faults.checks import CUT, LOST, Outcome, judge_stream, judge_whole
 
-CHAT, EMBED = "fault-chat", "fault-embed"
+CHAT, EMBED, ON_DEMAND = "fault-chat", "fault-embed", "fault-od"
 TOOLS = [
     {
         "type": "function",

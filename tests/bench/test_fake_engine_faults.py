@@ -47,6 +47,12 @@ def test_prompt_faults_health_delay_and_idle_close(tmp_path: Path) -> None:
             assert c.get("/health").status_code == 200
             assert time.monotonic() - started >= 0.4
             c.post("/fake/health-delay-ms/0")
+            assert c.post("/fake/latency-ms/300").status_code == 200
+            started = time.monotonic()
+            assert c.post("/v1/chat/completions", json=CHAT).status_code == 200
+            assert time.monotonic() - started >= 0.3
+            c.post("/fake/latency-ms/0")
+            assert c.post("/fake/latency-ms/soon").status_code == 400
             assert c.post("/fake/idle-close-ms/100").status_code == 200
         # a keep-alive connection idle past 100 ms is closed by the engine
         with socket.create_connection(("127.0.0.1", proc.port)) as s:

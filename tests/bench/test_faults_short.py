@@ -27,6 +27,7 @@ SHORT: dict[str, str] = {
     "reset-after-write": FINDING.format(
         1, "a request whose connection closed after it was written is sent again"
     ),
+    "slow-health": FINDING.format(2, "one slow /health probe cancels the work in flight on its replica"),
     "hup-gateway": FINDING.format(5, "llmgw-gateway dies on SIGHUP"),
     "supervisor-dies-in-start": FINDING.format(
         5, "a replica started by a supervisor that dies is in no state file"
