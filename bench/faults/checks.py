@@ -273,17 +273,13 @@ class ProcInfo:
     name: str
 
 
-def orphans(procs: Iterable[ProcInfo], own: set[int], recorded: set[int]) -> list[str]:
+def orphans(procs: Iterable[ProcInfo], own: set[int], recorded: set[int]) -> list[ProcInfo]:
     """Processes of the run (all carry the run's marker) whose parent is gone (re-parented outside the
     run: to init or a subreaper) and that nobody records (``recorded``: the supervisor's state file, the
     stack's services). ``own``: the driver's pid and its children's, alive and known."""
     table = list(procs)
     of_run = {p.pid for p in table} | own
-    return sorted(
-        f"{p.name} (pid {p.pid}, parent {p.ppid})"
-        for p in table
-        if p.pid not in own and p.ppid not in of_run and p.pid not in recorded
-    )
+    return [p for p in table if p.pid not in own and p.ppid not in of_run and p.pid not in recorded]
 
 
 def registry_back_s(samples: Sequence[tuple[float, bool]], outage_end: float) -> float | None:

@@ -403,8 +403,8 @@ FAULTS: dict[str, Fault] = {
 }
 REDIS_FAULTS = frozenset({"kill9-redis", "pause-redis", "hup-redis", "sentinel-failover"})
 NOT_YET = {
-    "slow-reader": "not injected yet: a reader slow enough to matter needs a stream larger than the socket "
-    "buffers between the gateway and the client (nginx's too)",
+    "slow-reader": "not injected yet: a client that reads a little just inside LLMGW_STREAM_WRITE_TIMEOUT_S "
+    "(30 s) needs a stream of minutes and more than the socket buffers hold (nginx's too)",
 }
 
 

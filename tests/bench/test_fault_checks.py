@@ -163,7 +163,7 @@ def test_orphans_are_unrecorded_processes_whose_parent_left_the_run() -> None:
         ProcInfo(104, 1, "fake_engine"),  # started by a supervisor that died: in no state file
         ProcInfo(105, 104, "engine_core"),  # its child: its parent is of the run
     ]
-    assert orphans(procs, own={100, 101, 102}, recorded={103}) == ["fake_engine (pid 104, parent 1)"]
+    assert orphans(procs, own={100, 101, 102}, recorded={103}) == [ProcInfo(104, 1, "fake_engine")]
 
 
 def test_seconds_until_the_registry_is_whole_and_stays_so() -> None:

@@ -38,7 +38,7 @@ SHORT: dict[str, str] = {
 @pytest_asyncio.fixture(scope="module")
 async def cells(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Cell]:
     tmp: Path = tmp_path_factory.mktemp("faults")
-    got = await run_topology("single", list(SHORT), SEED, Plan(after_s=2.0, settle_s=8.0), tmp)
+    got = await run_topology("single", list(SHORT), SEED, Plan(after_s=2.0), tmp)
     return {c.fault: c for c in got}
 
 
