@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,12 +153,19 @@ async def crash_on_prompt(c: Ctx) -> str:
 
 
 async def reset_after_write(c: Ctx) -> str:
-    """Requests whose replica closes the connection once it received them (non-streamed chat, a stream
-    before its first token, an embedding-free Responses call)."""
-    kinds = [r for r in mix(8) if r.kind in ("chat", "chat-stream", "responses", "messages")]
-    outs = [await prompt_request(c, RESET_PROMPT, r) for r in kinds]
-    return "connection closed after the request was received: " + ", ".join(
-        f"{r.kind} {o.outcome}" for r, o in zip(kinds, outs, strict=True)
+    """Requests whose replica closes the connection once it received them: two rounds of six kinds (a
+    non-streamed chat, a stream before its first token, Responses, Messages, an embedding, a rerank),
+    0.3 s apart so that the gateways' pooled connections are idle and reused, as between real requests."""
+    kinds = [
+        r for r in mix(8) if r.kind in ("chat", "chat-stream", "responses", "messages", "embedding", "rerank")
+    ]
+    outs = []
+    for r in kinds * 2:
+        outs.append(await prompt_request(c, RESET_PROMPT, r))
+        await asyncio.sleep(0.3)
+    ends = Counter(o.outcome for o in outs)
+    return f"{len(outs)} requests whose connection closed once received: " + ", ".join(
+        f"{n} {k}" for k, n in ends.most_common()
     )
 
 

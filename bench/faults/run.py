@@ -48,7 +48,7 @@ from bench.faults.stack import (
 )
 from bench.faults.workload import Load, mix
 from tools.stack.redis_topology import KINDS
-from tools.stack.stack import Stack
+from tools.stack.stack import REPO, Stack
 from workers.life.adopt import StateFile
 
 log = logging.getLogger("llmgw.faults")
@@ -236,17 +236,21 @@ async def run_cell(
 
 
 @contextlib.contextmanager
-def marked(marker: str) -> Iterator[None]:
-    """The run's marker in this process' environment while it runs (every child inherits it)."""
-    old = os.environ.get(MARKER)
+def run_environment(marker: str) -> Iterator[None]:
+    """While the run lasts, this process' environment (every child inherits it) carries the run's marker
+    (the orphan scan) and ``PYTHONPATH`` set to this tree: the console scripts (``llmgw-gateway``) of an
+    editable install import the tree the install points at, which need not be the one under test."""
+    saved = {k: os.environ.get(k) for k in (MARKER, "PYTHONPATH")}
     os.environ[MARKER] = marker
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), saved["PYTHONPATH"]) if p)
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop(MARKER, None)
-        else:
-            os.environ[MARKER] = old
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.asynccontextmanager
@@ -264,7 +268,7 @@ async def run_topology(topology: str, faults: list[str], seed: int, plan: Plan, 
     marker = f"{topology}-{seed}-{os.urandom(3).hex()}"
     cells: list[Cell] = []
     seen: set[int] = set()  # orphans already reported by a cell
-    with marked(marker):
+    with run_environment(marker):
         async with running_stack(tmp / topology, topology) as stack:
             keys = await tenants(stack)
             for i, fault in enumerate(faults):

@@ -44,13 +44,13 @@ def free_port() -> int:
 def fleet(base_port: int, delay_ms: int, tokens: int) -> dict[str, Any]:
     """Two FAKE ENGINE replicas of a generating model (tools on), two of a pooling one, and an on-demand
     model (asleep until a request wakes it; back to sleep 3 s after)."""
-    flags = ["--enable-log-requests", "--delay-ms", str(delay_ms), "--tokens", str(tokens),
-             "--crash-on-prompt", CRASH_PROMPT, "--reset-on-prompt", RESET_PROMPT]  # fmt: skip
+    faults = ["--enable-log-requests", "--crash-on-prompt", CRASH_PROMPT, "--reset-on-prompt", RESET_PROMPT]
+    flags = [*faults, "--delay-ms", str(delay_ms), "--tokens", str(tokens)]
     chat = {"name": CHAT, "source": {"path": f"/{CHAT}"}, "replicas": 2, "concurrency": 4,
             "max_queue": 64, "max_queue_wait_s": 10,
             "engine": {"tool_call_parser": "hermes", "extra_args": flags}}  # fmt: skip
     embed = {"name": EMBED, "source": {"path": f"/{EMBED}"}, "replicas": 2, "concurrency": 4,
-             "engine": {"runner": "pooling", "extra_args": ["--enable-log-requests"]}}  # fmt: skip
+             "engine": {"runner": "pooling", "extra_args": faults}}  # fmt: skip
     lazy = {"name": ON_DEMAND, "source": {"path": f"/{ON_DEMAND}"}, "activation": "on_demand",
             "idle_timeout_s": 3, "wake_timeout_s": 15,
             "engine": {"extra_args": ["--enable-log-requests"]}}  # fmt: skip

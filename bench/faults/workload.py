@@ -74,6 +74,8 @@ def with_prompt(req: Request, text: str) -> Request:
         body["prompt"] = text
     elif "input" in body:
         body["input"] = text
+    elif "query" in body:
+        body["query"] = text
     return Request(req.kind, req.path, body, req.stream)
 
 
