@@ -47,6 +47,7 @@ from bench.faults.stack import (
     tenants,
 )
 from bench.faults.workload import Load, mix
+from contract.registry import RegistryTiming
 from tools.stack.redis_topology import KINDS
 from tools.stack.stack import REPO, Stack
 from workers.life.adopt import StateFile
@@ -123,15 +124,17 @@ class Cell:
         return out
 
 
-async def sample_registry(stack: Stack, until_s: float) -> list[tuple[float, bool]]:
-    """(time, whole) every 0.25 s until whole for 2 s running or ``until_s`` passed."""
+async def sample_registry(stack: Stack, min_s: float, until_s: float) -> list[tuple[float, bool]]:
+    """(time, whole) every 0.25 s for at least ``min_s`` (past the records' TTL: a heartbeat that died
+    in the outage shows only once the records it no longer refreshes expire), then until whole for 2 s
+    running, or ``until_s`` passed."""
     samples: list[tuple[float, bool]] = []
-    end, whole_since = time.monotonic() + until_s, None
-    while time.monotonic() < end:
+    start, whole_since = time.monotonic(), None
+    while time.monotonic() - start < until_s:
         now, whole = time.monotonic(), await registry_whole(stack)
         samples.append((now, whole))
         whole_since = (whole_since or now) if whole else None
-        if whole_since is not None and now - whole_since >= 2.0:
+        if now - start >= min_s and whole_since is not None and now - whole_since >= 2.0:
             break
         await asyncio.sleep(0.25)
     return samples
@@ -192,7 +195,7 @@ async def run_cell(
     strike = ctx.strike
     sampler = None
     if strike.outage_end is not None:
-        sampler = asyncio.create_task(sample_registry(stack, 30.0))
+        sampler = asyncio.create_task(sample_registry(stack, RegistryTiming().ttl_s + 3.0, 40.0))
     await asyncio.sleep(plan.after_s)
     load.stop.set()
     await asyncio.wait_for(loader, plan.client_timeout_s + 30)
