@@ -227,6 +227,8 @@ class FakeEngine(asyncio.Protocol):
             return self.send(*self.sleep.handle(method, path, body))
         if method == "POST" and self.cfg.crash_on and self.cfg.crash_on.encode() in body:
             self.stats.count(headers.get("x-request-id", "fake"))  # it began the generation, then crashed
+            if self.cfg.log_requests:
+                print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
             return False
         if method == "GET":
             if not path.startswith("/stats"):
