@@ -2,10 +2,12 @@
 gateway in front of two FAKE ENGINE replicas that crash on one given prompt (``--crash-on``: the request
 is read, counted as a generation by its request id, and its connection closed with no answer).
 
-With migration off, a request whose connection broke after it was written is never sent again, neither
-to the same replica (on a fresh connection) nor to the other: the engines count exactly one generation
-for it across both, and the client gets a clear 502 in its API's shape with ``x-should-retry: false``.
-The one replica that failed may be ejected; the other still serves the model's next request."""
+A request whose connection broke after it was written is never sent again, neither to the same replica
+(on a fresh connection) nor to the other, with migration off and with it on (nothing was generated that
+a token-exact continuation could start from; one that cannot move is not run again whole): the engines
+count exactly one generation for it across both, and the client gets a clear 502 in its API's shape with
+``x-should-retry: false``. The one replica that failed may be ejected; the other still serves the
+model's next request."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ FLEET = fleet_yaml(
     [
         {"name": "m", "source": {"path": "/x"}, "policy": "round_robin", "migration": False},
         {"name": "e", "source": {"path": "/x"}, "policy": "round_robin", "engine": {"runner": "pooling"}},
+        {"name": "mig", "source": {"path": "/x"}, "policy": "round_robin"},  # migration on (the default)
     ]
 )
 USER = [{"role": "user", "content": CRASH}]
@@ -41,6 +44,16 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "messages": ("/v1/messages", {"model": "m", "messages": USER, "max_tokens": 4}),
     "messages-stream": ("/v1/messages", {"model": "m", "messages": USER, "max_tokens": 4, "stream": True}),
     "responses": ("/v1/responses", {"model": "m", "input": CRASH, "max_output_tokens": 4}),
+    # migration on: nothing was generated that a continuation could start from, so nothing moves
+    "mig-chat": ("/v1/chat/completions", {"model": "mig", "messages": USER, "max_tokens": 4}),
+    "mig-chat-stream": (
+        "/v1/chat/completions",
+        {"model": "mig", "messages": USER, "max_tokens": 4, "stream": True},
+    ),
+    "mig-chat-cannot-move": (
+        "/v1/chat/completions",
+        {"model": "mig", "messages": USER, "max_tokens": 4, "logprobs": True},
+    ),
 }
 
 
@@ -59,6 +72,7 @@ async def gateway(tmp: Path, redis_url: str, engines: list[Proc]) -> AsyncIterat
     for i, engine in enumerate(engines):
         await register(redis_url, prefix, "m", engine.url, f"m-{i}")
         await register(redis_url, prefix, "e", engine.url, f"e-{i}")
+        await register(redis_url, prefix, "mig", engine.url, f"mig-{i}")
     async with serve_gateway(tmp, FLEET, redis_url, prefix, health_interval_s=60) as gw:
         yield gw
 
