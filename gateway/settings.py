@@ -67,6 +67,11 @@ class GatewaySettings(BaseSettings):
     registered, not stalled)."""
     max_connections: Annotated[int, Field(ge=1)] = 1024
     """Upstream connections the gateway keeps open (all replicas together)."""
+    upstream_idle_s: Seconds = 4.0
+    """An idle upstream connection is reused only within this of its last answer, then closed: keep it
+    below the replicas' own keep-alive timeout (vLLM serves with uvicorn: 5 s), so that a reused
+    connection is not closed by the replica as a request is written (such a request is never sent again:
+    the client would get a 502)."""
     keepalive_timeout_s: Seconds = Field(
         default=75.0,
         description="Idle client (nginx) connections are kept this long: longer than nginx's upstream "
