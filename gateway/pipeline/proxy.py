@@ -30,7 +30,7 @@ from gateway.pipeline.replies import RelayResponse, WholeResponse
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.settle import charge, finish, refund
 from gateway.pipeline.watch import client_watch, watched
-from gateway.responses_api.stored import locate
+from gateway.responses_api.stored import locate, locate_previous
 from gateway.state import Gateway
 from gateway.values import GONE, RequestContext
 
@@ -74,8 +74,9 @@ class Proxy:
         parse(ctx, s.prefix_chars, s.prefix_chunk_bytes, s.prefix_max_chunks)  # 2
         if ctx.media:
             await check_media(ctx.media, self.media_domains)
-        await locate(ctx, gw.names, gw.affinity)  # 3
+        await locate(ctx, gw.names, gw.affinity)  # 3 (a GET or cancel: its model is the response's)
         model = resolve(ctx, gw.names, gw.lora.adapters)
+        await locate_previous(ctx, model, gw.affinity, s.auth)
         # a generation that may move mid-way (gateway/migration): streamed, or asked whole
         ctx.migration = plan_migration(ctx, model) if ctx.stream else plan_whole(ctx, model)
         await charge(gw, ctx)
