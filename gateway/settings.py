@@ -128,6 +128,10 @@ class GatewaySettings(BaseSettings):
     """The shared Redis admission queue (false: no admission control)."""
     degraded_ready: bool = True
     """/ready stays 200 while Redis is unreachable (local admission serves); false: 503 then."""
+    wake_unregistered_s: Seconds = 5.0
+    """A request for an on-demand model of which the registry holds no record at all (no supervisor lists
+    it, not even asleep) waits this long for one, then gets 503 `model_unavailable` with Retry-After,
+    instead of waiting the model's whole `wake_timeout_s` for a wake nobody will do."""
     lease_ttl_s: Seconds = 15.0
     """TTL of an admission lease, renewed while the request runs; a crashed gateway's slots come back within
     it."""
