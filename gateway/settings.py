@@ -40,6 +40,12 @@ class GatewaySettings(BaseSettings):
     over it: 431."""
     header_timeout_s: Seconds = 10.0
     """Limit at the door: the time to read the request line and headers; past it: 408."""
+    body_timeout_s: Seconds = 10.0
+    """Limit after authentication (the key is checked from the head, before any body is read): the request
+    body must arrive within this plus its size at `body_min_rate_bytes_s`; late: 408 (retry is safe)."""
+    body_min_rate_bytes_s: Annotated[int, Field(ge=1)] = 32768
+    """The slowest upload accepted past `body_timeout_s`: each byte received adds 1/this seconds to the
+    body's deadline."""
     stream_write_timeout_s: Seconds = 30.0
     """A stream whose client makes no write progress for this long is dropped: its upstream closed, its slot
     released, counted in `llmgw_stream_stalled_total`."""

@@ -139,7 +139,7 @@ def scoped_model(fields: dict[str, Any], path_model: str) -> str:
 
 
 def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_chunks: int = 64) -> None:
-    """The body's size was capped as it was read (see proxy.read_body). A path without a body has nothing
+    """The body's size was capped as it was read (intake.read_body). A path without a body has nothing
     to parse: a stored response's GET or cancel gets its model from the response's record, any other
     (``GET /tokenizer_info``) from the query's ``model``; under a per-model base path
     (``/models/{model}/...``) the model is the path's."""
