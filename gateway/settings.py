@@ -48,7 +48,11 @@ class GatewaySettings(BaseSettings):
     body's deadline."""
     stream_write_timeout_s: Seconds = 30.0
     """A stream whose client makes no write progress for this long is dropped: its upstream closed, its slot
-    released, counted in `llmgw_stream_stalled_total`."""
+    released, counted in `llmgw_stream_stalled_total`. Also the window of `stream_min_rate_bytes_s`."""
+    stream_min_rate_bytes_s: Annotated[int, Field(ge=0)] = 4096
+    """The slowest client a stream waits for: over a `stream_write_timeout_s` window in which the gateway
+    waited for the client at least half the time, the client must take this many bytes a second, or it
+    is dropped as above (0: only the no-progress limit)."""
     media_domains: list[str] = []
     """Media URLs (images, audio, video, files) whose host is one of these domains (or under one) are passed
     on unchecked; any other that resolves to an internal address is refused (400)."""

@@ -96,14 +96,16 @@ class Proxy:
         return WholeResponse(first, ctx.status, ctx.request_id, ctx.reply_type)
 
     def relayed(self, ctx: RequestContext, parts: AsyncIterator[bytes]) -> RelayResponse:
-        """The stream's response; a client that stops reading for ``stream_write_timeout_s`` ends it."""
+        """The stream's response; a client that stops reading for ``stream_write_timeout_s``, or reads
+        slower than ``stream_min_rate_bytes_s`` while the stream waits for it, ends it."""
         headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
         response = RelayResponse(parts, 200, headers, media_type="text/event-stream")
         response.write_timeout_s = self.gw.settings.stream_write_timeout_s
+        response.min_rate = self.gw.settings.stream_min_rate_bytes_s
 
-        def stalled() -> None:
+        def stalled(reason: str) -> None:
             self.gw.metrics.stream_stalled.labels(ctx.model_label).inc()
-            ctx.error = f"the client read nothing for {response.write_timeout_s:g} s: stream ended"
+            ctx.error = reason
             log.warning("request_id=%s model=%s %s", ctx.request_id, ctx.model_label, ctx.error)
 
         response.on_stalled = stalled
