@@ -210,10 +210,10 @@ class Supervisor:
         return False
 
     async def sleep(self, r: Replica, put_to_sleep: Step, announce: Step) -> bool:
-        """Drain ``r`` (DRAINING, announced), ``put_to_sleep`` it, publish ASLEEP (announced). False
-        when it was retired meanwhile."""
+        """Drain ``r`` (DRAINING, announced), ``put_to_sleep`` it, publish ASLEEP (announced). False,
+        doing nothing, when it was retired meanwhile or is asleep already (a second sleep: no drain)."""
         async with r.lock:
-            if r.retired:
+            if r.retired or r.state is ReplicaState.ASLEEP:
                 return False
             await self.unwatch(r)
             await self.drain_one(r, announce)

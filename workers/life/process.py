@@ -146,6 +146,9 @@ class ReplicaProcess(ManagedProcess):
     def __init__(self, launch: Launch, log_file: Path) -> None:
         super().__init__(launch.argv, launch.env, log_file)
         self._launch = launch
+        self.spawned: Callable[[], None] = lambda: None
+        """Called as soon as a process was spawned, before anything else is awaited: its owner records it
+        (the state file) before the process can outlive the supervisor unrecorded."""
 
     @property
     def launch(self) -> Launch:
