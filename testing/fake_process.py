@@ -9,7 +9,7 @@ starting does (``StartFailed``), :meth:`FakeProcess.die` ends it as a crash (kil
 from __future__ import annotations
 
 import asyncio
-import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -21,7 +21,7 @@ from workers.replica.launch import Launch
 class FakeProcess(ReplicaProcess):
     """A replica process the test starts, fails and kills (see the module doc)."""
 
-    def __init__(self, launch: Launch, log_file: Path, pids: itertools.count[int]) -> None:
+    def __init__(self, launch: Launch, log_file: Path, pids: Iterator[int]) -> None:
         super().__init__(launch, log_file)
         self.pids = pids
         self.fake_pid: int | None = None
