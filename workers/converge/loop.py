@@ -140,12 +140,14 @@ class Reconciler:
             self.count("adopt", spec.model.name, "ok")
 
     def entries(self) -> list[Entry]:
-        """What the state file holds: every replica with a live process."""
+        """What the state file holds: every replica with a live process, those still starting (or waking)
+        marked so."""
         out = []
         for r in self.sup.replicas:
             pid = r.process.pid
             if pid is not None and r.process.alive:
-                out.append(entry_for(r.spec, r.slot, pid, r.instance))
+                starting = r.state in (ReplicaState.STARTING, ReplicaState.WAKING)
+                out.append(entry_for(r.spec, r.slot, pid, r.instance, "starting" if starting else "running"))
         return out
 
     def running(self) -> list[Running]:

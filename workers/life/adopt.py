@@ -1,12 +1,19 @@
 """Replicas that outlive their supervisor: the state file that names them, the checks that tell a replica
 from a stranger on a reused pid, and the adoption itself.
 
-The supervisor writes every replica with a live process to the state file (pid, port, id, instance, the
-model it was started with).  A supervisor started again reads it and, for each entry:
+The supervisor writes every replica with a live process to the state file (pid, process group, port, id,
+instance, the model it was started with, ``starting`` or ``running``) as soon as its process is spawned
+(:attr:`ReplicaProcess.spawned`: only the spawn call lies between the fork and the record), and again on
+every change.  A supervisor started again reads it and, for
+each entry:
 
+* a dead leader whose process group still has live members (vLLM's engine core, holding the GPU memory,
+  outlives its API server) is stopped: the whole group, waited for until a deadline; a group id is not
+  given to another process while any member lives, so the members are the replica's own;
 * the process's command line (/proc/<pid>/cmdline) must carry ``--port <port>`` and the model's name,
   else the pid now belongs to someone else: the entry is dropped and the process left alone;
-* it must answer /health and list its model on /v1/models, else it is stopped (its whole group);
+* it must answer /health and list its model on /v1/models, else it is stopped (its whole group): so is a
+  replica still starting when its supervisor died;
 * then it is adopted: the same id, port and instance, published READY, watched like any replica.
 
 Nothing is published before both checks pass.
@@ -49,6 +56,14 @@ class Entry:
     instance: str
     model: str
     """The model the replica was started with, as JSON (its configuration, not only its name)."""
+    state: str = "running"
+    """``starting`` while it starts or wakes (spawned, not yet ready), else ``running``."""
+    pgid: int | None = None
+    """Its process group (its own session: the leader's pid); None in files written before it was kept."""
+
+    @property
+    def group(self) -> int:
+        return self.pid if self.pgid is None else self.pgid
 
     def spec(self) -> ReplicaSpec:
         model = Model.model_validate_json(self.model)
@@ -57,10 +72,11 @@ class Entry:
         )
 
 
-def entry_for(spec: ReplicaSpec, slot: int, pid: int, instance: str) -> Entry:
+def entry_for(spec: ReplicaSpec, slot: int, pid: int, instance: str, state: str = "running") -> Entry:
+    """The entry of a replica whose process ``pid`` leads its own process group (:func:`spawn_logged`)."""
     return Entry(
         spec.id, spec.index, slot, spec.port, spec.host, list(spec.devices), spec.device_kind,
-        spec.gpu_memory_utilization, pid, instance, spec.model.model_dump_json(),
+        spec.gpu_memory_utilization, pid, instance, spec.model.model_dump_json(), state, pid,
     )  # fmt: skip
 
 
@@ -161,6 +177,20 @@ class AdoptedProcess(ReplicaProcess):
                 break
             await asyncio.sleep(0.1)
         kill_group(pid, signal.SIGKILL)
+        await wait_group_gone(pid, grace)
+
+
+async def wait_group_gone(pgid: int, deadline_s: float, poll_s: float = 0.05) -> bool:
+    """Poll until no member of the group lives (zombies aside), at most ``deadline_s``; False (logged)
+    when some still live then (in uninterruptible sleep, or not ours to signal)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while group_alive(pgid):
+        if loop.time() >= end:
+            log.error("process group %d still has live members %.0f s after SIGKILL", pgid, deadline_s)
+            return False
+        await asyncio.sleep(poll_s)
+    return True
 
 
 def kill_group(pid: int, sig: int) -> None:
@@ -191,10 +221,11 @@ def _pgid(pid: int) -> int | None:
 
 
 async def verify(entry: Entry, client: httpx.AsyncClient) -> str:
-    """``adopt``, ``stop`` (ours but not serving) or ``forget`` (not ours any more, or gone)."""
+    """``adopt``, ``stop`` (ours but not serving, or a dead leader's group that lives on) or ``forget``
+    (not ours any more, or gone with its whole group)."""
     argv = cmdline(entry.pid)
     if argv is None or not pid_alive(entry.pid):
-        return "forget"
+        return "stop" if group_alive(entry.group) else "forget"
     if not is_replica(argv, entry):
         return "forget"
     url = f"http://{entry.host}:{entry.port}"
@@ -212,8 +243,13 @@ async def check_entries(entries: list[Entry], client: httpx.AsyncClient) -> list
             log.info("adopting replica=%s pid=%d port=%d instance=%s", e.id, e.pid, e.port, e.instance)
             keep.append(e)
         elif verdict == "stop":
-            log.warning("replica=%s pid=%d port=%d does not answer: stopping it", e.id, e.pid, e.port)
-            await AdoptedProcess(Launch([]), Path(os.devnull), e.pid).stop(5.0)
+            why = (
+                "its leader is dead, its process group lives on" if not pid_alive(e.pid)
+                else "it was still starting" if e.state == "starting" else "it does not answer"
+            )  # fmt: skip
+            log.warning("replica=%s pid=%d pgid=%d port=%d %s: stopping it (its whole group)",
+                        e.id, e.pid, e.group, e.port, why)  # fmt: skip
+            await AdoptedProcess(Launch([]), Path(os.devnull), e.group).stop(5.0)
         else:
             log.info("replica=%s pid=%d is gone or is another process now: forgotten", e.id, e.pid)
     return keep

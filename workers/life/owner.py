@@ -107,6 +107,8 @@ class Supervisor:
         return self.stopping.is_set() or r.retired
 
     def list(self, r: Replica) -> None:
+        """Own ``r``: every process spawned for it is told to the observers (the state file) at once."""
+        r.process.spawned = lambda: self.on_change(r)
         if r not in self._replicas:
             self._replicas.append(r)
 

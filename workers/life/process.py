@@ -147,8 +147,9 @@ class ReplicaProcess(ManagedProcess):
         super().__init__(launch.argv, launch.env, log_file)
         self._launch = launch
         self.spawned: Callable[[], None] = lambda: None
-        """Called as soon as a process was spawned, before anything else is awaited: its owner records it
-        (the state file) before the process can outlive the supervisor unrecorded."""
+        """Called as soon as the spawn returns, nothing else awaited in between: its owner records the
+        process (the state file). Only the spawn call itself lies between the fork and that record; vLLM
+        forks its engine core seconds later."""
 
     @property
     def launch(self) -> Launch:
@@ -157,6 +158,11 @@ class ReplicaProcess(ManagedProcess):
     @launch.setter
     def launch(self, launch: Launch) -> None:
         self._launch, self.argv, self.env = launch, launch.argv, launch.env
+
+    async def start(self) -> None:
+        """Spawn it, then at once tell its owner (:attr:`spawned`): the state file names it from then on."""
+        await super().start()
+        self.spawned()
 
     async def wait_until_listed(
         self, url: str, served: str, deadline_s: float, client: httpx.AsyncClient
