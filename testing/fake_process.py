@@ -45,7 +45,9 @@ class FakeProcess(ReplicaProcess):
 
     async def start(self) -> None:
         self.starts += 1
-        self.fake_pid, self.running = next(self.pids), True
+        self.spawning = True  # told to the owner before and after, as a real spawn is
+        self.spawned()
+        self.fake_pid, self.running, self.spawning = next(self.pids), True, False
         self.exited = asyncio.Event()
         self.spawned()
 

@@ -18,12 +18,15 @@ import pytest
 import redis.asyncio as aioredis
 
 from contract.fleet import parse_fleet
+from contract.fleet_file import FleetWatch
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryWriter, ReplicaState, read_registry
+from testing.fake_workers import fake_launch
 from testing.poll import until
 from testing.procs import Proc, free_port, running, spawn, start_fake_engine, wait_until
 from tests.workers.test_faults import orphan_group
-from tests.workers.test_reconciler import OPTIONS, fleet_yaml
+from tests.workers.test_reconciler import OPTIONS, fits, fleet_yaml
+from workers.converge.loop import Reconciler
 from workers.life.adopt import StateFile, check_entries, entry_for, group_alive, kill_group, pid_alive
 from workers.life.owner import Replica, Supervisor
 from workers.replica.launch import Launch, ReplicaSpec
@@ -173,6 +176,56 @@ async def test_an_entry_whose_leader_died_has_its_live_group_stopped_not_forgott
     finally:
         if pid_alive(core):
             os.kill(core, signal.SIGKILL)
+
+
+async def test_a_replica_is_in_the_state_file_before_its_spawn_and_with_its_pid_right_after(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """No moment where a process runs that the state file does not name: before the fork an entry says
+    a spawn is under way (no pid yet), as soon as the spawn returns it carries the pid."""
+    saved: list[list[tuple[str, int]]] = []
+    redis = aioredis.Redis.from_url(redis_url)
+    keys = RedisKeys(f"sp{uuid.uuid4().hex[:6]}")
+    r = Replica(spec_for("a", free_port()), Launch([sys.executable, "-c", PAUSE, "a"]), tmp_path)
+    async with httpx.AsyncClient() as c:
+        sup = Supervisor(
+            [], RegistryWriter(redis, keys, OPTIONS.timing), c, OPTIONS,
+            on_change=lambda _: saved.append([(e.state, e.pid) for e in rec.entries()]),
+        )  # fmt: skip
+        rec = Reconciler(sup, FleetWatch(tmp_path / "fleet.yaml"), fake_launch, fits, tmp_path, 1)
+        sup.list(r)
+        try:
+            await r.process.start()
+            assert saved == [[("spawning", 0)], [("starting", r.process.pid)]]
+        finally:
+            await r.process.stop(1.0)
+    await redis.aclose()
+
+
+PAUSE = "import os, signal; os.fork(); signal.pause()"  # a leader and its child, until stopped
+
+
+async def test_an_entry_written_before_its_spawn_has_the_process_found_by_its_command_and_stopped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The supervisor died between the fork and the entry with the pid: the process is found by its
+    command line (its port, its model) and its whole group stopped."""
+    port = free_port()
+    spawned = spawn([sys.executable, "-c", PAUSE, "--port", str(port), "a"], 0, tmp_path / "p.log")
+    stranger = spawn([sys.executable, "-c", PAUSE, "--port", str(free_port()), "a"], 0, tmp_path / "x.log")
+    leader = spawned.popen.pid
+    try:
+        await until(lambda: len(members(leader)) == 2, what="the child forked")
+        group = members(leader)
+        async with httpx.AsyncClient() as c:
+            intent = entry_for(spec_for("a", port), 0, 0, "i1", "spawning")
+            assert await check_entries([intent], c) == []
+        await until(lambda: not any(pid_alive(p) for p in group), 10, "the whole group stopped")
+        assert "was being spawned" in caplog.text
+        assert len(members(stranger.popen.pid)) == 2  # another port: not ours, left alone
+    finally:
+        for p in (spawned, stranger):
+            p.kill(signal.SIGKILL)
 
 
 async def _count(ids: object, n: int) -> bool:

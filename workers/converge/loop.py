@@ -141,11 +141,13 @@ class Reconciler:
 
     def entries(self) -> list[Entry]:
         """What the state file holds: every replica with a live process, those still starting (or waking)
-        marked so."""
+        marked so, and those whose spawn is under way (no pid yet)."""
         out = []
         for r in self.sup.replicas:
             pid = r.process.pid
-            if pid is not None and r.process.alive:
+            if r.process.spawning:
+                out.append(entry_for(r.spec, r.slot, 0, r.instance, "spawning"))
+            elif pid is not None and r.process.alive:
                 starting = r.state in (ReplicaState.STARTING, ReplicaState.WAKING)
                 out.append(entry_for(r.spec, r.slot, pid, r.instance, "starting" if starting else "running"))
         return out

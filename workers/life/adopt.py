@@ -2,11 +2,12 @@
 from a stranger on a reused pid, and the adoption itself.
 
 The supervisor writes every replica with a live process to the state file (pid, process group, port, id,
-instance, the model it was started with, ``starting`` or ``running``) as soon as its process is spawned
-(:attr:`ReplicaProcess.spawned`: only the spawn call lies between the fork and the record), and again on
-every change.  A supervisor started again reads it and, for
-each entry:
+instance, the model it was started with, ``starting`` or ``running``): before its process is spawned
+(``spawning``, no pid yet), as soon as the spawn returns (with the pid: :attr:`ReplicaProcess.spawned`),
+and again on every change.  A supervisor started again reads it and, for each entry:
 
+* one written before its spawn: the processes whose command line starts it (its port, its model), each
+  leading its own group, are stopped (their whole groups);
 * a dead leader whose process group still has live members (vLLM's engine core, holding the GPU memory,
   outlives its API server) is stopped: the whole group, waited for until a deadline; a group id is not
   given to another process while any member lives, so the members are the replica's own;
@@ -57,7 +58,8 @@ class Entry:
     model: str
     """The model the replica was started with, as JSON (its configuration, not only its name)."""
     state: str = "running"
-    """``starting`` while it starts or wakes (spawned, not yet ready), else ``running``."""
+    """``spawning`` (written before the fork: ``pid`` 0, not known yet), ``starting`` while it starts or
+    wakes (spawned, not yet ready), else ``running``."""
     pgid: int | None = None
     """Its process group (its own session: the leader's pid); None in files written before it was kept."""
 
@@ -197,6 +199,8 @@ def kill_group(pid: int, sig: int) -> None:
     """Signal the replica's process group, whose id is its leader's pid (every replica and adopted
     process is started in a session of its own), whether the leader is alive or dead: vLLM's engine core
     may outlive it. A group id is not reused while any member lives."""
+    if pid <= 0:  # 0 or -1 would signal this supervisor's own group, or every process it may signal
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         if pid_alive(pid) and _pgid(pid) != pid:  # not a group leader: the process alone
             os.kill(pid, sig)
@@ -205,7 +209,9 @@ def kill_group(pid: int, sig: int) -> None:
 
 
 def group_alive(pgid: int) -> bool:
-    """True while any process of the group lives (zombies aside)."""
+    """True while any process of the group lives (zombies aside); False for no group (``pgid`` <= 0)."""
+    if pgid <= 0:
+        return False
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
@@ -218,6 +224,28 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except OSError:
         return None
+
+
+def spawned_for(entry: Entry) -> list[int]:
+    """The group leaders whose command line starts the replica the entry names (its port and model): a
+    spawn under way when the supervisor died, before the entry got its pid."""
+    found = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        argv = cmdline(pid)
+        if argv is not None and pid_alive(pid) and _pgid(pid) == pid and is_replica(argv, entry):
+            found.append(pid)
+    return found
+
+
+async def stop_spawned(e: Entry) -> None:
+    """Stop the whole group of each process found for an entry written before its spawn."""
+    found = spawned_for(e)
+    for pid in found:
+        log.warning("replica=%s pid=%d port=%d was being spawned when its supervisor died: stopping it "
+                    "(its whole group)", e.id, pid, e.port)  # fmt: skip
+        await AdoptedProcess(Launch([]), Path(os.devnull), pid).stop(5.0)
+    if not found:
+        log.info("replica=%s port=%d was to be spawned: no such process, forgotten", e.id, e.port)
 
 
 async def verify(entry: Entry, client: httpx.AsyncClient) -> str:
@@ -238,6 +266,9 @@ async def check_entries(entries: list[Entry], client: httpx.AsyncClient) -> list
     """The entries whose processes can be adopted; the others are stopped or forgotten, each logged."""
     keep = []
     for e in entries:
+        if e.state == "spawning" or e.pid <= 0:
+            await stop_spawned(e)
+            continue
         verdict = await verify(e, client)
         if verdict == "adopt":
             log.info("adopting replica=%s pid=%d port=%d instance=%s", e.id, e.pid, e.port, e.instance)

@@ -147,9 +147,11 @@ class ReplicaProcess(ManagedProcess):
         super().__init__(launch.argv, launch.env, log_file)
         self._launch = launch
         self.spawned: Callable[[], None] = lambda: None
-        """Called as soon as the spawn returns, nothing else awaited in between: its owner records the
-        process (the state file). Only the spawn call itself lies between the fork and that record; vLLM
-        forks its engine core seconds later."""
+        """Called just before each spawn (:attr:`spawning` set: no pid yet) and as soon as it returns
+        (with the pid), nothing else awaited in between: its owner records it in the state file, so a
+        process never runs that the file does not name."""
+        self.spawning = False
+        """True while a spawn is under way (the fork may have happened; its pid is not known yet)."""
 
     @property
     def launch(self) -> Launch:
@@ -160,8 +162,13 @@ class ReplicaProcess(ManagedProcess):
         self._launch, self.argv, self.env = launch, launch.argv, launch.env
 
     async def start(self) -> None:
-        """Spawn it, then at once tell its owner (:attr:`spawned`): the state file names it from then on."""
-        await super().start()
+        """Tell its owner a spawn is under way (:attr:`spawned`), spawn it, tell the owner its pid."""
+        self.spawning = True
+        self.spawned()
+        try:
+            await super().start()
+        finally:
+            self.spawning = False
         self.spawned()
 
     async def wait_until_listed(
