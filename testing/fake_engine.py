@@ -36,6 +36,9 @@ with token ids, deterministic so that a continuation equals an undisturbed run (
 With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
 ``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
 ``--enable-log-requests`` (vLLM's flag): ``Received request <X-Request-Id>`` on stderr per generation.
+A slow start as vLLM's (supervisor-death tests): ``--start-delay-s`` waits before listening;
+``--engine-core`` forks a child in the engine's process group that lives until killed, as vLLM's engine
+core (which holds the GPU memory) outlives an API server killed alone.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -548,7 +552,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-model-len", type=int, default=2048, help="what /v1/models says of the context")
     p.add_argument("--enable-log-requests", action="store_true", help="as vLLM's: log each generation's id")
     p.add_argument("--crash-on", default="", help="close the connection of a POST whose body holds this")
+    p.add_argument("--start-delay-s", type=float, default=0.0, help="wait before listening (loading weights)")
+    p.add_argument(
+        "--engine-core", action="store_true", help="fork a child in its group (vLLM's engine core)"
+    )
     a = p.parse_args(argv)
+    if a.engine_core:  # outlives this process when it is killed alone, as vLLM's engine core does
+        subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"], stdin=subprocess.DEVNULL)
+    time.sleep(a.start_delay_s)
     sleep = SleepConfig(
         a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
     )
