@@ -94,8 +94,9 @@ async def whole_continued(
 
 
 async def _head(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> Upstream:
-    """The stream's head, watched: when the replica leaves the registry or is ejected before its head
-    came (a frozen replica), the wait ends at once with a clear error (502). It is not sent again: the
+    """The stream's head, watched: when the registry says the replica's process is gone, or it failed
+    ``lost_after_probes`` health probes in a row (a frozen replica), before its head came, the wait ends
+    at once with a clear error (502); one failed probe does not end it. It is not sent again: the
     replica took it and may run it when it wakes (a generation run twice), and no token came that a
     continuation could start from."""
     try:
@@ -106,10 +107,11 @@ async def _head(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> Upstream:
 
 
 class ReplicaWatch:
-    """While a non-streamed answer is awaited: if its replica leaves the registry or is ejected (its
-    /health failed, or another request broke there), the wait is cancelled and becomes
-    :class:`ReplicaLeft`. Event-driven, no timer: ``ctx.on_gone`` is among the awaited replica's
-    watchers (forward.py ``attempt_on``), called by the registry sync and by ejection."""
+    """While a non-streamed answer is awaited: on evidence about the replica's work (the registry says
+    its process is gone, or ``lost_after_probes`` failed health probes in a row), the wait is cancelled
+    and becomes :class:`ReplicaLeft`. One failed probe, or another request's broken connection, is no
+    such evidence. Event-driven, no timer: ``ctx.on_gone`` is among the awaited replica's watchers
+    (forward.py ``attempt_on``), called by the registry sync and by the monitor."""
 
     __slots__ = ("ctx", "gone", "task")
 

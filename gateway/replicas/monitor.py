@@ -1,7 +1,9 @@
 """Background health checks and load scraping, never on the request path.
 
-Every interval each replica's ``/health`` is checked (a failing one is ejected); an ejected
-replica whose back-off has run out gets a half-open probe that brings it back.  Each
+Every interval each replica's ``/health`` is checked: a failing one is ejected (out of new picks);
+one that fails ``lost_after_probes`` in a row is taken for lost (the requests in flight there are
+told: gateway/replicas/ejection.py). An ejected replica whose back-off has run out gets a half-open
+probe that brings it back.  Each
 replica's ``/metrics`` gives ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``: what every
 gateway together sent there, and ``vllm:cache_config_info``: the KV cache's size (the prefix index's
 LRU bound). Recorded with them is this gateway's own in-flight count at that moment, so
@@ -53,9 +55,16 @@ class Monitor:
         if ok and ep.failures:
             log.info("replica=%s model=%s back after a half-open probe", ep.id, ep.record.model)
             self.ejection.succeed(ep)
-        elif not ok and self.ejection.fail(ep, time.monotonic()):
-            self.metrics.ejections.labels(ep.record.model, ep.id).inc()
-            log.warning("replica=%s model=%s ejected: /health failed", ep.id, ep.record.model)
+        elif not ok:
+            newly, lost = self.ejection.probe_failed(ep, time.monotonic())
+            if newly:
+                self.metrics.ejections.labels(ep.record.model, ep.id).inc()
+                log.warning("replica=%s model=%s ejected: /health failed", ep.id, ep.record.model)
+            if lost:
+                log.warning(
+                    "replica=%s model=%s lost: /health failed %d times in a row; its requests in flight"
+                    " are moved or ended", ep.id, ep.record.model, ep.probe_failures,
+                )  # fmt: skip
 
     async def scrape(self, ep: Endpoint) -> None:
         try:
