@@ -3,7 +3,7 @@
 fails); :func:`whole_continued` answers a non-streamed one that may move: read as a stream through the
 same source, continued token-exact when its replica fails, assembled into one whole answer;
 :func:`whole_moving` answers a non-streamed one that cannot move: run again whole on another replica
-when its replica fails before answering."""
+only once its first replica is known not to be running it (the registry says its process is gone)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from gateway.errors import UpstreamError, UpstreamTimeout
+from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
 from gateway.migration.assemble import Assembler, Incomplete
 from gateway.migration.stream import MigratingStream, ReplicaLeft
 from gateway.pipeline.forward import EJECT, NONE, attempt_on, candidates, done, forward
@@ -108,23 +108,26 @@ async def _head(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> Upstream:
 
 class ReplicaWatch:
     """While a non-streamed answer is awaited: on evidence about the replica's work (the registry says
-    its process is gone, or ``lost_after_probes`` failed health probes in a row), the wait is cancelled
-    and becomes :class:`ReplicaLeft`. One failed probe, or another request's broken connection, is no
-    such evidence. Event-driven, no timer: ``ctx.on_gone`` is among the awaited replica's watchers
-    (forward.py ``attempt_on``), called by the registry sync and by the monitor."""
+    its process is gone; unless ``process_only``, also ``lost_after_probes`` failed health probes in a
+    row), the wait is cancelled and becomes :class:`ReplicaLeft`. One failed probe, or another request's
+    broken connection, is no such evidence. Event-driven, no timer: ``ctx.on_gone`` is among the awaited
+    replica's watchers (forward.py ``attempt_on``), called by the registry sync and by the monitor."""
 
-    __slots__ = ("ctx", "gone", "task")
+    __slots__ = ("ctx", "gone", "process_only", "task")
 
-    def __init__(self, ctx: RequestContext) -> None:
+    def __init__(self, ctx: RequestContext, process_only: bool = False) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self.ctx, self.task, self.gone = ctx, task, ""
+        self.ctx, self.task, self.gone, self.process_only = ctx, task, "", process_only
 
     def __enter__(self) -> None:
         self.gone = ""
         self.ctx.on_gone = self._on_gone
 
     def _on_gone(self) -> None:
+        ep = self.ctx.replica
+        if self.process_only and (ep is None or not ep.process_gone):
+            return
         if not self.gone:
             self.gone = self.ctx.replica.id if self.ctx.replica is not None else "-"
             self.task.cancel()
@@ -140,27 +143,34 @@ async def whole_moving(
 ) -> bytes:
     """A non-streamed generation that cannot move token-exact (n > 1, logprobs, tools, ...: its plan's
     ``reason``), forwarded as the client sent it (read whole by ``read``). When its replica fails before
-    the answer (the connection broke, or the replica left the registry or was ejected while the answer
-    was awaited), it runs again, whole, on a replica not tried yet, at most ``migration_attempts`` times
-    within the request's deadline. The client has seen nothing of it: at temperature 0 or with a seed the
-    answer is the undisturbed one; the tokens generated on the failed replica are generated again (vLLM
-    request id ``<id>-rerunN``: a second generation)."""
+    the answer (the connection broke after it was sent, or the registry says its process is gone while
+    the answer was awaited), it runs again, whole, on a replica not tried yet, but only once the first
+    is known not to be running it: the registry says its process is gone (it left, restarted or failed),
+    awaited up to the request's deadline; else a clear error then (504, ``x-should-retry: false``). A
+    replica that is only frozen or slow (failed probes) keeps the request until its deadline. At most
+    ``migration_attempts`` runs again. The client has seen nothing of it: at temperature 0 or with a
+    seed the answer is the undisturbed one; the tokens generated on the failed replica are generated
+    again (vLLM request id ``<id>-rerunN``: a second generation, never beside the first)."""
     plan = ctx.migration
     assert plan is not None and ctx.model is not None
     tried: list[Endpoint] = []
     moves, first_failed, base_id = 0, "", ctx.upstream_id
-    watch = ReplicaWatch(ctx)
+    watch = ReplicaWatch(ctx, process_only=True)
     while True:
         try:
             with watch:
                 up = await forward(gw, ctx, pool, tried)
                 ctx.status, ctx.reply_type = up.status, up.content_type
                 body = await read(up)
-        except (ReplicaLeft, Retryable) as exc:  # it broke after it was sent, or its replica went away
+        except (ReplicaLeft, Retryable) as exc:  # it broke after it was sent, or its process is gone
             failed = ctx.replica
             err = exc.error if isinstance(exc, Retryable) else UpstreamError(str(exc))
             if failed is not None and failed not in tried:
                 tried.append(failed)
+            if failed is not None and not await process_gone(failed, ctx.deadline):
+                gw.metrics.migrations.labels(pool.model, "failed").inc()
+                _log(ctx, pool, "failed", _id(failed), "-", moves, f"{err.message}; it may still run it")
+                raise not_run_again(failed, err) from None
             late = time.perf_counter() >= ctx.deadline
             if moves >= plan.attempts or late or not candidates(ctx, pool, tried):
                 gw.metrics.migrations.labels(pool.model, "failed").inc()
@@ -175,6 +185,35 @@ async def whole_moving(
             gw.metrics.migrations.labels(pool.model, "continued").inc()
             _log(ctx, pool, "moved", first_failed, _id(ctx.replica), moves, "answered whole")
         return body
+
+
+async def process_gone(ep: Endpoint, deadline: float) -> bool:
+    """Whether the registry says ``ep``'s process is gone, awaited until ``deadline`` (perf_counter)."""
+    if ep.process_gone:
+        return True
+    told = asyncio.get_running_loop().create_future()
+
+    def tell() -> None:
+        if ep.process_gone and not told.done():
+            told.set_result(None)
+
+    ep.watchers.add(tell)
+    try:
+        async with asyncio.timeout(max(0.0, deadline - time.perf_counter())):
+            await told
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        ep.watchers.discard(tell)
+
+
+def not_run_again(ep: Endpoint, err: GatewayError) -> UpstreamTimeout:
+    """The deadline's error of a request its replica broke off and may still run (never re-run)."""
+    return UpstreamTimeout(
+        f"{err.message}; the replica {ep.id} may still be running the request, so it was not run again"
+        " elsewhere, and the deadline passed"
+    )
 
 
 def _id(ep: Endpoint | None) -> str:

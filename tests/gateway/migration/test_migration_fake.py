@@ -363,12 +363,19 @@ async def test_non_streamed_request_on_a_frozen_replica_continues(
 async def test_non_streamed_request_that_cannot_move_runs_again_whole(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
-    """logprobs cannot cross a seam: forwarded untouched, and when its replica breaks it runs again whole
-    on the other (vLLM id <id>-rerun1: a second generation, counted as such by bench/chaos.py)."""
+    """logprobs cannot cross a seam: forwarded untouched, and when its replica breaks and the registry
+    says its process is gone (its record leaves), it runs again whole on the other (vLLM id <id>-rerun1:
+    a second generation, counted as such by bench/chaos.py; without that evidence it is not run again:
+    tests/gateway/migration/test_rerun_evidence.py)."""
     body = {**CHAT, "logprobs": True}
-    async with gateway(tmp_path, redis_url, [engines["die"].url, engines["good"].url]) as (gw, _):
+    urls = [engines["die"].url, engines["good"].url]
+    async with gateway(tmp_path, redis_url, urls) as (gw, prefix):
         async with httpx.AsyncClient(timeout=30) as c:
-            r = await c.post(f"{gw}/v1/chat/completions", json=body)
+            await c.get(f"{urls[0]}/stats/reset")
+            task = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=body))
+            await until(lambda: _started(c, urls[0]), 10, "the request at the breaking replica")
+            await leave(redis_url, prefix, urls[0])
+            r = await task
             sent = json.loads((await c.get(f"{engines['die'].url}/stats")).json()["last_body"])
             again = (await c.get(f"{engines['good'].url}/stats")).json()
             assert await metric(c, gw, 'llmgw_migrations_total{model="m",outcome="continued"} 1.0')
