@@ -60,8 +60,12 @@ class GatewaySettings(BaseSettings):
     retry_deadline_s: Seconds = 15.0
     """Failover deadline, checked before every attempt."""
     migration_stall_s: Seconds = 5.0
-    """A migrating stream with no token this long moves to another replica (docs/gateway/migration.md;
-    with nowhere to move, ``chunk_timeout_s`` stands)."""
+    """The least wait for a token before a migrating stream may move to another replica: it moves only once
+    its replica's own signals show no progress for as long (its `/metrics` counters still, or a failed
+    probe) (docs/gateway/migration.md; with nowhere to move, ``chunk_timeout_s`` stands)."""
+    migration_stall_gap_factor: Annotated[float, Field(ge=1)] = 4.0
+    """The stall bound learned from the replica: this many times the p99 of its recent gaps between tokens,
+    never under ``migration_stall_s``."""
     migration_watch_s: Seconds = 0.5
     """How often a migrating stream's watchdog checks the read that waits for its replica (still
     registered, not stalled)."""

@@ -8,6 +8,8 @@ replica's ``/metrics`` gives ``vllm:num_requests_running`` and ``vllm:num_reques
 gateway together sent there, and ``vllm:cache_config_info``: the KV cache's size (the prefix index's
 LRU bound). Recorded with them is this gateway's own in-flight count at that moment, so
 that the load of an endpoint can tell the other gateways' requests from its own (see ``Endpoint.load``).
+Each scrape's progress mark and each failed probe or scrape go to the endpoint's ``progress``: the
+evidence a stalled stream moves on (gateway/replicas/progress.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 
 import httpx
 
-from contract.vllm_metrics import kv_cache_tokens, running_and_waiting
+from contract.vllm_metrics import kv_cache_tokens, progress_mark, running_and_waiting
 from gateway.metrics import GatewayMetrics
 from gateway.replicas.ejection import Ejection
 from gateway.replicas.table import Endpoint, ReplicaTable
@@ -56,6 +58,7 @@ class Monitor:
             log.info("replica=%s model=%s back after a half-open probe", ep.id, ep.record.model)
             self.ejection.succeed(ep)
         elif not ok:
+            ep.progress.failed(time.perf_counter())
             newly, lost = self.ejection.probe_failed(ep, time.monotonic())
             if newly:
                 self.metrics.ejections.labels(ep.record.model, ep.id).inc()
@@ -70,11 +73,13 @@ class Monitor:
         try:
             r = await self.client.get(f"{ep.url}/metrics", headers=self.headers(ep), timeout=self.timeout_s)
         except (httpx.HTTPError, OSError):
+            ep.progress.failed(time.perf_counter())
             return
         if r.status_code == 200:
             ep.running, ep.waiting = running_and_waiting(r.content)
             ep.inflight_at_scrape = ep.inflight
             ep.kv_tokens = kv_cache_tokens(r.content) or ep.kv_tokens
+            ep.progress.scraped(progress_mark(r.content), time.perf_counter())
 
     def export(self) -> None:
         for ep in self.table.endpoints():

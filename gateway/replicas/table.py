@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from contract.registry import ReplicaRecord, ReplicaState
+from gateway.replicas.progress import Gaps, Progress
 
 
 @dataclass(eq=False, slots=True)
@@ -31,6 +32,10 @@ class Endpoint:
     or was marked failed. Nothing it took can still run there."""
     kv_tokens: int = 0
     """The replica's KV cache in tokens (``vllm:cache_config_info``), 0 until scraped."""
+    progress: Progress = field(default_factory=Progress)
+    """What its own metrics and probes say of its progress (the stall evidence: replicas/progress.py)."""
+    gaps: Gaps = field(default_factory=Gaps)
+    """Its recent gaps between tokens (the stall bound is learned from them)."""
     watchers: set[Callable[[], None]] = field(default_factory=set)
     """Called on evidence about the work in flight there: its process is gone (:attr:`process_gone`), or
     it failed ``lost_after_probes`` health probes in a row. Requests that wait for its answer
