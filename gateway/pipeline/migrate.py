@@ -167,12 +167,13 @@ async def whole_moving(
             err = exc.error if isinstance(exc, Retryable) else UpstreamError(str(exc))
             if failed is not None and failed not in tried:
                 tried.append(failed)
-            if failed is not None and not await process_gone(failed, ctx.deadline):
+            out_of_runs = moves >= plan.attempts  # (no run left: nothing to wait for)
+            if not out_of_runs and failed is not None and not await process_gone(failed, ctx.deadline):
                 gw.metrics.migrations.labels(pool.model, "failed").inc()
                 _log(ctx, pool, "failed", _id(failed), "-", moves, f"{err.message}; it may still run it")
                 raise not_run_again(failed, err) from None
             late = time.perf_counter() >= ctx.deadline
-            if moves >= plan.attempts or late or not candidates(ctx, pool, tried):
+            if out_of_runs or late or not candidates(ctx, pool, tried):
                 gw.metrics.migrations.labels(pool.model, "failed").inc()
                 _log(ctx, pool, "failed", first_failed or _id(failed), "-", moves, err.message)
                 raise err from None

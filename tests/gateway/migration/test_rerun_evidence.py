@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -37,6 +38,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc
     tmp = tmp_path_factory.mktemp("engines")
     procs = {
         "die": start_fake_engine(tmp, "--fault", "die-after-4", "--delay-ms", "50"),
+        "die2": start_fake_engine(tmp, "--fault", "die-after-4", "--delay-ms", "50"),
         "hang": start_fake_engine(tmp, "--fault", "hang"),
         "good": start_fake_engine(tmp),
     }
@@ -47,12 +49,12 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Proc
 
 @contextlib.asynccontextmanager
 async def gateway(
-    tmp: Path, redis_url: str, urls: list[str], **settings: Any
+    tmp: Path, redis_url: str, urls: list[str], model: dict[str, Any] | None = None, **settings: Any
 ) -> AsyncIterator[tuple[str, str]]:
     prefix = f"rr{uuid.uuid4().hex[:8]}"
     for i, url in enumerate(urls):
         await register(redis_url, prefix, "m", url, f"m-{i}")
-    fleet = fleet_yaml([{"name": "m", "source": {"path": "/x"}, "policy": "round_robin"}])
+    fleet = fleet_yaml([{"name": "m", "source": {"path": "/x"}, "policy": "round_robin", **(model or {})}])
     async with serve_gateway(tmp, fleet, redis_url, prefix, **{**PROBES, **settings}) as gw:
         yield gw, prefix
 
@@ -117,15 +119,40 @@ async def test_it_runs_again_once_the_registry_says_the_process_is_gone(
             task = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=NOT_MOVABLE))
             await until(lambda: _served(c, engines["die"]), 10, "the broken request at the first replica")
             assert not task.done()  # it waits for evidence, not re-run at once
-            redis = aioredis.Redis.from_url(redis_url)
-            await remove(redis, RedisKeys(prefix), ReplicaRecord(id="m-0", model="m", url=urls[0]))
-            await redis.aclose()
+            await leave(redis_url, prefix, "m-0", urls[0])
             r = await task
             again = await stats(c, engines["good"])
     assert r.status_code == 200, r.text
     assert again["started"] == 1 and again["last_headers"]["x-request-id"].endswith("-rerun1")
     assert json.loads(again["last_body"]) == NOT_MOVABLE
     assert r.json()["choices"][0]["message"]["content"] == UNDISTURBED
+
+
+async def test_with_no_run_left_a_broken_request_fails_at_once(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    """Its one run again (``migration_attempts: 1``) broke too: nothing is left to wait for, so the
+    client gets the 502 at once, not a 504 at the (20 s) deadline."""
+    urls = [engines["die"].url, engines["die2"].url]
+    model = {"migration_attempts": 1}
+    async with gateway(tmp_path, redis_url, urls, model, request_timeout_s=20) as (gw, prefix):
+        async with httpx.AsyncClient(timeout=30) as c:
+            await reset(c, engines["die"], engines["die2"])
+            task = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=NOT_MOVABLE))
+            await until(lambda: _served(c, engines["die"]), 10, "the broken request at the first replica")
+            began = time.monotonic()
+            await leave(redis_url, prefix, "m-0", urls[0])
+            r = await task
+            took = time.monotonic() - began
+            runs = (await stats(c, engines["die2"]))["started"]
+    assert r.status_code == 502, r.text
+    assert r.headers["x-should-retry"] == "false" and runs == 1 and took < 10
+
+
+async def leave(redis_url: str, prefix: str, rid: str, url: str) -> None:
+    redis = aioredis.Redis.from_url(redis_url)
+    await remove(redis, RedisKeys(prefix), ReplicaRecord(id=rid, model="m", url=url))
+    await redis.aclose()
 
 
 async def _served(c: httpx.AsyncClient, engine: Proc) -> bool:
