@@ -90,5 +90,8 @@ class Monitor:
         await asyncio.gather(*(self.check(ep) for ep in self.table.endpoints() if ep.record.routable))
 
     async def load_tick(self) -> None:
-        await asyncio.gather(*(self.scrape(ep) for ep in self.table.endpoints() if ep.record.routable))
+        """Scrape the replicas that take requests, and any other that still has ours in flight (a
+        draining one: its scrapes are its streams' stall evidence)."""
+        scraped = [ep for ep in self.table.endpoints() if ep.record.routable or ep.inflight > 0]
+        await asyncio.gather(*(self.scrape(ep) for ep in scraped))
         self.export()
