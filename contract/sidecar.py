@@ -6,8 +6,9 @@ Each replica is given as its ReplicaRecord in JSON (``--record``). Every heartbe
 server's ``/health`` and ``/v1/models``; a server that lists its model is published READY with a TTL, one
 that stops answering for a few heartbeats is withdrawn. On SIGTERM (the pod is deleted, the service is
 stopped) the replicas are published DRAINING, the process waits until vLLM has nothing running or waiting
-(or the grace period ends), then removes them and exits. It serves the supervisor's metrics on
-``--metrics-port`` so that Prometheus sees replica states and start-up times as it does under `make run`.
+(or the grace period ends), then removes them and exits; SIGHUP is logged and ignored. It serves the
+supervisor's metrics on ``--metrics-port`` so that Prometheus sees replica states and start-up times as it
+does under `make run`.
 """
 
 from __future__ import annotations
@@ -254,6 +255,9 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(  # its default action would kill it: no drain, the record left to expire
+        signal.SIGHUP, lambda: log.warning("SIGHUP ignored: SIGTERM drains and withdraws the replicas")
+    )
     async with probe_client() as client:
         reg = Sidecar([Watched(r) for r in args.record], registry, client, metrics, options)
         if options.kv_events:

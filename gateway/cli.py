@@ -10,6 +10,7 @@ import ipaddress
 import logging
 import math
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -84,9 +85,19 @@ def quiet_gc() -> None:
     gc.set_threshold(*GC_THRESHOLD)
 
 
+def hangup() -> None:
+    """SIGHUP (a closed terminal, a keeper passing it on) would kill the gateway by default and cut its
+    streams without their error event: it is logged and changes nothing (the fleet file is followed
+    without it; SIGTERM stops the gateway)."""
+    logging.getLogger("llmgw.gateway").warning(
+        "SIGHUP ignored: the gateway follows the fleet file by itself; SIGTERM stops it"
+    )
+
+
 class GatewayServer(uvicorn.Server):
     """uvicorn's server that also tells the gateway when it is told to stop (SIGTERM, SIGINT), so that
-    the gateway ends its open requests in a planned way within uvicorn's graceful period."""
+    the gateway ends its open requests in a planned way within uvicorn's graceful period; SIGHUP is
+    logged and ignored (:func:`hangup`)."""
 
     def __init__(self, config: uvicorn.Config, open_requests: OpenRequests) -> None:
         super().__init__(config)
@@ -95,6 +106,7 @@ class GatewayServer(uvicorn.Server):
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self.loop = asyncio.get_running_loop()
+        self.loop.add_signal_handler(signal.SIGHUP, hangup)
         await super().serve(sockets)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:

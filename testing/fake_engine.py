@@ -25,8 +25,10 @@ Faults, per request (header ``x-fake-fault``) or for every request (``--fault``)
 then close), ``stall-after-N`` (after N chunks, nothing more; a non-streamed answer: after N tokens'
 time the connection closes or stays silent), ``slow-first-MS`` (wait before the first byte),
 ``slow-500-MS`` (wait, then answer 500), ``503`` and ``slow-503-MS`` (refuse, as a draining or
-overloaded vLLM does); ``--fault metrics-500``: ``/metrics`` answers 500. ``/stats`` counts generations
-started and served.
+overloaded vLLM does); ``--fault metrics-500``: ``/metrics`` answers 500. ``--crash-on TEXT``: an engine
+that crashes on one given prompt: a POST whose body holds TEXT is read, counted as a generation, and its
+connection closed with no answer (the engine serves every other request). ``/stats`` counts generations
+started and served, and ``generations`` counts them by request id (``X-Request-Id``), every API.
 A stream that asks ``return_token_ids`` (or a completion whose prompt is token ids) gets vLLM's frames
 with token ids, deterministic so that a continuation equals an undisturbed run (testing/fake_tokens.py;
 ``--multibyte``: tokens that end inside UTF-8 characters); its faults count token frames and add
@@ -37,14 +39,19 @@ stop with a stalled engine); ``GET /fault/health-delay?ms=N`` makes every ``/hea
 With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
 ``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
 ``--enable-log-requests`` (vLLM's flag): ``Received request <X-Request-Id>`` on stderr per generation.
+A slow start as vLLM's (supervisor-death tests): ``--start-delay-s`` waits before listening;
+``--engine-core`` forks a child in the engine's process group that lives until killed, as vLLM's engine
+core (which holds the GPU memory) outlives an API server killed alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -67,6 +74,7 @@ class Stats:
     last_headers: dict[str, str] = field(default_factory=dict)
     last_body: str = ""
     get_authorization: str = ""
+    generations: collections.Counter[str] = field(default_factory=collections.Counter)
     health_delay_s: float = 0.0
     """``GET /fault/health-delay?ms=N``: every ``/health`` answers N ms late from then on (0: at once)."""
     generated: int = 0
@@ -75,8 +83,13 @@ class Stats:
     """Prompt tokens taken, vLLM's ``vllm:prompt_tokens_total`` (8 a generation; a ``busy`` fault adds
     other clients' prefill while it lasts)."""
 
-    def enter(self) -> None:
+    def count(self, rid: str) -> None:
+        """One generation begun, under its request id."""
         self.started += 1
+        self.generations[rid] += 1
+
+    def enter(self, rid: str) -> None:
+        self.count(rid)
         self.inflight += 1
         self.peak = max(self.peak, self.inflight)
 
@@ -102,6 +115,7 @@ class Config:
     max_model_len: int = 2048
     log_requests: bool = False  # vLLM's --enable-log-requests: "Received request <id>" per generation
     split_tail: bool = False  # the usage event and [DONE] each their own write, --delay-ms apart
+    crash_on: str = ""  # a POST whose body holds this text: counted, then the connection closes unanswered
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -225,6 +239,11 @@ class FakeEngine(asyncio.Protocol):
             return self.send(401, b'{"error":"Unauthorized"}')
         if self.sleep.handles(path):
             return self.send(*self.sleep.handle(method, path, body))
+        if method == "POST" and self.cfg.crash_on and self.cfg.crash_on.encode() in body:
+            self.stats.count(headers.get("x-request-id", "fake"))  # it began the generation, then crashed
+            if self.cfg.log_requests:
+                print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
+            return False
         if method == "GET":
             if path == "/health" and self.stats.health_delay_s:
                 await asyncio.sleep(self.stats.health_delay_s)
@@ -235,7 +254,7 @@ class FakeEngine(asyncio.Protocol):
             return await self.other(path, headers, body)
         if why := self.sleep.serving_error():
             return self.send(500, json.dumps(error(why, "server_error", 500)).encode())
-        self.stats.enter()
+        self.stats.enter(headers.get("x-request-id", "fake"))
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         try:
             return await self.generate(path, headers, body)
@@ -248,7 +267,7 @@ class FakeEngine(asyncio.Protocol):
             return self.send(*self.apis.load_lora(json.loads(body or b"{}")))
         if path == "/v1/unload_lora_adapter":
             return self.send(*self.apis.unload_lora(json.loads(body or b"{}")))
-        self.stats.enter()
+        self.stats.enter(headers.get("x-request-id", "fake"))
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         try:
             return await self.answer(path, headers, body)
@@ -345,10 +364,12 @@ class FakeEngine(asyncio.Protocol):
                 "last_headers": s.last_headers,
                 "last_body": s.last_body,
                 "get_authorization": s.get_authorization,
+                "generations": s.generations,
             }
             return self.send(200, json.dumps(stats).encode())
         if path == "/stats/reset":
             s.peak, s.served, s.started = s.inflight, 0, 0
+            s.generations.clear()
             return self.send(200, b"{}")
         if path.startswith("/fault/health-delay?ms="):
             s.health_delay_s = float(path.rpartition("=")[2]) / 1000
@@ -572,7 +593,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tool-strict-level", default="", help="vLLM's flag (the default fleet sets it): ignored")
     p.add_argument("--max-model-len", type=int, default=2048, help="what /v1/models says of the context")
     p.add_argument("--enable-log-requests", action="store_true", help="as vLLM's: log each generation's id")
+    p.add_argument("--crash-on", default="", help="close the connection of a POST whose body holds this")
+    p.add_argument("--start-delay-s", type=float, default=0.0, help="wait before listening (loading weights)")
+    p.add_argument(
+        "--engine-core", action="store_true", help="fork a child in its group (vLLM's engine core)"
+    )
     a = p.parse_args(argv)
+    if a.engine_core:  # outlives this process when it is killed alone, as vLLM's engine core does
+        subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"], stdin=subprocess.DEVNULL)
+    time.sleep(a.start_delay_s)
     sleep = SleepConfig(
         a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
     )
@@ -580,7 +609,7 @@ def main(argv: list[str] | None = None) -> None:
         a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
         prefix_cache_blocks=a.prefix_cache_blocks, prefill_ms_per_block=a.prefill_ms_per_block,
         multibyte=a.multibyte, max_model_len=a.max_model_len, log_requests=a.enable_log_requests,
-        split_tail=a.split_tail,
+        split_tail=a.split_tail, crash_on=a.crash_on,
     )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))

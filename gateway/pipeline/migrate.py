@@ -3,7 +3,9 @@
 fails); :func:`whole_continued` answers a non-streamed one that may move: read as a stream through the
 same source, continued token-exact when its replica fails, assembled into one whole answer;
 :func:`whole_moving` answers a non-streamed one that cannot move: run again whole on another replica
-only once its first replica is known not to be running it (the registry says its process is gone)."""
+only once its first replica is known not to be running it (the registry says its process is gone;
+a connection that broke after the request was written is a 502, never a second run:
+gateway/pipeline/forward.py)."""
 
 from __future__ import annotations
 
@@ -12,13 +14,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from gateway.errors import GatewayError, UpstreamError, UpstreamTimeout
+from gateway.errors import UpstreamError, UpstreamTimeout
 from gateway.migration.assemble import Assembler, Incomplete
 from gateway.migration.stream import MigratingStream, ReplicaLeft
 from gateway.pipeline.forward import EJECT, NONE, attempt_on, candidates, done, forward
 from gateway.replicas.table import Endpoint, ModelPool
 from gateway.state import Gateway
-from gateway.upstream.client import FAILURES, Retryable, Upstream, classify
+from gateway.upstream.client import FAILURES, Upstream, classify
 from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.migration")
@@ -142,15 +144,15 @@ async def whole_moving(
     gw: Gateway, ctx: RequestContext, pool: ModelPool, read: Callable[[Upstream], Awaitable[bytes]]
 ) -> bytes:
     """A non-streamed generation that cannot move token-exact (n > 1, logprobs, tools, ...: its plan's
-    ``reason``), forwarded as the client sent it (read whole by ``read``). When its replica fails before
-    the answer (the connection broke after it was sent, or the registry says its process is gone while
-    the answer was awaited), it runs again, whole, on a replica not tried yet, but only once the first
-    is known not to be running it: the registry says its process is gone (it left, restarted or failed),
-    awaited up to the request's deadline; else a clear error then (504, ``x-should-retry: false``). A
-    replica that is only frozen or slow (failed probes) keeps the request until its deadline. At most
-    ``migration_attempts`` runs again. The client has seen nothing of it: at temperature 0 or with a
-    seed the answer is the undisturbed one; the tokens generated on the failed replica are generated
-    again (vLLM request id ``<id>-rerunN``: a second generation, never beside the first)."""
+    ``reason``), forwarded as the client sent it (read whole by ``read``). It runs again, whole, on a
+    replica not tried yet only once its first replica is known not to be running it: the registry says
+    its process is gone (it left, restarted or was marked failed) while the answer was awaited; at most
+    ``migration_attempts`` times within the request's deadline. A replica that is only frozen or slow
+    (failed probes, even ``lost_after_probes`` of them) keeps the request: a 504 at the deadline, never
+    a second generation beside the first; a connection that broke after the request was written is
+    forward()'s 502. The client has seen nothing of a run again: at temperature 0 or with a seed the
+    answer is the undisturbed one; the tokens generated on the failed replica are generated again (vLLM
+    request id ``<id>-rerunN``: a second generation, after the first is known to have ended)."""
     plan = ctx.migration
     assert plan is not None and ctx.model is not None
     tried: list[Endpoint] = []
@@ -162,18 +164,13 @@ async def whole_moving(
                 up = await forward(gw, ctx, pool, tried)
                 ctx.status, ctx.reply_type = up.status, up.content_type
                 body = await read(up)
-        except (ReplicaLeft, Retryable) as exc:  # it broke after it was sent, or its process is gone
+        except ReplicaLeft as exc:  # its process is gone (a broken connection is forward()'s 502)
             failed = ctx.replica
-            err = exc.error if isinstance(exc, Retryable) else UpstreamError(str(exc))
+            err = UpstreamError(str(exc))
             if failed is not None and failed not in tried:
                 tried.append(failed)
-            out_of_runs = moves >= plan.attempts  # (no run left: nothing to wait for)
-            if not out_of_runs and failed is not None and not await process_gone(failed, ctx.deadline):
-                gw.metrics.migrations.labels(pool.model, "failed").inc()
-                _log(ctx, pool, "failed", _id(failed), "-", moves, f"{err.message}; it may still run it")
-                raise not_run_again(failed, err) from None
             late = time.perf_counter() >= ctx.deadline
-            if out_of_runs or late or not candidates(ctx, pool, tried):
+            if moves >= plan.attempts or late or not candidates(ctx, pool, tried):
                 gw.metrics.migrations.labels(pool.model, "failed").inc()
                 _log(ctx, pool, "failed", first_failed or _id(failed), "-", moves, err.message)
                 raise err from None
@@ -186,35 +183,6 @@ async def whole_moving(
             gw.metrics.migrations.labels(pool.model, "continued").inc()
             _log(ctx, pool, "moved", first_failed, _id(ctx.replica), moves, "answered whole")
         return body
-
-
-async def process_gone(ep: Endpoint, deadline: float) -> bool:
-    """Whether the registry says ``ep``'s process is gone, awaited until ``deadline`` (perf_counter)."""
-    if ep.process_gone:
-        return True
-    told = asyncio.get_running_loop().create_future()
-
-    def tell() -> None:
-        if ep.process_gone and not told.done():
-            told.set_result(None)
-
-    ep.watchers.add(tell)
-    try:
-        async with asyncio.timeout(max(0.0, deadline - time.perf_counter())):
-            await told
-        return True
-    except TimeoutError:
-        return False
-    finally:
-        ep.watchers.discard(tell)
-
-
-def not_run_again(ep: Endpoint, err: GatewayError) -> UpstreamTimeout:
-    """The deadline's error of a request its replica broke off and may still run (never re-run)."""
-    return UpstreamTimeout(
-        f"{err.message}; the replica {ep.id} may still be running the request, so it was not run again"
-        " elsewhere, and the deadline passed"
-    )
 
 
 def _id(ep: Endpoint | None) -> str:

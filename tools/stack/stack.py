@@ -248,6 +248,12 @@ class Stack:
     def on_demand(self) -> list[str]:
         return [m.name for m in self.fleet.models if m.on_demand and m.replicas]
 
+    @property
+    def gateway_ready_url(self) -> str:
+        """The first gateway's /ready, straight from this host: its detail (models, states) is not given
+        through nginx without the admin key (gateway/admin/auth.py's ``operator_view``)."""
+        return f"http://{self.config.host}:{self.config.gateway_ports[0]}/ready"
+
     async def wait_for_fleet(self) -> None:
         """Poll the gateway's /ready detail until every replica of every ``always`` model is ready and
         every on-demand model is published (asleep until a request wakes it, or awake)."""
@@ -256,7 +262,7 @@ class Stack:
         async with httpx.AsyncClient(timeout=5.0) as client:
             while time.monotonic() < deadline:
                 self.check_alive()
-                detail = await ready_detail(client, f"{self.config.nginx_url}/ready")
+                detail = await ready_detail(client, self.gateway_ready_url)
                 models = detail.get("models", {})
                 have = {m: v.get("ready_replicas", 0) for m, v in models.items()}
                 states = {m: str(models.get(m, {}).get("state", "unavailable")) for m in lazy}

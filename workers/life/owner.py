@@ -107,6 +107,8 @@ class Supervisor:
         return self.stopping.is_set() or r.retired
 
     def list(self, r: Replica) -> None:
+        """Own ``r``: every process spawned for it is told to the observers (the state file) at once."""
+        r.process.spawned = lambda: self.on_change(r)
         if r not in self._replicas:
             self._replicas.append(r)
 
@@ -210,10 +212,10 @@ class Supervisor:
         return False
 
     async def sleep(self, r: Replica, put_to_sleep: Step, announce: Step) -> bool:
-        """Drain ``r`` (DRAINING, announced), ``put_to_sleep`` it, publish ASLEEP (announced). False
-        when it was retired meanwhile."""
+        """Drain ``r`` (DRAINING, announced), ``put_to_sleep`` it, publish ASLEEP (announced). False,
+        doing nothing, when it was retired meanwhile or is asleep already (a second sleep: no drain)."""
         async with r.lock:
-            if r.retired:
+            if r.retired or r.state is ReplicaState.ASLEEP:
                 return False
             await self.unwatch(r)
             await self.drain_one(r, announce)
