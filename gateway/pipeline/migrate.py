@@ -131,13 +131,15 @@ class ReplicaWatch:
         if self.process_only and (ep is None or not ep.process_gone):
             return
         if not self.gone:
-            self.gone = self.ctx.replica.id if self.ctx.replica is not None else "-"
+            gone = ep is not None and ep.process_gone
+            why = "is gone (the registry says its process ended)" if gone else "failed its probes in a row"
+            self.gone = f"{ep.id if ep is not None else '-'} {why}"
             self.task.cancel()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.ctx.on_gone = None
         if self.gone and kind is asyncio.CancelledError and self.task.uncancel() == 0:
-            raise ReplicaLeft(f"the replica {self.gone} left the registry or was ejected") from None
+            raise ReplicaLeft(f"the replica {self.gone}") from None
 
 
 async def whole_moving(
