@@ -70,8 +70,12 @@ class GatewaySettings(BaseSettings):
     retry_deadline_s: Seconds = 15.0
     """Failover deadline, checked before every attempt."""
     migration_stall_s: Seconds = 5.0
-    """A migrating stream with no token this long moves to another replica (docs/gateway/migration.md;
-    with nowhere to move, ``chunk_timeout_s`` stands)."""
+    """The least wait for a token before a migrating stream may move to another replica: it moves only once
+    its replica's own signals show no progress for as long (its `/metrics` counters still, or a failed
+    probe) (docs/gateway/migration.md; with nowhere to move, ``chunk_timeout_s`` stands)."""
+    migration_stall_gap_factor: Annotated[float, Field(ge=1)] = 4.0
+    """The stall bound learned from the replica: this many times the p99 of its recent gaps between tokens,
+    never under ``migration_stall_s``."""
     migration_watch_s: Seconds = 0.5
     """How often a migrating stream's watchdog checks the read that waits for its replica (still
     registered, not stalled)."""
@@ -99,6 +103,11 @@ class GatewaySettings(BaseSettings):
     """How often the replica registry and the fleet file are read."""
     health_interval_s: Seconds = 2.0
     """How often every replica's `/health` is checked."""
+    health_timeout_s: Seconds = 2.0
+    """How long a `/health` probe or a `/metrics` scrape may take; a slower answer is a failed probe."""
+    lost_after_probes: Annotated[int, Field(ge=1, le=100)] = 3
+    """A failed probe takes a replica out of new picks only; after this many in a row the requests in
+    flight there are moved or ended too (it is taken for lost)."""
     load_scrape_interval_s: Seconds = 1.0
     """How often vLLM's load gauges are scraped from each replica's `/metrics`."""
     load_share_interval_s: Seconds = 0.1
@@ -111,7 +120,7 @@ class GatewaySettings(BaseSettings):
     """Longest back-off of an ejected replica."""
     eject_after: Annotated[int, Field(ge=1, le=100)] = 3
     """A replica is ejected after this many server errors (5xx answers) in a row; a connection error or a
-    failed health check ejects at once."""
+    failed health check ejects at once (out of new picks; the requests in flight there go on)."""
     prefix_epsilon: Annotated[float, Field(ge=0)] = 0.25
     """Prefix affinity's balance bound ε (a model's `epsilon` overrides it): with the index, on each replica's
     share of recent picks; without, on in-flight load."""

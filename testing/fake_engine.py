@@ -32,7 +32,10 @@ started and served, and ``generations`` counts them by request id (``X-Request-I
 A stream that asks ``return_token_ids`` (or a completion whose prompt is token ids) gets vLLM's frames
 with token ids, deterministic so that a continuation equals an undisturbed run (testing/fake_tokens.py;
 ``--multibyte``: tokens that end inside UTF-8 characters); its faults count token frames and add
-``error-after-N`` (vLLM's in-stream error frame) and ``garbage-after-N`` (a frame that is not JSON).
+``error-after-N`` (vLLM's in-stream error frame), ``garbage-after-N`` (a frame that is not JSON) and
+``busy-after-N-MS`` (no token for MS ms while the engine's own counters advance: other clients' prefill).
+``/metrics`` counts ``vllm:generation_tokens_total`` and ``vllm:prompt_tokens_total`` as vLLM does (they
+stop with a stalled engine); ``GET /fault/health-delay?ms=N`` makes every ``/health`` answer N ms late.
 With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
 ``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
 ``--enable-log-requests`` (vLLM's flag): ``Received request <X-Request-Id>`` on stderr per generation.
@@ -72,6 +75,13 @@ class Stats:
     last_body: str = ""
     get_authorization: str = ""
     generations: collections.Counter[str] = field(default_factory=collections.Counter)
+    health_delay_s: float = 0.0
+    """``GET /fault/health-delay?ms=N``: every ``/health`` answers N ms late from then on (0: at once)."""
+    generated: int = 0
+    """Tokens written, vLLM's ``vllm:generation_tokens_total``."""
+    prompted: int = 0
+    """Prompt tokens taken, vLLM's ``vllm:prompt_tokens_total`` (8 a generation; a ``busy`` fault adds
+    other clients' prefill while it lasts)."""
 
     def count(self, rid: str) -> None:
         """One generation begun, under its request id."""
@@ -235,7 +245,9 @@ class FakeEngine(asyncio.Protocol):
                 print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
             return False
         if method == "GET":
-            if not path.startswith("/stats"):
+            if path == "/health" and self.stats.health_delay_s:
+                await asyncio.sleep(self.stats.health_delay_s)
+            if not path.startswith(("/stats", "/fault/")):
                 self.stats.get_authorization = headers.get("authorization", "")
             return self.get(path)
         if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
@@ -331,6 +343,8 @@ class FakeEngine(asyncio.Protocol):
             text = (
                 f'vllm:num_requests_running{{model_name="{self.cfg.model}"}} {s.inflight}\n'
                 f'vllm:num_requests_waiting{{model_name="{self.cfg.model}"}} 0\n'
+                f'vllm:generation_tokens_total{{model_name="{self.cfg.model}"}} {s.generated}\n'
+                f'vllm:prompt_tokens_total{{model_name="{self.cfg.model}"}} {s.prompted}\n'
             )
             if self.cache is not None:
                 text += self.cache.metrics(self.cfg.model)
@@ -356,6 +370,9 @@ class FakeEngine(asyncio.Protocol):
         if path == "/stats/reset":
             s.peak, s.served, s.started = s.inflight, 0, 0
             s.generations.clear()
+            return self.send(200, b"{}")
+        if path.startswith("/fault/health-delay?ms="):
+            s.health_delay_s = float(path.rpartition("=")[2]) / 1000
             return self.send(200, b"{}")
         return self.send(404, b"{}")
 
@@ -399,6 +416,7 @@ class FakeEngine(asyncio.Protocol):
             blocks, hits = self.cache.admit(prompt_text(req))
             await asyncio.sleep((blocks - hits) * self.cfg.prefill_ms_per_block / 1000)
         rid = headers.get("x-request-id", "fake")
+        self.stats.prompted += 8
         if path == "/v1/embeddings":
             data = {
                 "object": "list",
@@ -425,6 +443,7 @@ class FakeEngine(asyncio.Protocol):
         if not req.get("stream"):
             if fault.startswith(("die-after-", "die-mid-", "stall-after-")):
                 return await self.fail_generating(fault)
+            self.stats.generated += n
             return self.send(200, completion_body(self.cfg, chat, n, rid))
         die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
         die_mid = int(fault.removeprefix("die-mid-")) if fault.startswith("die-mid-") else -1
@@ -457,6 +476,7 @@ class FakeEngine(asyncio.Protocol):
                 return False
             if delay:
                 await asyncio.sleep(delay)
+            self.stats.generated += 1
             self.write(chunked(template % json.dumps(f"tok{i} ").encode()))
         if usage:
             self.write(chunked(usage_event(self.cfg, chat, n, rid)))
@@ -472,15 +492,21 @@ class FakeEngine(asyncio.Protocol):
         return False
 
     async def stream_tokens(self, frames: TokenFrames, fault: str) -> bool:
-        """A stream with token ids; a fault ``KIND-after-N`` (or ``die-mid-N``) strikes after N tokens."""
+        """A stream with token ids; a fault ``KIND-after-N`` (or ``die-mid-N``) strikes after N tokens;
+        ``busy-after-N-MS``: after N tokens nothing comes for MS ms while the engine works on other
+        clients' prompts (its ``vllm:prompt_tokens_total`` advances), then the stream goes on."""
+        busy_at, busy_s = busy(fault)
         kind, _, after = fault.replace("die-mid-", "die-mid-after-").rpartition("-after-")
         at = int(after) if kind and after.isdigit() else -1
         self.write(http_head(200, "text/event-stream", None))
         for j in range(frames.n):
             if j == at:
                 return await self.strike(kind, frames.token(j))
+            if j == busy_at:
+                await self.prefill_others(busy_s)
             if self.cfg.delay_ms:
                 await asyncio.sleep(self.cfg.delay_ms / 1000)
+            self.stats.generated += 1
             self.write(chunked(frames.token(j)))
         if self.cfg.split_tail:  # the usage event and [DONE] each a read of its own, as vLLM's often are
             for event in frames.tail():
@@ -490,6 +516,14 @@ class FakeEngine(asyncio.Protocol):
             return True
         self.write(b"".join(chunked(e) for e in frames.tail()) + b"0\r\n\r\n")
         return True
+
+    async def prefill_others(self, seconds: float) -> None:
+        """Other clients' long prompts being prefilled: no token for this stream, the engine's prompt
+        token counter advancing every 20 ms."""
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            await asyncio.sleep(0.02)
+            self.stats.prompted += 64
 
     async def strike(self, kind: str, event: bytes) -> bool:
         """die (close), die-mid (half a frame, close), stall (freeze), error (vLLM's error frame),
@@ -503,6 +537,14 @@ class FakeEngine(asyncio.Protocol):
             self.write(chunked(bad) + chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
             return True
         return False
+
+
+def busy(fault: str) -> tuple[int, float]:
+    """``busy-after-N-MS``: (N, MS in seconds); (-1, 0) for any other fault."""
+    if not fault.startswith("busy-after-"):
+        return -1, 0.0
+    n, _, ms = fault.removeprefix("busy-after-").partition("-")
+    return int(n), float(ms) / 1000
 
 
 async def serve(cfg: Config, host: str, port: int, count: int = 1) -> None:

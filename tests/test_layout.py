@@ -142,7 +142,7 @@ GATEWAY_FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "gateway/periodic.py", "gateway/shutdown.py", "gateway/redis_clients.py", "gateway/__init__.py",
         ),
     ),
-    ("values", ("gateway/values.py", "gateway/replicas/table.py")),
+    ("values", ("gateway/values.py", "gateway/replicas/table.py", "gateway/replicas/progress.py")),
     (
         "rooms",
         (
