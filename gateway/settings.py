@@ -145,8 +145,8 @@ class GatewaySettings(BaseSettings):
     """`/docs`, `/redoc` and `/openapi.json`; unset: on with API keys off, off with keys on (the description
     names every path and schema to anyone)."""
     auth_cache_s: Seconds = 5.0
-    """While the key store is unreachable, a key verified within this long still passes; later: 401 with
-    Retry-After (a revoked key stops working on every gateway within it)."""
+    """While the key store is unreachable, a key verified within this long still passes; later: 503
+    `key_store_unavailable` with Retry-After (a revoked key stops working on every gateway within it)."""
     admin_key: SecretStr | None = None
     """The one credential that may manage keys and adapters (`/admin/*`, 16 characters or more); unset: the
     admin endpoints answer 403 `admin_disabled`."""

@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
+from contract.redis_url import REDIS_DOWN
 from gateway.admission.base import AdmissionUnavailable, Ticket
 from gateway.admission.liveness import StampTiming
 from gateway.admission.queue_scripts import RENEWS_PER_TTL, Acquired, Left, QueueScripts, ticket_id
@@ -39,7 +39,6 @@ from gateway.periodic import Background
 
 log = logging.getLogger("llmgw.admission")
 T = TypeVar("T")
-REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 # Without the renewing thread (liveness.py), a presence stamp holds four beats, so that a stalled loop keeps
 # its leases (at two beats a loaded 2-core machine saw a model run at 12 of 4 slots).
 PRESENCE_BEATS = 4
@@ -49,7 +48,7 @@ async def guarded(aw: Awaitable[T]) -> T:
     """A Redis call whose failure means 'the shared queue is unreachable'."""
     try:
         return await aw
-    except REDIS_ERRORS as exc:
+    except REDIS_DOWN as exc:
         raise AdmissionUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
 
@@ -102,7 +101,7 @@ class RedisAdmission:
     async def start(self) -> None:
         """Renewal in the background; the pipelined connection opened now, so that a burst of first
         requests does not wait on its opening (Redis down here: the first call tries again)."""
-        with contextlib.suppress(*REDIS_ERRORS):
+        with contextlib.suppress(*REDIS_DOWN):
             await self.lean.connect()
         self._bg = Background(failed=lambda task, _: self._count_failure(task))
         self._bg.start(self.renew_interval_s, self.tick)
@@ -122,7 +121,7 @@ class RedisAdmission:
 
     async def ping(self) -> None:
         """One PING on the pipelined connection: a silent one is closed here (and replaced on the next
-        call); raises RedisError/OSError when Redis does not answer."""
+        call); raises one of ``REDIS_DOWN`` when Redis does not answer."""
         await self.lean.call("PING")
 
     async def stop(self) -> None:
@@ -205,7 +204,7 @@ class RedisAdmission:
             popped = await asyncio.wait_for(self.blocking.blpop([wake], timeout), timeout + self.io_timeout_s)
         except TimeoutError:
             return False
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             raise AdmissionUnavailable(f"blocking read failed: {type(exc).__name__}: {exc}") from exc
         return popped is not None
 
@@ -219,7 +218,7 @@ class RedisAdmission:
         try:
             leave = self.scripts.leave(model, lease_id, False, capacity)
             outcome = await asyncio.wait_for(leave, self._io_budget)
-        except REDIS_ERRORS as exc:
+        except REDIS_DOWN as exc:
             why = "model=%s ticket=%s could not leave the queue (%s); its deadline drops it"
             log.warning(why, model, lease_id, exc)
             return
@@ -256,7 +255,7 @@ class RedisAdmission:
     async def _refund_quietly(self, model: str, tenant: str, tokens: int) -> None:
         try:
             await asyncio.wait_for(self.scripts.refund(model, tenant, tokens), self._io_budget)
-        except REDIS_ERRORS as exc:
+        except REDIS_DOWN as exc:
             log.warning(
                 "model=%s tenant=%s fair-share refund of %d tokens lost (%s)", model, tenant, tokens, exc
             )
@@ -271,7 +270,7 @@ class RedisAdmission:
     async def _release_quietly(self, model: str, lease_id: str) -> None:
         try:
             await self._send_release(model, lease_id)
-        except REDIS_ERRORS as exc:
+        except REDIS_DOWN as exc:
             self._unreleased.failed(model, lease_id, exc)
 
     async def _send_release(self, model: str, lease_id: str) -> None:
@@ -306,18 +305,18 @@ class RedisAdmission:
         for model, capacity in list(self._capacity.items()):
             try:
                 await self._tick_model(model, capacity)
-            except REDIS_ERRORS as exc:
+            except REDIS_DOWN as exc:
                 log.debug("model=%s lease renewal failed: %s", model, exc)
 
     async def beat(self) -> None:
         """Stamp this gateway present for every model seen; the script drops what absent gateways left
         behind (their waiters and leases) and grants the slots that freed; releases that failed first."""
-        await self._unreleased.resend(self._send_release, REDIS_ERRORS)
+        await self._unreleased.resend(self._send_release, REDIS_DOWN)
         for model, capacity in list(self._capacity.items()):
             try:
                 beat = self.scripts.beat(model, self.gateway_id, capacity)
                 depth, _active, dropped = await asyncio.wait_for(beat, self._io_budget)
-            except REDIS_ERRORS as exc:
+            except REDIS_DOWN as exc:
                 log.debug("model=%s presence beat failed: %s", model, exc)
                 continue
             self._set_depth(model, depth)

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import RedisClusterException
 
 from contract.redis_keys import RedisKeys
+from contract.redis_url import REDIS_DOWN
 from gateway.admission.liveness import PROGRESS_EVERY_S, LoopProgress, StampTiming, Streak
 from gateway.admission.queue_scripts import script_source
 from gateway.periodic import Background
@@ -106,7 +106,7 @@ class StampRenewer:
     def _renew(self, model: str) -> None:
         try:
             self._stamp_script()(keys=[self.keys.alive(model)], args=[self.gateway_id, self.timing.stamp_ms])
-        except (redis.RedisError, RedisClusterException, OSError) as exc:
+        except REDIS_DOWN as exc:
             self.failed("presence_renewal")
             if self._streak.failed():
                 log.warning("model=%s presence stamp not renewed (%s); counting until it is", model, exc)
