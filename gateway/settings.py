@@ -31,7 +31,8 @@ class GatewaySettings(BaseSettings):
     redis_prefix: str = "llmgw"
     """The prefix of every Redis key name."""
     gateway_id: str = Field(default_factory=_default_gateway_id)
-    """This gateway's name in Redis (in-flight share, presence, wake requests); default: host name and pid."""
+    """This gateway's name in Redis (in-flight share, wake requests); default: host name and pid. Admission
+    tickets, leases and presence name the process, `<gateway id>/<boot nonce>`: a restart is a new one."""
 
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     """Request body cap; larger bodies get 413."""

@@ -27,7 +27,14 @@ from contract.redis_keys import RedisKeys
 from contract.redis_url import REDIS_DOWN
 from gateway.admission.base import AdmissionUnavailable, Ticket
 from gateway.admission.liveness import StampTiming
-from gateway.admission.queue_scripts import RENEWS_PER_TTL, Acquired, Left, QueueScripts, ticket_id
+from gateway.admission.queue_scripts import (
+    RENEWS_PER_TTL,
+    Acquired,
+    Left,
+    QueueScripts,
+    instance_id,
+    ticket_id,
+)
 from gateway.admission.redis_cluster_wire import lean_client
 from gateway.admission.redis_lease import RedisLease
 from gateway.admission.redis_wire import PipelinedRedis, RedisReplyError, Reply
@@ -69,14 +76,17 @@ class RedisAdmission:
         beat_s: float = 1.0,
         presence: Callable[[], redis.Redis] | None = None,
     ) -> None:
-        """``presence``: builds the synchronous client of the thread that renews the presence stamps."""
+        """``presence``: builds the synchronous client of the thread that renews the presence stamps.
+        Tickets, leases and presence stamps name this process, :attr:`instance` (``<gateway id>/<boot
+        nonce>``), never the gateway id alone, which a restarted gateway reuses."""
         self.redis, self.blocking, self.keys = redis, blocking, keys
         self.gateway_id, self.lease_ttl_s, self.metrics = gateway_id, lease_ttl_s, metrics
+        self.instance = instance_id(gateway_id)
         self.io_timeout_s, self.beat_s = io_timeout_s, beat_s
         self.lean: PipelinedRedis = lean_client(redis, io_timeout_s)
         timing = StampTiming(beat_s)
         self.renewer = (
-            StampRenewer(presence, keys, gateway_id, timing, self._count_failure) if presence else None
+            StampRenewer(presence, keys, self.instance, timing, self._count_failure) if presence else None
         )
         presence_ms = timing.stamp_ms if self.renewer else int(PRESENCE_BEATS * beat_s * 1000)
         self.scripts = QueueScripts(self.lean, keys, int(lease_ttl_s * 1000), presence_ms)
@@ -137,7 +147,7 @@ class RedisAdmission:
 
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[RedisLease, float]:
         started = time.monotonic()
-        lease_id = ticket_id(self.gateway_id, os.urandom(16).hex())
+        lease_id = ticket_id(self.instance, os.urandom(16).hex())
         self._see(ticket.model, capacity)
         try:
             queued = await self._admit(ticket, lease_id, capacity, started)
@@ -309,12 +319,12 @@ class RedisAdmission:
                 log.debug("model=%s lease renewal failed: %s", model, exc)
 
     async def beat(self) -> None:
-        """Stamp this gateway present for every model seen; the script drops what absent gateways left
+        """Stamp this instance present for every model seen; the script drops what absent instances left
         behind (their waiters and leases) and grants the slots that freed; releases that failed first."""
         await self._unreleased.resend(self._send_release, REDIS_DOWN)
         for model, capacity in list(self._capacity.items()):
             try:
-                beat = self.scripts.beat(model, self.gateway_id, capacity)
+                beat = self.scripts.beat(model, self.instance, capacity)
                 depth, _active, dropped = await asyncio.wait_for(beat, self._io_budget)
             except REDIS_DOWN as exc:
                 log.debug("model=%s presence beat failed: %s", model, exc)

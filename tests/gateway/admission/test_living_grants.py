@@ -46,7 +46,7 @@ async def test_a_killed_gateways_queue_does_not_hold_the_survivors_back(
     assert await redis.hlen(keys.waiter_meta(MODEL)) == 0  # the dead gateway's waiters were dropped
     assert await redis.zcard(keys.queue(MODEL)) == 0
     assert int(await redis.hget(keys.tenant_usage(MODEL), "t:d") or 0) == 0  # ... and refunded
-    assert await redis.hget(keys.alive(MODEL), "dead") is None
+    assert await redis.hget(keys.alive(MODEL), dead.instance) is None
     for lease, _ in leases:
         await lease.release()
 
