@@ -80,12 +80,17 @@ class QueueScripts:
     def _wake_prefix(self, model: str) -> str:
         return self.keys.wake(model, "")
 
-    async def acquire(self, t: Ticket, ticket: str, capacity: int) -> tuple[Acquired, int]:
+    async def acquire(
+        self, t: Ticket, ticket: str, capacity: int, requeued: bool = False
+    ) -> tuple[Acquired, int]:
+        """Grant or queue ``ticket``; ``requeued``: its grant was reclaimed before it picked it up, and the
+        fair-share charge of its first queueing is given back as it queues again."""
         keys = [*self._model_keys(t.model), self.keys.seq(t.model), self.keys.gone(t.model, ticket)]
+        cost = max(1, t.cost)
         args: list[Arg] = [
-            ticket, capacity, self.ttl_ms, t.tenant, clamp_priority(t.priority), max(1, t.cost),
+            ticket, capacity, self.ttl_ms, t.tenant, clamp_priority(t.priority), cost,
             t.max_queue, int(t.max_wait_s * 1000) + WAITER_GRACE_MS, self._wake_prefix(t.model),
-            self.pickup_ms, self.presence_ms,
+            self.pickup_ms, self.presence_ms, cost if requeued else 0,
         ]  # fmt: skip
         status, depth = await self._acquire(keys, args)
         return Acquired(int(status)), int(depth)

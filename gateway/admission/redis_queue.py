@@ -163,9 +163,11 @@ class RedisAdmission:
         lease = RedisLease(self, ticket.model, lease_id, ticket.tenant, tagged)
         return lease, time.monotonic() - started
 
-    async def _admit(self, t: Ticket, lease_id: str, capacity: int, started: float) -> bool:
-        """Granted (False: at once, no fair-share tag charged; True: after queueing, tag charged)."""
-        status, depth = await guarded(self.scripts.acquire(t, lease_id, capacity))
+    async def _admit(
+        self, t: Ticket, lease_id: str, capacity: int, started: float, requeued: bool = False
+    ) -> bool:
+        """Granted (False: at once, no fair-share tag charged; True: after queueing, tag charged once)."""
+        status, depth = await guarded(self.scripts.acquire(t, lease_id, capacity, requeued))
         self._set_depth(t.model, depth)
         if status is Acquired.GRANTED:
             return False
@@ -187,7 +189,7 @@ class RedisAdmission:
             t.request_id,
             t.model,
         )
-        return await self._admit(t, lease_id, capacity, started)
+        return await self._admit(t, lease_id, capacity, started, requeued=True)
 
     async def _wait(self, t: Ticket, lease_id: str, capacity: int, started: float) -> None:
         wake = self.keys.wake(t.model, lease_id)
