@@ -9,7 +9,8 @@
 
 :func:`connect` builds the asynchronous redis-py client, :func:`connect_sync` the synchronous one (for a
 thread that must work while the event loop is busy); :func:`parse` the parts (the lean pipelined client
-uses them).
+uses them). :data:`REDIS_DOWN` is what their calls raise when Redis is unavailable: every "Redis is down"
+handler, on the gateways' side and the control plane's, catches exactly it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,15 @@ import redis.cluster
 import redis.sentinel
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import RedisClusterException, RedisError
 
 SENTINEL, CLUSTER = "redis+sentinel", "redis+cluster"
+
+REDIS_DOWN: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
+"""What a Redis call raises when Redis is unreachable, slow past its timeout or refuses the call, in any
+topology: redis-py's errors (``RedisError``), its cluster client's own family (``RedisClusterException``:
+no node reachable, a slot no node covers; not a ``RedisError``) and the socket's (``OSError``, which the
+builtin ``TimeoutError`` and ``ConnectionError`` are)."""
 
 
 @dataclass(frozen=True, slots=True)

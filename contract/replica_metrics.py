@@ -124,6 +124,11 @@ class SupervisorMetrics:
         for reason in ("idle", "room"):
             self.sleeps.labels(model, reason)
 
+    def failed(self, action: str, subject: str) -> None:
+        """Count a failed action or a dead task (:data:`contract.supervision.Failed`) as
+        ``llmgw_supervisor_actions_total{outcome="failed"}``."""
+        self.actions.labels(action, subject, "failed").inc()
+
     def set_state(self, model: str, replica: str, state: ReplicaState) -> None:
         for s in STATES:
             self.state.labels(model, replica, s).set(1 if s == state.value else 0)

@@ -85,6 +85,16 @@ class Unauthorized(GatewayError):
     code = "invalid_api_key"
 
 
+class KeyStoreUnavailable(GatewayError):
+    """The API key could not be verified: its key store does not answer and the key was not verified
+    lately. The key may well be valid: retry."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "key_store_unavailable"
+    retry = True
+
+
 class Forbidden(GatewayError):
     status = 403
     type = "permission_error"

@@ -122,6 +122,13 @@ class GatewayMetrics:
             "1 while Redis is unreachable and local admission is in force.",
             registry=r,
         )
+        self.admission_fallbacks = Counter(
+            "llmgw_admission_fallbacks",
+            "Requests whose shared-queue admission failed (Redis unreachable at the acquire or during the "
+            "wait): admitted by local admission instead.",
+            ["model"],
+            registry=r,
+        )
         self.prefix_picks = Counter(
             "llmgw_prefix_index_picks",
             "Prefix-affinity picks by outcome: session, hit, moved, cold (shared index) or degraded "

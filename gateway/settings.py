@@ -31,7 +31,8 @@ class GatewaySettings(BaseSettings):
     redis_prefix: str = "llmgw"
     """The prefix of every Redis key name."""
     gateway_id: str = Field(default_factory=_default_gateway_id)
-    """This gateway's name in Redis (in-flight share, presence, wake requests); default: host name and pid."""
+    """This gateway's name in Redis (in-flight share, wake requests); default: host name and pid. Admission
+    tickets, leases and presence name the process, `<gateway id>/<boot nonce>`: a restart is a new one."""
 
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     """Request body cap; larger bodies get 413."""
@@ -173,8 +174,8 @@ class GatewaySettings(BaseSettings):
     """`/docs`, `/redoc` and `/openapi.json`; unset: on with API keys off, off with keys on (the description
     names every path and schema to anyone)."""
     auth_cache_s: Seconds = 5.0
-    """While the key store is unreachable, a key verified within this long still passes; later: 401 with
-    Retry-After (a revoked key stops working on every gateway within it)."""
+    """While the key store is unreachable, a key verified within this long still passes; later: 503
+    `key_store_unavailable` with Retry-After (a revoked key stops working on every gateway within it)."""
     admin_key: SecretStr | None = None
     """The one credential that may manage keys and adapters (`/admin/*`, 16 characters or more); unset: the
     admin endpoints answer 403 `admin_disabled`."""

@@ -5,7 +5,8 @@ request's priority with ``x-priority`` up to its ``max_priority``, and shorten (
 queue wait with ``x-max-wait-s``. Every request looks its key up in the key store (one GET), so a revoked
 key is refused at once by every gateway that reaches the store. While the store is unreachable, keys
 verified within ``cache_s`` (5 s by default) still pass: a revoked key stops working everywhere within that
-bound, even on a gateway cut off from the store. Rate limits live in the ephemeral Redis; while it is
+bound, even on a gateway cut off from the store; a key not verified lately gets a 503 that says to retry
+(the key may be valid). Rate limits live in the ephemeral Redis; while it is
 unreachable they are not enforced (fail open, logged): serving beats refusing every caller.
 """
 
@@ -21,7 +22,7 @@ from contract.redis_keys import RedisKeys
 from gateway.auth.base import Authenticator, OpenAuth
 from gateway.auth.keys import ApiKey, KeyStore, hash_secret
 from gateway.auth.ratelimit import Decision, RateLimiter, Verdict
-from gateway.errors import InvalidRequest, RateLimited, Unauthorized
+from gateway.errors import InvalidRequest, KeyStoreUnavailable, RateLimited, Unauthorized
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN, RedisClients
 from gateway.settings import GatewaySettings
@@ -148,7 +149,7 @@ class RedisAuth:
             log.warning("key store unreachable (%s): key_id=%s accepted from cache", exc, seen[0].key_id)
             return seen[0]
         log.warning("key store unreachable (%s): an API key could not be verified", exc)
-        raise Unauthorized(
+        raise KeyStoreUnavailable(
             "the API key could not be verified right now (key store unreachable); retry later",
             retry_after=2.0,
         )

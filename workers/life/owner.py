@@ -32,6 +32,7 @@ from contract.kv_feeds import FeedTarget, KvFeeds
 from contract.registry import ROUTABLE, RegistryWriter, ReplicaState, new_instance_id
 from contract.replica_metrics import SupervisorMetrics
 from contract.replica_states import check_move
+from contract.supervision import every
 from workers.host.gpu import MemoryProbe, nvidia_smi_probe
 from workers.life.adopt import AdoptedProcess
 from workers.life.process import StartFailed
@@ -277,13 +278,16 @@ class Supervisor:
             await self.kv_feeds.aclose()
 
     async def follow_kv_events(self, feeds: KvFeeds, every_s: float = 0.25) -> None:
-        """Keep one KV-event feed per running start of an exact replica; publish each one's mode."""
-        while not self.stopping.is_set():
+        """Keep one KV-event feed per running start of an exact replica; publish each one's mode (a
+        supervised loop: :func:`contract.supervision.every`)."""
+
+        async def step() -> None:
             feeds.sync([t for r in self._replicas if (t := kv_target(r)) is not None])
             for r in self._replicas:
                 r.kv_index = feeds.mode(r.spec.id)
             feeds.show(self.metrics)
-            await asyncio.sleep(every_s)
+
+        await every("kv_feeds", every_s, step, self.stopping, self.metrics.failed)
 
     async def drain(self) -> None:
         """Shutdown: every live replica drains (within the grace period, all together), then all stop."""
