@@ -6,8 +6,9 @@ Each replica is given as its ReplicaRecord in JSON (``--record``). Every heartbe
 server's ``/health`` and ``/v1/models``; a server that lists its model is published READY with a TTL, one
 that stops answering for a few heartbeats is withdrawn. On SIGTERM (the pod is deleted, the service is
 stopped) the replicas are published DRAINING, the process waits until vLLM has nothing running or waiting
-(or the grace period ends), then removes them and exits; SIGHUP is logged and ignored. It serves the supervisor's metrics on
-``--metrics-port`` so that Prometheus sees replica states and start-up times as it does under `make run`.
+(or the grace period ends), then removes them and exits; SIGHUP is logged and ignored. It serves the
+supervisor's metrics on ``--metrics-port`` so that Prometheus sees replica states and start-up times as it
+does under `make run`.
 
 The heartbeat is supervised: a Redis outage (any topology) is a failed write that the next beat retries;
 a beat that raises is logged, counted (``llmgw_supervisor_actions_total{outcome="failed"}``) and tried
