@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 from pydantic import ValidationError
 
+from contract.build_info import add_version_flag
 from contract.drain import wait_until_idle
 from contract.kv_feed import KvEndpoints
 from contract.kv_feeds import FeedTarget, KvFeeds
@@ -174,6 +175,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="llmgw-register", description="Publish externally run vLLM servers into the replica registry."
     )
+    add_version_flag(p)
     p.add_argument(
         "--record",
         type=parse_record,

@@ -19,6 +19,7 @@ import uvicorn
 from fastapi import FastAPI
 from pydantic import ValidationError
 
+from contract.build_info import add_version_flag
 from contract.fleet import FleetError
 from gateway.app import create_app
 from gateway.edge.one_write import door_protocol
@@ -36,6 +37,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Serve one gateway replica. Settings come from LLMGW_* environment variables; "
         "the options below override them.",
     )
+    add_version_flag(p)
     p.add_argument("--fleet", type=Path, help="fleet YAML file (LLMGW_FLEET_FILE)")
     p.add_argument("--redis-url", help="Redis URL (LLMGW_REDIS_URL)")
     p.add_argument("--host", default="127.0.0.1")

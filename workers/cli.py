@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from contract.build_info import add_version_flag
 from contract.fleet import Fleet, FleetError
 from contract.fleet_file import FleetWatch, read_fleet
 from contract.redis_keys import RedisKeys
@@ -41,6 +42,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="llmgw-workers", description="Run and supervise the fleet's vLLM replicas."
     )
+    add_version_flag(p)
     p.add_argument("--fleet", type=Path, required=True, help="fleet YAML file")
     p.add_argument("--redis-url", default=os.environ.get("LLMGW_REDIS_URL", "redis://127.0.0.1:6379/0"))
     p.add_argument("--redis-prefix", default=os.environ.get("LLMGW_REDIS_PREFIX", "llmgw"))

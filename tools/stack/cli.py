@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from contract.build_info import add_version_flag
 from contract.fleet import FleetError
 from contract.supervision import EXIT_TASK_DIED, TaskGroup
 from tools.stack.keeper import KeepPolicy, keep
@@ -25,6 +26,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="llmgw-stack",
         description="Run Redis, the vLLM workers, gateway replicas, nginx and Prometheus on this machine.",
     )
+    add_version_flag(p)
     p.add_argument("--fleet", type=Path, default=REPO / "fleet.yaml", help="fleet YAML file")
     p.add_argument("--run-dir", type=Path, default=REPO / ".run", help="logs, pid files and data")
     p.add_argument("--port", type=int, default=8080, help="nginx port (the public endpoint)")
