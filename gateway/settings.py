@@ -163,7 +163,9 @@ class GatewaySettings(BaseSettings):
     """Emit OpenTelemetry spans (authenticate, queue_wait, wake, pick, forward, retry) over OTLP/gRPC; off,
     the trace context is still passed to the replicas."""
     otlp_traces_endpoint: str = "http://127.0.0.1:4317"
-    """Where the spans go with tracing on (OTLP/gRPC)."""
+    """Where the spans go with tracing on (OTLP/gRPC). The standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+    OTEL_EXPORTER_OTLP_ENDPOINT wins where set (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and the SDK's
+    other OTEL_* variables are honoured too; OTEL_SDK_DISABLED=true keeps tracing off)."""
 
     @property
     def key_store_url(self) -> str:
