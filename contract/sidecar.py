@@ -29,6 +29,7 @@ from contract.build_info import add_version_flag
 from contract.drain import wait_until_idle
 from contract.kv_feed import KvEndpoints
 from contract.kv_feeds import FeedTarget, KvFeeds
+from contract.logs import configure_logging
 from contract.redis_keys import RedisKeys
 from contract.redis_url import connect
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, new_instance_id
@@ -36,7 +37,6 @@ from contract.replica_metrics import SupervisorMetrics, serve_metrics
 from contract.vllm_probe import listed, probe_client
 
 log = logging.getLogger("llmgw.register")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +277,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
+    configure_logging(logging.INFO)  # text, or JSON lines with LLMGW_LOG_FORMAT=json
     asyncio.run(serve(args))
     return 0
 

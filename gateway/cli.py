@@ -21,14 +21,13 @@ from pydantic import ValidationError
 
 from contract.build_info import add_version_flag
 from contract.fleet import FleetError
+from contract.logs import configure_logging
 from gateway.app import create_app
 from gateway.edge.one_write import door_protocol
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests, graceful_s
 from gateway.tracing import TraceIdFilter
 from gateway.upstream.credentials import CredentialError
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -121,6 +120,9 @@ def server_config(app: FastAPI, settings: GatewaySettings, host: str, port: int)
         access_log=False,
         proxy_headers=False,
         log_level="warning",
+        log_config=None
+        if settings.log_format == "json"
+        else uvicorn.config.LOGGING_CONFIG,  # JSON: uvicorn's too
         timeout_keep_alive=math.ceil(settings.keepalive_timeout_s),
         timeout_graceful_shutdown=math.ceil(graceful_s(settings.shutdown_grace_s)),
         backlog=4096,
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmgw-gateway: bad settings: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stdout)
+    configure_logging(settings.log_level, settings.log_format)
     for handler in logging.getLogger().handlers:
         handler.addFilter(TraceIdFilter())  # a request's lines carry its trace id beside its request id
     os.environ.setdefault("PYTHONUNBUFFERED", "1")

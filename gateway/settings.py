@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -159,6 +159,9 @@ class GatewaySettings(BaseSettings):
     """How often runtime LoRA adapters are read from Redis."""
     log_level: str = "INFO"
     """Python logging level."""
+    log_format: Literal["text", "json"] = "text"
+    """``json``: one JSON object per log line, with the request id and trace id as fields (for log
+    collectors); the workers' processes read the same LLMGW_LOG_FORMAT."""
     tracing: bool = False
     """Emit OpenTelemetry spans (authenticate, queue_wait, wake, pick, forward, retry) over OTLP/gRPC; off,
     the trace context is still passed to the replicas."""

@@ -13,12 +13,11 @@ from pathlib import Path
 
 from contract.build_info import add_version_flag
 from contract.fleet import FleetError
+from contract.logs import configure_logging
 from contract.supervision import EXIT_TASK_DIED, TaskGroup
 from tools.stack.keeper import KeepPolicy, keep
 from tools.stack.redis_topology import KINDS
 from tools.stack.stack import REPO, Stack, StackConfig
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -103,7 +102,7 @@ async def run(config: StackConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
+    configure_logging(logging.INFO)  # text, or JSON lines with LLMGW_LOG_FORMAT=json
     ports = tuple(args.gateway_port + i for i in range(args.gateways))
     config = StackConfig(
         fleet_file=args.fleet.resolve(),
