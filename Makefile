@@ -145,9 +145,12 @@ kube-test: install images
 	LLMGW_KUBE_TEST=1 flock /tmp/llmgw-heavy.lock $(BIN)/pytest -s -p no:cacheprovider --timeout 2400 \
 	  tests/deploy/test_kube_run.py $(PYTEST_ARGS)
 
+# STACK_ARGS: more llmgw-stack options, e.g. STACK_ARGS='--prometheus-port 9091' where the host's own
+# Prometheus holds 9090 (the stack refuses a port another process holds and names the option).
+STACK_ARGS ?=
 run: install
 	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null
-	$(BIN)/llmgw-stack --fleet $(FLEET) --redis $(REDIS)
+	$(BIN)/llmgw-stack --fleet $(FLEET) --redis $(REDIS) $(STACK_ARGS)
 
 # images-short: the gateway image and the Redis stand-in for tests/deploy/test_images_run.py (podman).
 test: install images-short $(STAMPS)/compat-clients

@@ -115,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         keys_redis_port=args.keys_redis_port,
         supervisor_metrics_port=args.supervisor_port,
     )
+    taken = config.ports_in_use()
+    if taken:
+        for line in taken:
+            print(f"llmgw-stack: {line} (make run STACK_ARGS='...')", file=sys.stderr)
+        return 2
     try:
         return asyncio.run(run(config))
     except FleetError as exc:
