@@ -12,7 +12,7 @@ import pytest
 
 from testing.procs import free_port
 from tools.stack.cli import main
-from tools.stack.stack import StackConfig
+from tools.stack.stack import Stack, StackConfig
 
 
 @pytest.fixture
@@ -66,3 +66,17 @@ def test_the_cli_refuses_before_starting_anything(
     assert main(argv) == 2
     assert f"port {held_port} (nginx) is in use" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_nginx_writes_no_file_of_the_hosts(tmp_path: Path) -> None:
+    """nginx's configuration, pid, temp folders and error log (the start-up one included: ``-e``) are the
+    stack's, under its run folder."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("models:\n - name: m\n   endpoints: [{url: 'http://127.0.0.1:1', auth: none}]\n")
+    service = Stack(free_config(fleet_file=fleet, run_dir=tmp_path / "run")).nginx()
+    run = tmp_path / "run" / "nginx"
+    options = dict(zip(service.argv[1::2], service.argv[2::2], strict=False))
+    assert options["-c"] == str(run / "nginx.conf") and options["-p"] == str(run)
+    assert options["-e"] == str(run / "nginx-error.log")
+    conf = (run / "nginx.conf").read_text()
+    assert f"pid {run}/nginx.pid;" in conf and "/var/" not in conf

@@ -185,7 +185,10 @@ class Stack:
         conf.write_text(
             nginx_conf(REPO / "deploy/nginx/nginx.conf.template", f"{c.host}:{c.nginx_port}", upstreams, run)
         )
-        argv = [tool("nginx"), "-c", str(conf), "-p", str(run), "-g", "daemon off;"]
+        # -e: the start-up error log too is the stack's (nginx opens its built-in /var/log/nginx/error.log,
+        # the host's, before it reads the configuration otherwise)
+        argv = [tool("nginx"), "-c", str(conf), "-p", str(run), "-e", str(run / "nginx-error.log")]
+        argv += ["-g", "daemon off;"]
         probe = http_probe(f"{c.nginx_url}/health")
         # A master killed -9 leaves its workers serving: SIGQUIT lets them finish their requests.
         return Service("nginx", argv, self.logs / "nginx.log", probe, quit_signal=signal.SIGQUIT)
