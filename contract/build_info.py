@@ -17,6 +17,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, disable_created_metrics
 
 UNKNOWN = "unknown"
+DISTRIBUTION = "llm-gateway"
+"""The project's distribution name, as pyproject.toml's ``[project] name`` says (a test holds them equal)."""
 SOURCE = Path(__file__).resolve().parents[1]
 
 
@@ -31,13 +33,11 @@ class BuildInfo:
 
 
 def version() -> str:
-    """The version of the distribution that installed the ``contract`` package, or ``unknown``."""
-    for dist in metadata.packages_distributions().get("contract", []):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return UNKNOWN
+    """The installed version of the project's distribution (:data:`DISTRIBUTION`), or ``unknown``."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return UNKNOWN
 
 
 def commit(source: Path = SOURCE) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from contract.build_info import UNKNOWN, build_info, commit
+from contract.build_info import DISTRIBUTION, UNKNOWN, build_info, commit
 from contract.replica_metrics import SupervisorMetrics
 from gateway.metrics import GatewayMetrics
 
@@ -26,6 +26,10 @@ def test_build_info_names_the_version_and_the_checked_out_commit() -> None:
     info = build_info()
     assert info.version == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert info.commit == head.stdout.strip()
+
+
+def test_the_distribution_name_is_pyprojects() -> None:
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["name"] == DISTRIBUTION
 
 
 def test_commit_outside_a_checkout_is_unknown(tmp_path: Path) -> None:
