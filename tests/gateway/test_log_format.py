@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
 from pydantic import ValidationError
 
 from gateway.cli import server_config
@@ -19,8 +20,6 @@ from testing.procs import free_port, spawn, wait_for_line
 def test_json_format_hands_uvicorns_loggers_to_the_root_handler(tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(fleet_yaml([{"name": "m", "source": {"path": "/m"}}]))
-    from fastapi import FastAPI
-
     json_config = server_config(
         FastAPI(), GatewaySettings(fleet_file=fleet, log_format="json"), "127.0.0.1", 1
     )
