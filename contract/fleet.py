@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 PolicyName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 MediaDomain = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")]
+NO_MEDIA_DOMAIN = "no-media.invalid"
+"""vLLM's media-domain allow-list for a model whose fleet entry names none (the supervisor's and the
+rendered deployments' alike): a host under the reserved ``.invalid`` top-level domain (RFC 6761), which
+never resolves, so vLLM refuses every media URL before any fetch; an empty list would let vLLM fetch
+from every host."""
 """A host name (lower case) or IPv4 address, as vLLM compares it with a media URL's parsed host."""
 """A routing policy's name; the gateway checks it against its one registry (``gateway.routing``)."""
 
@@ -75,10 +80,10 @@ class Engine(Strict):
     )
     allowed_media_domains: list[MediaDomain] = Field(default_factory=list)
     """The only hosts whose media URLs (image, audio, video) vLLM fetches (vLLM's `--allowed-media-domains`,
-    an exact host match; `data:` URLs are inline and always allowed). Empty: the supervisor passes no flag
-    (vLLM fetches from any host); rendered deployments (compose, Kubernetes) pass `no-media.invalid`
-    instead, a reserved host that never resolves, so vLLM refuses every media URL with a clear error
-    before any fetch (the Kubernetes egress policy, DNS and the model store only, would block one)."""
+    an exact host match; `data:` URLs are inline and always allowed). Empty: deny-all; the supervisor and
+    the rendered deployments (compose, Kubernetes) pass `no-media.invalid`, a reserved host that never
+    resolves, so vLLM refuses every media URL with a clear error before any fetch (the Kubernetes egress
+    policy, DNS and the model store only, would block one too)."""
     extra_args: list[str] = Field(default_factory=list)
     """Any other vLLM flag, appended last to the command line."""
 

@@ -90,7 +90,9 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         admission=build_admission(settings, keys, metrics, clients),
         auth=build_auth(settings, keys, metrics, store, clients),
         client=httpx.AsyncClient(timeout=settings.connect_timeout_s),
-        upstream=ConnectionPool(settings.max_connections, settings.connect_timeout_s),
+        upstream=ConnectionPool(
+            settings.max_connections, settings.connect_timeout_s, settings.upstream_idle_s
+        ),
         redis=clients,
         keys=keys,
         metrics=metrics,

@@ -73,6 +73,12 @@ class HeadTimeout(InvalidRequest):
     code = "request_timeout"
 
 
+class BodyTimeout(HeadTimeout):
+    """The request body came too slowly (nothing was forwarded: a retry is safe)."""
+
+    retry = True
+
+
 class Unauthorized(GatewayError):
     status = 401
     type = "authentication_error"

@@ -168,7 +168,8 @@ class GatewayMetrics:
         )
         self.stream_stalled = Counter(
             "llmgw_stream_stalled",
-            "Streams ended because their client made no write progress for stream_write_timeout_s.",
+            "Streams ended because their client made no write progress for stream_write_timeout_s, or took "
+            "less than stream_min_rate_bytes_s while the stream waited for it.",
             ["model"],
             registry=r,
         )

@@ -40,9 +40,19 @@ class GatewaySettings(BaseSettings):
     over it: 431."""
     header_timeout_s: Seconds = 10.0
     """Limit at the door: the time to read the request line and headers; past it: 408."""
+    body_timeout_s: Seconds = 10.0
+    """Limit after authentication (the key is checked from the head, before any body is read): the request
+    body must arrive within this plus its size at `body_min_rate_bytes_s`; late: 408 (retry is safe)."""
+    body_min_rate_bytes_s: Annotated[int, Field(ge=1)] = 32768
+    """The slowest upload accepted past `body_timeout_s`: each byte received adds 1/this seconds to the
+    body's deadline."""
     stream_write_timeout_s: Seconds = 30.0
     """A stream whose client makes no write progress for this long is dropped: its upstream closed, its slot
-    released, counted in `llmgw_stream_stalled_total`."""
+    released, counted in `llmgw_stream_stalled_total`. Also the window of `stream_min_rate_bytes_s`."""
+    stream_min_rate_bytes_s: Annotated[int, Field(ge=0)] = 4096
+    """The slowest client a stream waits for: over a `stream_write_timeout_s` window in which the gateway
+    waited for the client at least half the time, the client must take this many bytes a second, or it
+    is dropped as above (0: only the no-progress limit)."""
     media_domains: list[str] = []
     """Media URLs (images, audio, video, files) whose host is one of these domains (or under one) are passed
     on unchecked; any other that resolves to an internal address is refused (400)."""
@@ -67,6 +77,11 @@ class GatewaySettings(BaseSettings):
     registered, not stalled)."""
     max_connections: Annotated[int, Field(ge=1)] = 1024
     """Upstream connections the gateway keeps open (all replicas together)."""
+    upstream_idle_s: Seconds = 4.0
+    """An idle upstream connection is reused only within this of its last answer, then closed: keep it
+    below the replicas' own keep-alive timeout (vLLM serves with uvicorn: 5 s), so that a reused
+    connection is not closed by the replica as a request is written (such a request is never sent again:
+    the client would get a 502)."""
     keepalive_timeout_s: Seconds = Field(
         default=75.0,
         description="Idle client (nginx) connections are kept this long: longer than nginx's upstream "
@@ -128,6 +143,10 @@ class GatewaySettings(BaseSettings):
     """The shared Redis admission queue (false: no admission control)."""
     degraded_ready: bool = True
     """/ready stays 200 while Redis is unreachable (local admission serves); false: 503 then."""
+    wake_unregistered_s: Seconds = 5.0
+    """A request for an on-demand model of which the registry holds no record at all (no supervisor lists
+    it, not even asleep) waits this long for one, then gets 503 `model_unavailable` with Retry-After,
+    instead of waiting the model's whole `wake_timeout_s` for a wake nobody will do."""
     lease_ttl_s: Seconds = 15.0
     """TTL of an admission lease, renewed while the request runs; a crashed gateway's slots come back within
     it."""

@@ -25,8 +25,10 @@ Faults, per request (header ``x-fake-fault``) or for every request (``--fault``)
 then close), ``stall-after-N`` (after N chunks, nothing more; a non-streamed answer: after N tokens'
 time the connection closes or stays silent), ``slow-first-MS`` (wait before the first byte),
 ``slow-500-MS`` (wait, then answer 500), ``503`` and ``slow-503-MS`` (refuse, as a draining or
-overloaded vLLM does); ``--fault metrics-500``: ``/metrics`` answers 500. ``/stats`` counts generations
-started and served.
+overloaded vLLM does); ``--fault metrics-500``: ``/metrics`` answers 500. ``--crash-on TEXT``: an engine
+that crashes on one given prompt: a POST whose body holds TEXT is read, counted as a generation, and its
+connection closed with no answer (the engine serves every other request). ``/stats`` counts generations
+started and served, and ``generations`` counts them by request id (``X-Request-Id``), every API.
 A stream that asks ``return_token_ids`` (or a completion whose prompt is token ids) gets vLLM's frames
 with token ids, deterministic so that a continuation equals an undisturbed run (testing/fake_tokens.py;
 ``--multibyte``: tokens that end inside UTF-8 characters); its faults count token frames and add
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import sys
@@ -64,9 +67,15 @@ class Stats:
     last_headers: dict[str, str] = field(default_factory=dict)
     last_body: str = ""
     get_authorization: str = ""
+    generations: collections.Counter[str] = field(default_factory=collections.Counter)
 
-    def enter(self) -> None:
+    def count(self, rid: str) -> None:
+        """One generation begun, under its request id."""
         self.started += 1
+        self.generations[rid] += 1
+
+    def enter(self, rid: str) -> None:
+        self.count(rid)
         self.inflight += 1
         self.peak = max(self.peak, self.inflight)
 
@@ -92,6 +101,7 @@ class Config:
     max_model_len: int = 2048
     log_requests: bool = False  # vLLM's --enable-log-requests: "Received request <id>" per generation
     split_tail: bool = False  # the usage event and [DONE] each their own write, --delay-ms apart
+    crash_on: str = ""  # a POST whose body holds this text: counted, then the connection closes unanswered
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -215,6 +225,11 @@ class FakeEngine(asyncio.Protocol):
             return self.send(401, b'{"error":"Unauthorized"}')
         if self.sleep.handles(path):
             return self.send(*self.sleep.handle(method, path, body))
+        if method == "POST" and self.cfg.crash_on and self.cfg.crash_on.encode() in body:
+            self.stats.count(headers.get("x-request-id", "fake"))  # it began the generation, then crashed
+            if self.cfg.log_requests:
+                print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
+            return False
         if method == "GET":
             if not path.startswith("/stats"):
                 self.stats.get_authorization = headers.get("authorization", "")
@@ -223,7 +238,7 @@ class FakeEngine(asyncio.Protocol):
             return await self.other(path, headers, body)
         if why := self.sleep.serving_error():
             return self.send(500, json.dumps(error(why, "server_error", 500)).encode())
-        self.stats.enter()
+        self.stats.enter(headers.get("x-request-id", "fake"))
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         try:
             return await self.generate(path, headers, body)
@@ -236,7 +251,7 @@ class FakeEngine(asyncio.Protocol):
             return self.send(*self.apis.load_lora(json.loads(body or b"{}")))
         if path == "/v1/unload_lora_adapter":
             return self.send(*self.apis.unload_lora(json.loads(body or b"{}")))
-        self.stats.enter()
+        self.stats.enter(headers.get("x-request-id", "fake"))
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         try:
             return await self.answer(path, headers, body)
@@ -331,10 +346,12 @@ class FakeEngine(asyncio.Protocol):
                 "last_headers": s.last_headers,
                 "last_body": s.last_body,
                 "get_authorization": s.get_authorization,
+                "generations": s.generations,
             }
             return self.send(200, json.dumps(stats).encode())
         if path == "/stats/reset":
             s.peak, s.served, s.started = s.inflight, 0, 0
+            s.generations.clear()
             return self.send(200, b"{}")
         return self.send(404, b"{}")
 
@@ -530,6 +547,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tool-strict-level", default="", help="vLLM's flag (the default fleet sets it): ignored")
     p.add_argument("--max-model-len", type=int, default=2048, help="what /v1/models says of the context")
     p.add_argument("--enable-log-requests", action="store_true", help="as vLLM's: log each generation's id")
+    p.add_argument("--crash-on", default="", help="close the connection of a POST whose body holds this")
     a = p.parse_args(argv)
     sleep = SleepConfig(
         a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
@@ -538,7 +556,7 @@ def main(argv: list[str] | None = None) -> None:
         a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
         prefix_cache_blocks=a.prefix_cache_blocks, prefill_ms_per_block=a.prefill_ms_per_block,
         multibyte=a.multibyte, max_model_len=a.max_model_len, log_requests=a.enable_log_requests,
-        split_tail=a.split_tail,
+        split_tail=a.split_tail, crash_on=a.crash_on,
     )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))

@@ -3,7 +3,8 @@
 fails); :func:`whole_continued` answers a non-streamed one that may move: read as a stream through the
 same source, continued token-exact when its replica fails, assembled into one whole answer;
 :func:`whole_moving` answers a non-streamed one that cannot move: run again whole on another replica
-when its replica fails before answering."""
+when its replica leaves the registry or is ejected before answering (a connection that broke after the
+request was written is a 502, never a second run: gateway/pipeline/forward.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from gateway.migration.stream import MigratingStream, ReplicaLeft
 from gateway.pipeline.forward import EJECT, NONE, attempt_on, candidates, done, forward
 from gateway.replicas.table import Endpoint, ModelPool
 from gateway.state import Gateway
-from gateway.upstream.client import FAILURES, Retryable, Upstream, classify
+from gateway.upstream.client import FAILURES, Upstream, classify
 from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.migration")
@@ -137,12 +138,11 @@ async def whole_moving(
     gw: Gateway, ctx: RequestContext, pool: ModelPool, read: Callable[[Upstream], Awaitable[bytes]]
 ) -> bytes:
     """A non-streamed generation that cannot move token-exact (n > 1, logprobs, tools, ...: its plan's
-    ``reason``), forwarded as the client sent it (read whole by ``read``). When its replica fails before
-    the answer (the connection broke, or the replica left the registry or was ejected while the answer
-    was awaited), it runs again, whole, on a replica not tried yet, at most ``migration_attempts`` times
-    within the request's deadline. The client has seen nothing of it: at temperature 0 or with a seed the
-    answer is the undisturbed one; the tokens generated on the failed replica are generated again (vLLM
-    request id ``<id>-rerunN``: a second generation)."""
+    ``reason``), forwarded as the client sent it (read whole by ``read``). When its replica left the
+    registry or was ejected while the answer was awaited, it runs again, whole, on a replica not tried
+    yet, at most ``migration_attempts`` times within the request's deadline. The client has seen nothing
+    of it: at temperature 0 or with a seed the answer is the undisturbed one; the tokens generated on the
+    failed replica are generated again (vLLM request id ``<id>-rerunN``: a second generation)."""
     plan = ctx.migration
     assert plan is not None and ctx.model is not None
     tried: list[Endpoint] = []
@@ -154,9 +154,9 @@ async def whole_moving(
                 up = await forward(gw, ctx, pool, tried)
                 ctx.status, ctx.reply_type = up.status, up.content_type
                 body = await read(up)
-        except (ReplicaLeft, Retryable) as exc:  # it broke after it was sent, or its replica went away
+        except ReplicaLeft as exc:  # its replica went away (a broken connection is forward()'s 502)
             failed = ctx.replica
-            err = exc.error if isinstance(exc, Retryable) else UpstreamError(str(exc))
+            err = UpstreamError(str(exc))
             if failed is not None and failed not in tried:
                 tried.append(failed)
             late = time.perf_counter() >= ctx.deadline

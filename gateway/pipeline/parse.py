@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 import orjson
 
 from gateway.errors import InvalidRequest
-from gateway.pipeline.media import media_urls
+from gateway.pipeline.media import may_hold_media, media_urls
 from gateway.pipeline.tokens import asked, prompt_estimate
 from gateway.pipeline.usage import USAGE_OPTION_APIS, ask_usage
 from gateway.routing.prefix.chain import request_chain
@@ -161,7 +161,7 @@ def scoped_model(fields: dict[str, Any], path_model: str) -> str:
 
 
 def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_chunks: int = 64) -> None:
-    """The body's size was capped as it was read (see proxy.read_body). A path without a body has nothing
+    """The body's size was capped as it was read (intake.read_body). A path without a body has nothing
     to parse: a stored response's GET or cancel gets its model from the response's record, any other
     (``GET /tokenizer_info``) from the query's ``model``; under a per-model base path
     (``/models/{model}/...``) the model is the path's."""
@@ -179,9 +179,9 @@ def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_ch
     ctx.asked = asked(payload, ctx.endpoint)
     ctx.calls_tools = calls_tools(payload)
     ctx.cost = TokenCost(prompt_estimate(ctx.body))  # what it may generate is added once resolved
+    if may_hold_media(ctx.body):  # then the parsed payload, whole, as the replica will read it
+        ctx.media = media_urls(payload)
     if ctx.stream and ctx.endpoint in USAGE_OPTION_APIS:
         ctx.body, ctx.strip_usage = ask_usage(payload, ctx.body)
     if ctx.api.stored:
         ctx.response_id = previous_response_field(payload)
-    if b"url" in ctx.body:
-        ctx.media = media_urls(payload)
