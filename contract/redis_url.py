@@ -28,6 +28,8 @@ from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisClusterException, RedisError
 
 SENTINEL, CLUSTER = "redis+sentinel", "redis+cluster"
+TCP_ONLY = ("socket_keepalive", "socket_keepalive_options")
+"""Connection options redis-py's unix-socket connection refuses (a TypeError at the first command)."""
 
 REDIS_DOWN: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
 """What a Redis call raises when Redis is unreachable, slow past its timeout or refuses the call, in any
@@ -80,6 +82,13 @@ def node(hostport: str) -> tuple[str, int]:
     return (host or hostport, int(port)) if port.isdigit() else (hostport, 26379)
 
 
+def single_options(url: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for one server: a ``unix://`` socket takes no TCP keepalive options."""
+    if url.startswith("unix://"):
+        return {k: v for k, v in kwargs.items() if k not in TCP_ONLY}
+    return kwargs
+
+
 def connect(url: str, **kwargs: Any) -> aioredis.Redis:
     """A redis-py client for ``url`` with ``kwargs`` (timeouts, retry, pool size) on its connections.
 
@@ -87,7 +96,7 @@ def connect(url: str, **kwargs: Any) -> aioredis.Redis:
     scripts (every key the project uses carries a hash tag; see contract/redis_keys.py)."""
     target = parse(url)
     if target.kind == "single":
-        return aioredis.Redis.from_url(url, **kwargs)
+        return aioredis.Redis.from_url(url, **single_options(url, kwargs))
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.kind == "sentinel":
         timeouts = {k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")}
@@ -108,7 +117,7 @@ def connect_sync(url: str, **kwargs: Any) -> redis.Redis:
     """The synchronous redis-py client for ``url`` (the same three forms and options as :func:`connect`)."""
     target = parse(url)
     if target.kind == "single":
-        return redis.Redis.from_url(url, **kwargs)
+        return redis.Redis.from_url(url, **single_options(url, kwargs))
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.kind == "sentinel":
         timeouts = {k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")}

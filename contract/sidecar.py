@@ -31,9 +31,11 @@ from pathlib import Path
 import httpx
 from pydantic import ValidationError
 
+from contract.build_info import add_version_flag
 from contract.drain import wait_until_idle
 from contract.kv_feed import KvEndpoints
 from contract.kv_feeds import FeedTarget, KvFeeds
+from contract.logs import configure_logging
 from contract.redis_keys import RedisKeys
 from contract.redis_url import connect
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, new_instance_id
@@ -42,7 +44,6 @@ from contract.supervision import EXIT_TASK_DIED, TaskGroup, every
 from contract.vllm_probe import listed, probe_client
 
 log = logging.getLogger("llmgw.register")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +187,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="llmgw-register", description="Publish externally run vLLM servers into the replica registry."
     )
+    add_version_flag(p)
     p.add_argument(
         "--record",
         type=parse_record,
@@ -295,7 +297,7 @@ async def serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
+    configure_logging(logging.INFO)  # text, or JSON lines with LLMGW_LOG_FORMAT=json
     return asyncio.run(serve(args))
 
 

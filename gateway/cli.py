@@ -20,15 +20,15 @@ import uvicorn
 from fastapi import FastAPI
 from pydantic import ValidationError
 
+from contract.build_info import add_version_flag
 from contract.fleet import FleetError
+from contract.logs import configure_logging
 from gateway.app import create_app
 from gateway.edge.one_write import door_protocol
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests, graceful_s
 from gateway.tracing import TraceIdFilter
 from gateway.upstream.credentials import CredentialError
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -37,6 +37,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Serve one gateway replica. Settings come from LLMGW_* environment variables; "
         "the options below override them.",
     )
+    add_version_flag(p)
     p.add_argument("--fleet", type=Path, help="fleet YAML file (LLMGW_FLEET_FILE)")
     p.add_argument("--redis-url", help="Redis URL (LLMGW_REDIS_URL)")
     p.add_argument("--host", default="127.0.0.1")
@@ -131,6 +132,9 @@ def server_config(app: FastAPI, settings: GatewaySettings, host: str, port: int)
         access_log=False,
         proxy_headers=False,
         log_level="warning",
+        log_config=None
+        if settings.log_format == "json"
+        else uvicorn.config.LOGGING_CONFIG,  # JSON: uvicorn's too
         timeout_keep_alive=math.ceil(settings.keepalive_timeout_s),
         timeout_graceful_shutdown=math.ceil(graceful_s(settings.shutdown_grace_s)),
         backlog=4096,
@@ -150,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmgw-gateway: bad settings: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stdout)
+    configure_logging(settings.log_level, settings.log_format)
     for handler in logging.getLogger().handlers:
         handler.addFilter(TraceIdFilter())  # a request's lines carry its trace id beside its request id
     os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from contract.build_info import apply_conventions
+
 LATENCY_BUCKETS = (
     0.005,
     0.01,
@@ -55,6 +57,7 @@ class GatewayMetrics:
     def __init__(self) -> None:
         self._series: dict[str, ModelSeries] = {}
         r = self.registry = CollectorRegistry(auto_describe=True)
+        apply_conventions(r)
         self.requests = Counter(
             "llmgw_requests", "Requests answered, by model and HTTP status.", ["model", "status"], registry=r
         )

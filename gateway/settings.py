@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -188,11 +188,16 @@ class GatewaySettings(BaseSettings):
     """How often runtime LoRA adapters are read from Redis."""
     log_level: str = "INFO"
     """Python logging level."""
+    log_format: Literal["text", "json"] = "text"
+    """``json``: one JSON object per log line, with the request id and trace id as fields (for log
+    collectors); the workers' processes read the same LLMGW_LOG_FORMAT."""
     tracing: bool = False
     """Emit OpenTelemetry spans (authenticate, queue_wait, wake, pick, forward, retry) over OTLP/gRPC; off,
     the trace context is still passed to the replicas."""
     otlp_traces_endpoint: str = "http://127.0.0.1:4317"
-    """Where the spans go with tracing on (OTLP/gRPC)."""
+    """Where the spans go with tracing on (OTLP/gRPC). The standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+    OTEL_EXPORTER_OTLP_ENDPOINT wins where set (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and the SDK's
+    other OTEL_* variables are honoured too; OTEL_SDK_DISABLED=true keeps tracing off)."""
 
     @property
     def key_store_url(self) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from contract.redis_keys import RedisKeys
 from gateway.auth.base import Authenticator, OpenAuth
 from gateway.auth.keys import ApiKey, KeyStore, hash_secret
-from gateway.auth.ratelimit import Decision, RateLimiter, Verdict
+from gateway.auth.ratelimit import Decision, RateLimiter, Verdict, limit_headers
 from gateway.errors import InvalidRequest, KeyStoreUnavailable, RateLimited, Unauthorized
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN, RedisClients
@@ -88,17 +88,31 @@ def caller_for(key: ApiKey, headers: Mapping[str, str]) -> KeyCaller:
     )
 
 
+class KeyRateLimited(RateLimited):
+    """A key's own limit reached: the 429 carries the key's ``x-ratelimit-*`` headers too."""
+
+    def __init__(self, message: str, *, retry_after: float, limits: list[tuple[str, str]]) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.limits = limits
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), **dict(self.limits)}
+
+
 def refusal(decision: Decision, caller: KeyCaller, tokens: int) -> RateLimited | InvalidRequest:
     wait = f"retry in {max(1, math.ceil(decision.retry_after_s))} s"
+    limits = limit_headers(caller.rpm, caller.tpm, decision)
     if decision.verdict is Verdict.RPM:
-        return RateLimited(
+        return KeyRateLimited(
             f"rate limit reached: this API key allows {caller.rpm} requests per minute; {wait}",
             retry_after=decision.retry_after_s,
+            limits=limits,
         )
     if decision.verdict is Verdict.TPM:
-        return RateLimited(
+        return KeyRateLimited(
             f"rate limit reached: this API key allows {caller.tpm} tokens per minute; {wait}",
             retry_after=decision.retry_after_s,
+            limits=limits,
         )
     return InvalidRequest(
         f"this request may use {tokens} tokens, more than the {caller.tpm} tokens per minute this API key"
@@ -166,7 +180,8 @@ class RedisAuth:
             )
             return None
         if decision.allowed:
-            return Charge(decision.window, tokens) if caller.tpm > 0 else None
+            limits = tuple(limit_headers(caller.rpm, caller.tpm, decision))
+            return Charge(decision.window, tokens if caller.tpm > 0 else 0, limits)
         self.metrics.rate_limited.labels(model, decision.verdict.name.lower()).inc()
         log.debug("key_id=%s model=%s refused by its %s limit", caller.key_id, model, decision.verdict.name)
         raise refusal(decision, caller, tokens)

@@ -3,6 +3,7 @@ on untouched)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -98,13 +99,34 @@ def form_fields(body: bytes, boundary: bytes, wanted: frozenset[str]) -> dict[st
         head, sep, value = part.partition(b"\r\n\r\n")
         if not sep:
             continue
-        marker = head.find(b' name="')
-        if marker < 0:
-            continue
-        name = head[marker + 7 : head.find(b'"', marker + 7)].decode("latin-1")
-        if name in wanted and b"filename=" not in head:
+        params = disposition_params(head)
+        name = params.get("name")
+        if name in wanted and "filename" not in params:
             fields[name] = value.removesuffix(b"\r\n").decode("utf-8", "replace")
     return fields
+
+
+DISPOSITION_PARAM = re.compile(r';[ \t]*([^=;]+?)[ \t]*=[ \t]*("(?:[^"\\]|\\.)*"|[^;]*)')
+
+
+def disposition_params(head: bytes) -> dict[str, str]:
+    """The Content-Disposition parameters of a form part's headers, read as vLLM's form parser
+    (python-multipart, through Starlette) reads them: the header's name in any case, parameter names
+    lower-cased, values quoted (``name="model"``, escapes undone) or not (``name=model``), a ``;`` inside
+    quotes kept, extended ``name*=`` parameters ignored (RFC 7578 forbids them)."""
+    for line in head.split(b"\r\n"):
+        header, sep, value = line.partition(b":")
+        if sep and header.strip().lower() == b"content-disposition":
+            params: dict[str, str] = {}
+            for match in DISPOSITION_PARAM.finditer(value.decode("latin-1")):
+                key, raw = match.group(1).lower(), match.group(2).strip(" \t")
+                if "*" in key:
+                    continue
+                if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+                    raw = raw[1:-1].replace("\\\\", "\\").replace('\\"', '"')
+                params[key] = raw
+            return params
+    return {}
 
 
 def parse_form(ctx: RequestContext) -> None:

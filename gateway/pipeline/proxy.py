@@ -82,6 +82,7 @@ class Proxy:
         # a generation that may move mid-way (gateway/migration): streamed, or asked whole
         ctx.migration = plan_migration(ctx, model) if ctx.stream else plan_whole(ctx, model)
         await charge(gw, ctx)
+        limits = ctx.charge.headers if ctx.charge is not None else ()  # the key's x-ratelimit-* headers
         pool = gw.table.find(model.name)
         if pool is None:  # a fleet reload removed the model since it was resolved
             raise ModelNotFound(f"The model '{model.name}' does not exist", param="model")
@@ -91,14 +92,16 @@ class Proxy:
             left = "the client disconnected before the answer was ready"
             first = await watched(anext(parts), watch, left, gw.open_requests)
         if streaming(ctx):
-            return self.relayed(ctx, parts)
+            return self.relayed(ctx, parts, limits)
         await parts.aclose()
-        return WholeResponse(first, ctx.status, ctx.request_id, ctx.reply_type)
+        return WholeResponse(first, ctx.status, ctx.request_id, ctx.reply_type, limits)
 
-    def relayed(self, ctx: RequestContext, parts: AsyncIterator[bytes]) -> RelayResponse:
+    def relayed(
+        self, ctx: RequestContext, parts: AsyncIterator[bytes], limits: tuple[tuple[str, str], ...] = ()
+    ) -> RelayResponse:
         """The stream's response; a client that stops reading for ``stream_write_timeout_s``, or reads
         slower than ``stream_min_rate_bytes_s`` while the stream waits for it, ends it."""
-        headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
+        headers = {**SSE_HEADERS, "x-request-id": ctx.request_id, **dict(limits)}
         response = RelayResponse(parts, 200, headers, media_type="text/event-stream")
         response.write_timeout_s = self.gw.settings.stream_write_timeout_s
         response.min_rate = self.gw.settings.stream_min_rate_bytes_s

@@ -23,13 +23,21 @@ from gateway.values import ABORT, FLOW, GONE
 class WholeResponse(Response):
     """The bytes Starlette's ``Response(body, status, {"x-request-id": ...}, media_type=...)`` sends
     (x-request-id, content-length, content-type with a charset for text/*), without its generic
-    header handling."""
+    header handling; ``extra`` headers (the key's ``x-ratelimit-*``) follow x-request-id."""
 
-    def __init__(self, body: bytes, status: int, request_id: str, media_type: str) -> None:
+    def __init__(
+        self,
+        body: bytes,
+        status: int,
+        request_id: str,
+        media_type: str,
+        extra: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self.status_code, self.body, self.background = status, body, None
         if media_type.startswith("text/") and "charset=" not in media_type.lower():
             media_type += "; charset=utf-8"
         self.raw_headers = [(b"x-request-id", request_id.encode("latin-1"))]
+        self.raw_headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra]
         if status >= 200 and status not in (204, 304):
             self.raw_headers.append((b"content-length", str(len(body)).encode()))
         self.raw_headers.append((b"content-type", media_type.encode("latin-1")))

@@ -19,6 +19,7 @@ from contract.fleet import Fleet
 from contract.fleet_file import read_fleet
 from contract.vllm_probe import API_KEY_ENV
 from tools.stack.keeper import KeepPolicy, keep
+from tools.stack.ports import listenable
 from tools.stack.redis import redis_server_argv
 from tools.stack.redis_topology import Topology, start
 from tools.stack.render import nginx_conf, prometheus_conf
@@ -62,6 +63,27 @@ class StackConfig:
     @property
     def nginx_url(self) -> str:
         return f"http://{self.host}:{self.nginx_port}"
+
+    def ports_in_use(self) -> list[str]:
+        """One line for each fixed port of the stack that another process on this host holds (a
+        workstation's own Redis, nginx or Prometheus): the stack runs its own processes on ports of its
+        own and never stops or borrows the host's, so it refuses to start and names the option instead
+        (a probe would otherwise find the host's service ready in place of the stack's)."""
+        wanted = [("the key store Redis", self.keys_redis_port, "--keys-redis-port")]
+        if self.redis_topology == "single":
+            wanted.append(("the state Redis", self.redis_port, "--redis-port"))
+        wanted += [(f"gateway {i}", p, "--gateway-port") for i, p in enumerate(self.gateway_ports, start=1)]
+        wanted += [
+            ("nginx", self.nginx_port, "--port"),
+            ("the supervisor", self.supervisor_metrics_port, "--supervisor-port"),
+        ]
+        if self.prometheus_port:
+            wanted.append(("Prometheus", self.prometheus_port, "--prometheus-port"))
+        return [
+            f"port {port} ({name}) is in use by another process on this host: pick another with {flag}"
+            for name, port, flag in wanted
+            if not listenable(port)
+        ]
 
 
 def tool(name: str) -> str:
@@ -163,7 +185,10 @@ class Stack:
         conf.write_text(
             nginx_conf(REPO / "deploy/nginx/nginx.conf.template", f"{c.host}:{c.nginx_port}", upstreams, run)
         )
-        argv = [tool("nginx"), "-c", str(conf), "-p", str(run), "-g", "daemon off;"]
+        # -e: the start-up error log too is the stack's (nginx opens its built-in /var/log/nginx/error.log,
+        # the host's, before it reads the configuration otherwise)
+        argv = [tool("nginx"), "-c", str(conf), "-p", str(run), "-e", str(run / "nginx-error.log")]
+        argv += ["-g", "daemon off;"]
         probe = http_probe(f"{c.nginx_url}/health")
         # A master killed -9 leaves its workers serving: SIGQUIT lets them finish their requests.
         return Service("nginx", argv, self.logs / "nginx.log", probe, quit_signal=signal.SIGQUIT)

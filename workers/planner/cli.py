@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from contract.build_info import add_version_flag
 from contract.fleet import FleetError
 from contract.fleet_file import read_fleet
 from workers.planner import memory as mem
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         "printing the arithmetic (weights, KV per token, in-budget other, reserve). "
         "Exit 1 if it does not fit.",
     )
+    add_version_flag(p)
     p.add_argument("--fleet", type=Path, required=True, help="the fleet YAML file")
     p.add_argument(
         "--gpu-memory-gib", type=float, action="append", metavar="GIB",
