@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from contract.scaling import ScalingField
+
 ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 PolicyName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 MediaDomain = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")]
@@ -218,6 +220,8 @@ class Model(Strict):
     (docs/gateway/migration.md); unset: on for generation models."""
     migration_attempts: Annotated[int, Field(ge=1, le=10)] = 2
     """How many times one request may move (within its deadline); then the SSE error event."""
+    scaling: ScalingField = None
+    """Replicas that follow demand (min, max, target per replica); unset: `replicas`, fixed."""
 
     @model_validator(mode="after")
     def _sleep_level_can_wake(self) -> Model:
