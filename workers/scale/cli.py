@@ -70,3 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmgw-scaler: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(serve(args, rules))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
