@@ -78,15 +78,18 @@ class DemandScaler:
         failing = False
         while True:
             try:
-                active = (await read_demand(self.redis, self.keys, model)).total > 0
+                demand = await read_demand(self.redis, self.keys, model)
             except (RedisError, OSError) as exc:
                 if not failing:
                     log.warning("model=%s demand unreadable, the stream keeps trying: %s", model, exc)
                 failing = True
             else:
                 failing = False
+                active = demand.total > 0
                 if active != last:
-                    log.info("model=%s active=%s pushed", model, active)
+                    log.info(
+                        "model=%s active=%s pushed (demand %d%s)", model, active, demand.total, waited(demand)
+                    )
                     yield pb.IsActiveResponse(result=active)
                     last = active
             await asyncio.sleep(self.poll_s)
@@ -111,6 +114,13 @@ class DemandScaler:
         """Optional in the protocol: not served (KEDA then polls ``GetMetricSpec``)."""
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "StreamMetricSpec: use GetMetricSpec")
         yield pb.GetMetricSpecResponse()  # pragma: no cover (abort raises)
+
+
+def waited(demand: Demand) -> str:
+    """For the log: how long the first request has waited for a model at zero, if one does."""
+    if not demand.waiting_at_zero:
+        return ""
+    return f", first wait at zero {demand.now_ms - demand.waiting_since_ms} ms ago"
 
 
 def add_to_server(scaler: DemandScaler, server: Any) -> None:
