@@ -181,7 +181,7 @@ class Model(Strict):
     """Servers run elsewhere (an existing vLLM, a Kubernetes Service): routed to and health-checked, never
     supervised; each names its own credential (``api_key_env``, ``api_key_file``) or ``auth: none``."""
     replicas: Annotated[int, Field(ge=0, le=64)] = 1
-    """How many replicas the supervisor runs (Kubernetes: the Deployment's minimum)."""
+    """Replicas the supervisor runs (Kubernetes, no `scaling`: the minimum); with `scaling`: the first."""
     engine: Engine = Field(default_factory=Engine)
     """vLLM engine arguments of each replica."""
     budget: Budget = Field(default_factory=Budget)
