@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from contract.scaling import ScalingField
+from contract.scaling import ScalingField, devices_problem
 
 ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 PolicyName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
@@ -242,16 +242,9 @@ class Model(Strict):
 
     @model_validator(mode="after")
     def _placement_covers_tensor_parallel(self) -> Model:
-        devices, tp = self.placement.devices, self.engine.tensor_parallel_size
-        if not devices:
-            return self
-        slices = [[devices[(r * tp + k) % len(devices)] for k in range(tp)] for r in range(self.replicas)]
-        if any(len(set(s)) < tp for s in slices):
-            raise ValueError(
-                f"placement.devices {devices}: each replica needs tensor_parallel_size ({tp}) distinct "
-                f"devices; "
-                f"replica r runs on devices[r*{tp} : r*{tp}+{tp}], wrapping around"
-            )
+        problem = devices_problem(self.placement.devices, self.engine.tensor_parallel_size, self.replicas)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property

@@ -77,6 +77,20 @@ def scaling_rule(model: Model) -> ScalingRule:
     return ScalingRule(s.min_replicas, s.max_replicas, target, s.scale_down_delay_s)
 
 
+def devices_problem(devices: list[int], tp: int, count: int) -> str | None:
+    """Why ``count`` replicas cannot each run on ``tp`` distinct devices of ``devices`` (replica r takes
+    ``devices[r*tp : r*tp+tp]``, wrapping around); None when they can, or when no devices are given."""
+    slices = (
+        [[devices[(r * tp + k) % len(devices)] for k in range(tp)] for r in range(count)] if devices else []
+    )
+    if all(len(set(s)) == tp for s in slices):
+        return None
+    return (
+        f"placement.devices {devices}: each replica needs tensor_parallel_size ({tp}) distinct devices; "
+        f"replica r runs on devices[r*{tp} : r*{tp}+{tp}], wrapping around"
+    )
+
+
 def _problems(s: Scaling, data: dict[str, Any]) -> list[str]:
     """What cannot work in ``s`` given the model's fields validated before it (``data``)."""
     out = []
@@ -89,15 +103,10 @@ def _problems(s: Scaling, data: dict[str, Any]) -> list[str]:
             "shared queue while it has no replica (an `always` model answers 503 at once)"
         )
     placement, engine = data.get("placement"), data.get("engine")
-    if placement is not None and engine is not None and placement.devices:
-        devices, tp = placement.devices, engine.tensor_parallel_size
-        for r in range(s.max_replicas):
-            if len({devices[(r * tp + k) % len(devices)] for k in range(tp)}) < tp:
-                out.append(
-                    f"max_replicas {s.max_replicas}: replica {r} cannot get tensor_parallel_size ({tp}) "
-                    f"distinct devices of placement.devices {devices}"
-                )
-                break
+    if placement is not None and engine is not None:
+        problem = devices_problem(placement.devices, engine.tensor_parallel_size, s.max_replicas)
+        if problem:
+            out.append(f"max_replicas {s.max_replicas}: {problem}")
     return out
 
 

@@ -47,7 +47,7 @@ def test_a_rule_fills_its_target_from_the_concurrency() -> None:
         (
             "engine: {tensor_parallel_size: 2}\nplacement: {devices: [0, 1, 0, 0]}\n"
             "scaling: {min_replicas: 1, max_replicas: 2}",
-            "replica 1 cannot get tensor_parallel_size (2) distinct devices of placement.devices [0, 1, 0",
+            "max_replicas 2: placement.devices [0, 1, 0, 0]: each replica needs tensor_parallel_size (2)",
         ),
         (
             "scaling: {min_replicas: 1, max_replicas: 65}",
