@@ -15,13 +15,14 @@ from pathlib import Path
 
 import grpc  # type: ignore[import-untyped]
 
+from contract.build_info import add_version_flag
 from contract.fleet import FleetError
+from contract.logs import configure_logging
 from contract.redis_keys import RedisKeys
 from contract.redis_url import connect
 from workers.scale.rules import FleetRules
 from workers.scale.service import DEFAULT_POLL_S, DemandScaler, add_to_server
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 GRACE_S = 2.0
 
 
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--poll-s", type=float, default=DEFAULT_POLL_S,
         help="how often each StreamIsActive stream reads its model's demand",
     )  # fmt: skip
+    add_version_flag(p)
     return p
 
 
@@ -63,7 +65,7 @@ async def serve(args: argparse.Namespace, rules: FleetRules) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Refuse at start (exit 2, one line) a fleet file that cannot be read; else serve."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
+    configure_logging(logging.INFO)  # text, or JSON lines with LLMGW_LOG_FORMAT=json
     try:
         rules = FleetRules(args.fleet)
     except FleetError as exc:
