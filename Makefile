@@ -39,17 +39,19 @@ help:
 $(STAMPS):
 	@mkdir -p $@
 
-# OS packages: redis-server, nginx, prometheus (with promtool), from the distribution.
+# OS packages: redis-server, nginx, prometheus (with promtool), from the distribution, installed only when
+# missing and only through tools/host/install-os-packages.sh: it says what and why first, uses sudo when not
+# root, records what it installed in .cache/os-packages-installed and stops again only the services Debian
+# started for a package it has just installed (the stack runs its own processes on its own ports and files);
+# a service that was on the host before is never touched.
+OS_INSTALL := tools/host/install-os-packages.sh --record .cache/os-packages-installed
 $(STAMPS)/os: | $(STAMPS)
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
-	if [ -n "$$missing" ]; then \
-	  echo "==> installing OS packages:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
-	fi; \
-	systemctl disable --now redis-server nginx prometheus >/dev/null 2>&1 || true
+	[ -z "$$missing" ] || $(OS_INSTALL) --services "redis-server nginx prometheus" \
+	  --why "make run and the end-to-end tests start their own Redis, nginx and Prometheus processes" $$missing
 	@touch $@
 
 # The virtualenv: vLLM's CPU build (torch 2.13.0+cpu), then the project with its dev tools.
@@ -75,10 +77,9 @@ $(STAMPS)/models: $(STAMPS)/venv $(wildcard tools/models/*.py)
 
 # Debian's Alertmanager, for the alert delivery test (tests/observability/test_alerts_delivered.py).
 $(STAMPS)/alertmanager: | $(STAMPS)
-	@command -v prometheus-alertmanager >/dev/null || { echo "==> installing prometheus-alertmanager"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	    prometheus-alertmanager >/dev/null; }
-	@systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true
+	@command -v prometheus-alertmanager >/dev/null || $(OS_INSTALL) --services prometheus-alertmanager \
+	  --why "the alert delivery test (tests/observability/test_alerts_delivered.py) runs its own Alertmanager" \
+	  prometheus-alertmanager
 	@touch $@
 
 install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models $(STAMPS)/alertmanager
@@ -92,6 +93,11 @@ install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models $(STAMPS)/alertmanager
 # the container tests then skip with the same message.
 PODMAN_PACKAGES := podman buildah runc catatonit containernetworking-plugins fuse-overlayfs slirp4netns uidmap \
   netavark aardvark-dns podman-compose debootstrap
+PODMAN_WHY := the container tests (tests/deploy/test_images_run.py; compose-test, kube-test) build and run the \
+  project's images with podman: podman, buildah, runc, catatonit (build and run), containernetworking-plugins, \
+  netavark, aardvark-dns (container networks and names), fuse-overlayfs, slirp4netns, uidmap (rootless storage \
+  and network), podman-compose (compose.yaml), debootstrap (the local python:3.11-slim stand-in: no registry \
+  can be reached); without them those tests skip
 export CONTAINERS_CONF := $(CURDIR)/deploy/podman/containers.conf
 BUILD_IMAGE := deploy/podman/build-image.sh
 STANDIN_BASE := localhost/llmgw-standin-python:3.11-slim
@@ -100,9 +106,8 @@ APP_INPUTS := pyproject.toml gateway contract
 $(STAMPS)/podman: | $(STAMPS)
 	@command -v podman >/dev/null && command -v podman-compose >/dev/null && command -v debootstrap >/dev/null \
 	  && [ -x /usr/lib/podman/aardvark-dns ] || { \
-	  echo "==> installing podman and friends from Debian (log: .cache/apt-podman.log)"; \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	    $(PODMAN_PACKAGES); } > .cache/apt-podman.log 2>&1 \
+	  $(OS_INSTALL) --log .cache/apt-podman.log --why "$(PODMAN_WHY) (log: .cache/apt-podman.log)" \
+	    $(PODMAN_PACKAGES) \
 	  || { echo "==> podman cannot be installed here (see .cache/apt-podman.log): container images and tests skip"; exit 0; }; }
 	@command -v podman >/dev/null && touch $@ || true
 
@@ -141,9 +146,12 @@ kube-test: install images
 	LLMGW_KUBE_TEST=1 flock /tmp/llmgw-heavy.lock $(BIN)/pytest -s -p no:cacheprovider --timeout 2400 \
 	  tests/deploy/test_kube_run.py $(PYTEST_ARGS)
 
+# STACK_ARGS: more llmgw-stack options, e.g. STACK_ARGS='--prometheus-port 9091' where the host's own
+# Prometheus holds 9090 (the stack refuses a port another process holds and names the option).
+STACK_ARGS ?=
 run: install
 	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null
-	$(BIN)/llmgw-stack --fleet $(FLEET) --redis $(REDIS)
+	$(BIN)/llmgw-stack --fleet $(FLEET) --redis $(REDIS) $(STACK_ARGS)
 
 # images-short: the gateway image and the Redis stand-in for tests/deploy/test_images_run.py (podman).
 test: install images-short $(STAMPS)/compat-clients

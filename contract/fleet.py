@@ -13,9 +13,16 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from contract.scaling import ScalingField, devices_problem
+
 ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 PolicyName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 MediaDomain = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")]
+NO_MEDIA_DOMAIN = "no-media.invalid"
+"""vLLM's media-domain allow-list for a model whose fleet entry names none (the supervisor's and the
+rendered deployments' alike): a host under the reserved ``.invalid`` top-level domain (RFC 6761), which
+never resolves, so vLLM refuses every media URL before any fetch; an empty list would let vLLM fetch
+from every host."""
 """A host name (lower case) or IPv4 address, as vLLM compares it with a media URL's parsed host."""
 """A routing policy's name; the gateway checks it against its one registry (``gateway.routing``)."""
 
@@ -75,10 +82,10 @@ class Engine(Strict):
     )
     allowed_media_domains: list[MediaDomain] = Field(default_factory=list)
     """The only hosts whose media URLs (image, audio, video) vLLM fetches (vLLM's `--allowed-media-domains`,
-    an exact host match; `data:` URLs are inline and always allowed). Empty: the supervisor passes no flag
-    (vLLM fetches from any host); rendered deployments (compose, Kubernetes) pass `no-media.invalid`
-    instead, a reserved host that never resolves, so vLLM refuses every media URL with a clear error
-    before any fetch (the Kubernetes egress policy, DNS and the model store only, would block one)."""
+    an exact host match; `data:` URLs are inline and always allowed). Empty: deny-all; the supervisor and
+    the rendered deployments (compose, Kubernetes) pass `no-media.invalid`, a reserved host that never
+    resolves, so vLLM refuses every media URL with a clear error before any fetch (the Kubernetes egress
+    policy, DNS and the model store only, would block one too)."""
     extra_args: list[str] = Field(default_factory=list)
     """Any other vLLM flag, appended last to the command line."""
 
@@ -179,7 +186,7 @@ class Model(Strict):
     """Servers run elsewhere (an existing vLLM, a Kubernetes Service): routed to and health-checked, never
     supervised; each names its own credential (``api_key_env``, ``api_key_file``) or ``auth: none``."""
     replicas: Annotated[int, Field(ge=0, le=64)] = 1
-    """How many replicas the supervisor runs (Kubernetes: the Deployment's minimum)."""
+    """Replicas the supervisor runs (Kubernetes, no `scaling`: the minimum); with `scaling`: the first."""
     engine: Engine = Field(default_factory=Engine)
     """vLLM engine arguments of each replica."""
     budget: Budget = Field(default_factory=Budget)
@@ -218,6 +225,8 @@ class Model(Strict):
     (docs/gateway/migration.md); unset: on for generation models."""
     migration_attempts: Annotated[int, Field(ge=1, le=10)] = 2
     """How many times one request may move (within its deadline); then the SSE error event."""
+    scaling: ScalingField = None
+    """Replicas that follow demand (min, max, target per replica); unset: `replicas`, fixed."""
 
     @model_validator(mode="after")
     def _sleep_level_can_wake(self) -> Model:
@@ -238,16 +247,9 @@ class Model(Strict):
 
     @model_validator(mode="after")
     def _placement_covers_tensor_parallel(self) -> Model:
-        devices, tp = self.placement.devices, self.engine.tensor_parallel_size
-        if not devices:
-            return self
-        slices = [[devices[(r * tp + k) % len(devices)] for k in range(tp)] for r in range(self.replicas)]
-        if any(len(set(s)) < tp for s in slices):
-            raise ValueError(
-                f"placement.devices {devices}: each replica needs tensor_parallel_size ({tp}) distinct "
-                f"devices; "
-                f"replica r runs on devices[r*{tp} : r*{tp}+{tp}], wrapping around"
-            )
+        problem = devices_problem(self.placement.devices, self.engine.tensor_parallel_size, self.replicas)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property

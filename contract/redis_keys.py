@@ -88,6 +88,11 @@ class RedisKeys:
         granted only while its gateway's stamp holds."""
         return f"{self.prefix}:adm:{{{model}}}:alive"
 
+    def waiting_since(self, model: str) -> str:
+        """When (Redis ms) a request was first seen waiting for the model while nothing ran: stamped and
+        dropped by the demand read (contract/demand.py), which KEDA's scaler serves."""
+        return f"{self.prefix}:adm:{{{model}}}:waiting_since"
+
     def seq(self, model: str) -> str:
         return f"{self.prefix}:adm:{{{model}}}:seq"
 

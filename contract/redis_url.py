@@ -9,7 +9,8 @@
 
 :func:`connect` builds the asynchronous redis-py client, :func:`connect_sync` the synchronous one (for a
 thread that must work while the event loop is busy); :func:`parse` the parts (the lean pipelined client
-uses them).
+uses them). :data:`REDIS_DOWN` is what their calls raise when Redis is unavailable: every "Redis is down"
+handler, on the gateways' side and the control plane's, catches exactly it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,17 @@ import redis.cluster
 import redis.sentinel
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import RedisClusterException, RedisError
 
 SENTINEL, CLUSTER = "redis+sentinel", "redis+cluster"
+TCP_ONLY = ("socket_keepalive", "socket_keepalive_options")
+"""Connection options redis-py's unix-socket connection refuses (a TypeError at the first command)."""
+
+REDIS_DOWN: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
+"""What a Redis call raises when Redis is unreachable, slow past its timeout or refuses the call, in any
+topology: redis-py's errors (``RedisError``), its cluster client's own family (``RedisClusterException``:
+no node reachable, a slot no node covers; not a ``RedisError``) and the socket's (``OSError``, which the
+builtin ``TimeoutError`` and ``ConnectionError`` are)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +82,13 @@ def node(hostport: str) -> tuple[str, int]:
     return (host or hostport, int(port)) if port.isdigit() else (hostport, 26379)
 
 
+def single_options(url: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for one server: a ``unix://`` socket takes no TCP keepalive options."""
+    if url.startswith("unix://"):
+        return {k: v for k, v in kwargs.items() if k not in TCP_ONLY}
+    return kwargs
+
+
 def connect(url: str, **kwargs: Any) -> aioredis.Redis:
     """A redis-py client for ``url`` with ``kwargs`` (timeouts, retry, pool size) on its connections.
 
@@ -79,7 +96,7 @@ def connect(url: str, **kwargs: Any) -> aioredis.Redis:
     scripts (every key the project uses carries a hash tag; see contract/redis_keys.py)."""
     target = parse(url)
     if target.kind == "single":
-        return aioredis.Redis.from_url(url, **kwargs)
+        return aioredis.Redis.from_url(url, **single_options(url, kwargs))
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.kind == "sentinel":
         timeouts = {k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")}
@@ -100,7 +117,7 @@ def connect_sync(url: str, **kwargs: Any) -> redis.Redis:
     """The synchronous redis-py client for ``url`` (the same three forms and options as :func:`connect`)."""
     target = parse(url)
     if target.kind == "single":
-        return redis.Redis.from_url(url, **kwargs)
+        return redis.Redis.from_url(url, **single_options(url, kwargs))
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.kind == "sentinel":
         timeouts = {k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")}

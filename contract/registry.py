@@ -19,9 +19,9 @@ from enum import StrEnum
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
+from contract.redis_url import REDIS_DOWN
 from contract.stamps import decoded, run, stamp
 
 log = logging.getLogger("llmgw.registry")
@@ -106,7 +106,7 @@ async def publish(redis: aioredis.Redis, keys: RedisKeys, record: ReplicaRecord,
             [record.id, record.model_dump_json(), ttl_ms],
         )
         await stamp(redis, keys.models, record.model, ttl_ms)
-    except (RedisError, OSError) as exc:
+    except REDIS_DOWN as exc:
         log.warning("replica=%s registry write failed: %s", record.id, exc)
         return False
     return True
@@ -116,7 +116,7 @@ async def remove(redis: aioredis.Redis, keys: RedisKeys, record: ReplicaRecord) 
     """Withdraw a record; a Redis failure is logged (the TTL removes it anyway)."""
     try:
         await redis.hdel(keys.registry(record.model), record.id)
-    except (RedisError, OSError) as exc:
+    except REDIS_DOWN as exc:
         log.warning("replica=%s registry delete failed: %s", record.id, exc)
 
 
@@ -140,7 +140,7 @@ async def read_model(redis: aioredis.Redis, keys: RedisKeys, model: str) -> dict
 
 
 async def read_registry(redis: aioredis.Redis, keys: RedisKeys) -> list[ReplicaRecord]:
-    """Every record in the registry; raises RedisError/OSError when Redis is unreachable."""
+    """Every record in the registry; raises one of ``REDIS_DOWN`` when Redis is unreachable."""
     raw: list[bytes] = []
     for model in await stamp(redis, keys.models, "", 0):
         raw += [record for record, _ in (await read_model(redis, keys, model)).values()]
@@ -152,7 +152,7 @@ async def redis_run_id(redis: aioredis.Redis) -> str | None:
     None when Redis is unreachable."""
     try:
         info = await redis.info("server")
-    except (RedisError, OSError):
+    except REDIS_DOWN:
         return None
     run_id = info.get("run_id")
     return str(run_id) if run_id else None
@@ -178,7 +178,7 @@ class RegistryWriter:
         for its next registry poll; False when Redis is unreachable (the poll then tells them)."""
         try:
             await self.redis.publish(self.keys.state_channel, model)
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             log.warning("model=%s state notice not sent: %s", model, exc)
             return False
         return True

@@ -7,6 +7,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from contract.build_info import apply_conventions
 from contract.registry import ReplicaState
 
 STATES = [s.value for s in ReplicaState]
@@ -15,6 +16,7 @@ STATES = [s.value for s in ReplicaState]
 class SupervisorMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        apply_conventions(r)
         self.restarts = Counter(
             "llmgw_supervisor_restarts", "Replica restarts after a crash.", ["model", "replica"], registry=r
         )
@@ -123,6 +125,11 @@ class SupervisorMetrics:
             self.wakes.labels(model, outcome)
         for reason in ("idle", "room"):
             self.sleeps.labels(model, reason)
+
+    def failed(self, action: str, subject: str) -> None:
+        """Count a failed action or a dead task (:data:`contract.supervision.Failed`) as
+        ``llmgw_supervisor_actions_total{outcome="failed"}``."""
+        self.actions.labels(action, subject, "failed").inc()
 
     def set_state(self, model: str, replica: str, state: ReplicaState) -> None:
         for s in STATES:

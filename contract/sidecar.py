@@ -6,8 +6,14 @@ Each replica is given as its ReplicaRecord in JSON (``--record``). Every heartbe
 server's ``/health`` and ``/v1/models``; a server that lists its model is published READY with a TTL, one
 that stops answering for a few heartbeats is withdrawn. On SIGTERM (the pod is deleted, the service is
 stopped) the replicas are published DRAINING, the process waits until vLLM has nothing running or waiting
-(or the grace period ends), then removes them and exits. It serves the supervisor's metrics on
-``--metrics-port`` so that Prometheus sees replica states and start-up times as it does under `make run`.
+(or the grace period ends), then removes them and exits; SIGHUP is logged and ignored. It serves the
+supervisor's metrics on ``--metrics-port`` so that Prometheus sees replica states and start-up times as it
+does under `make run`.
+
+The heartbeat is supervised: a Redis outage (any topology) is a failed write that the next beat retries;
+a beat that raises is logged, counted (``llmgw_supervisor_actions_total{outcome="failed"}``) and tried
+again after the one back-off; a heartbeat task that dies all the same ends the process with
+``EXIT_TASK_DIED`` (3), so that its keeper starts it again.
 """
 
 from __future__ import annotations
@@ -25,17 +31,19 @@ from pathlib import Path
 import httpx
 from pydantic import ValidationError
 
+from contract.build_info import add_version_flag
 from contract.drain import wait_until_idle
 from contract.kv_feed import KvEndpoints
 from contract.kv_feeds import FeedTarget, KvFeeds
+from contract.logs import configure_logging
 from contract.redis_keys import RedisKeys
 from contract.redis_url import connect
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, new_instance_id
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
+from contract.supervision import EXIT_TASK_DIED, TaskGroup, every
 from contract.vllm_probe import listed, probe_client
 
 log = logging.getLogger("llmgw.register")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +147,17 @@ class Sidecar:
                 w.announced = w.state
 
     async def heartbeat(self) -> None:
-        while True:
-            if self.feeds is not None:
-                self.feeds.sync(self.kv_targets())
-                self.feeds.show(self.metrics)
-            await asyncio.gather(*(self.tick(w) for w in self.watched))
-            await asyncio.sleep(self.options.timing.heartbeat_s)
+        """:meth:`beat` every heartbeat until cancelled, supervised (:func:`contract.supervision.every`):
+        a beat that raises is logged, counted and tried again after the one back-off."""
+        beat_s, forever = self.options.timing.heartbeat_s, asyncio.Event()
+        await every("registry_heartbeat", beat_s, self.beat, forever, self.metrics.failed)
+
+    async def beat(self) -> None:
+        """Probe and publish every watched replica (a Redis outage: a failed write, the next beat retries)."""
+        if self.feeds is not None:
+            self.feeds.sync(self.kv_targets())
+            self.feeds.show(self.metrics)
+        await asyncio.gather(*(self.tick(w) for w in self.watched))
 
     async def drain(self) -> None:
         """Publish DRAINING, then wait until vLLM is idle, within the grace period."""
@@ -174,6 +187,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="llmgw-register", description="Publish externally run vLLM servers into the replica registry."
     )
+    add_version_flag(p)
     p.add_argument(
         "--record",
         type=parse_record,
@@ -244,7 +258,9 @@ def options_from(args: argparse.Namespace) -> Options:
     )
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT (drain, withdraw: 0) or until the heartbeat task dies (logged and counted:
+    :data:`contract.supervision.EXIT_TASK_DIED`, so that the pod or service is restarted)."""
     redis = connect(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
     options = options_from(args)
     metrics = SupervisorMetrics()
@@ -254,30 +270,35 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(  # its default action would kill it: no drain, the record left to expire
+        signal.SIGHUP, lambda: log.warning("SIGHUP ignored: SIGTERM drains and withdraws the replicas")
+    )
     async with probe_client() as client:
         reg = Sidecar([Watched(r) for r in args.record], registry, client, metrics, options)
         if options.kv_events:
             reg.feeds = KvFeeds.from_env(redis, registry.keys)
         for w in reg.watched:
             reg.show(w)
-        beat = asyncio.create_task(reg.heartbeat())
-        await stop.wait()
-        await reg.drain()
-        beat.cancel()
-        await asyncio.gather(beat, return_exceptions=True)
-        await reg.withdraw()
+        tasks = TaskGroup(metrics.failed)
+        tasks.spawn("registry_heartbeat", reg.heartbeat())
+        died = await tasks.wait_died_or(stop)
+        if not died:
+            await reg.drain()
+        await tasks.close()
+        if not died:
+            await reg.withdraw()
         if reg.feeds is not None:
             await reg.feeds.aclose()
     if server is not None:
         server.close()
     await redis.aclose()
+    return EXIT_TASK_DIED if died else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
-    asyncio.run(serve(args))
-    return 0
+    configure_logging(logging.INFO)  # text, or JSON lines with LLMGW_LOG_FORMAT=json
+    return asyncio.run(serve(args))
 
 
 if __name__ == "__main__":

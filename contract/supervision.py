@@ -1,12 +1,15 @@
 """Long-lived tasks that never die silently: the control plane's loops, the embedded stack's, a gateway
 lifespan's.
 
-Two pieces, one rule each:
+Three pieces, one rule each:
 
 * :func:`guarded` runs one step of a loop (one reconcile pass, one tick, one action on a replica). An
   exception other than a cancellation is logged with its traceback, counted through ``failed(action,
   subject)`` (wire it to a counter with ``outcome="failed"``) and swallowed: the loop goes on. It returns
   whether the step finished.
+* :func:`every` is such a loop: a step every interval, each one guarded, until a stop event; after a failed
+  step the next one comes after the one back-off (:class:`contract.backoff.Backoff`) of the failures in a
+  row, never later than the interval (a registry heartbeat that failed is tried again within a second).
 * :class:`TaskGroup` owns the long-lived tasks of one process. ``spawn(name, coro)`` starts one; a task
   that ends while the group is not closing (it returned, or raised) is logged, counted, and sets
   :attr:`TaskGroup.died`: the process waits on :meth:`TaskGroup.wait_died` beside its stop signal and exits
@@ -26,11 +29,16 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from contract.backoff import Backoff
+
 log = logging.getLogger("llmgw.supervision")
+RETRY = Backoff()
+"""The back-off of a loop's failed steps (1 s, 2 s, 4 s…, never past the loop's interval)."""
 
 Failed = Callable[[str, str], None]
 """``failed(action, subject)``: count one failure (``subject``: the model or replica, "" when none)."""
@@ -54,6 +62,25 @@ async def guarded(action: str, step: Awaitable[None], failed: Failed = no_count,
         failed(action, subject)
         return False
     return True
+
+
+async def every(
+    name: str,
+    interval_s: float,
+    step: Callable[[], Awaitable[None]],
+    stop: asyncio.Event,
+    failed: Failed = no_count,
+    backoff: Backoff = RETRY,
+) -> None:
+    """Run ``step`` every ``interval_s`` until ``stop`` is set, each run :func:`guarded` (as ``name``);
+    after ``n`` failed runs in a row the next comes after ``min(interval_s, backoff.delay(n))``. Stopping
+    is by the event, so a library that swallows a cancellation cannot keep the loop alive."""
+    failures = 0
+    while not stop.is_set():
+        failures = 0 if await guarded(name, step(), failed) else failures + 1
+        wait = min(interval_s, backoff.delay(failures)) if failures else interval_s
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), wait)
 
 
 class TaskGroup:

@@ -40,3 +40,19 @@ def running_and_waiting(text: bytes | str) -> tuple[int, int]:
     """vLLM's requests in its batches and in its own queue, over every engine of the server."""
     sums = gauge_sums(text)
     return int(sums.get(RUNNING, 0.0)), int(sums.get(WAITING, 0.0))
+
+
+PROGRESS = (
+    "vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:iteration_tokens_total_count",
+    "vllm:request_success_total", "vllm:prefix_cache_queries_total", "vllm:num_preemptions_total",
+    RUNNING, WAITING, "vllm:kv_cache_usage_perc",
+)  # fmt: skip
+"""The series that move while a replica works: its token and request counters (one engine step advances
+some of them; a chunked prefill moves the KV cache's usage), its batch and queue sizes."""
+
+
+def progress_mark(text: bytes | str) -> tuple[float, ...]:
+    """The values of :data:`PROGRESS` (0 for a series the replica lacks): a replica whose mark is the same
+    at two scrapes made no progress between them that its metrics show."""
+    sums = gauge_sums(text)
+    return tuple(sums.get(name, 0.0) for name in PROGRESS)

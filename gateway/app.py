@@ -90,11 +90,17 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         admission=build_admission(settings, keys, metrics, clients),
         auth=build_auth(settings, keys, metrics, store, clients),
         client=httpx.AsyncClient(timeout=settings.connect_timeout_s),
-        upstream=ConnectionPool(settings.max_connections, settings.connect_timeout_s),
+        upstream=ConnectionPool(
+            settings.max_connections, settings.connect_timeout_s, settings.upstream_idle_s
+        ),
         redis=clients,
         keys=keys,
         metrics=metrics,
-        ejection=Ejection(Backoff(settings.eject_base_s, settings.eject_max_s), settings.eject_after),
+        ejection=Ejection(
+            Backoff(settings.eject_base_s, settings.eject_max_s),
+            settings.eject_after,
+            settings.lost_after_probes,
+        ),
         inflight=share,
         wakes=Wakes(redis, keys, settings.gateway_id, metrics),
         open_requests=OpenRequests(settings.shutdown_grace_s),
@@ -109,7 +115,9 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
 
 def start_background(gw: Gateway, discovery: Discovery, notices: ReadyNotices) -> Background:
     s = gw.settings
-    monitor = Monitor(gw.client, gw.table, gw.ejection, gw.metrics, headers=gw.credentials_http)
+    monitor = Monitor(
+        gw.client, gw.table, gw.ejection, gw.metrics, s.health_timeout_s, headers=gw.credentials_http
+    )
     reload = FleetReload(gw, discovery)
     bg = Background(failed=lambda task, _: gw.metrics.task_failures.labels(task).inc())
     bg.start(s.registry_poll_s, reload.tick, "fleet_reload")

@@ -10,6 +10,7 @@ import ipaddress
 import logging
 import math
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -19,15 +20,15 @@ import uvicorn
 from fastapi import FastAPI
 from pydantic import ValidationError
 
+from contract.build_info import add_version_flag
 from contract.fleet import FleetError
+from contract.logs import configure_logging
 from gateway.app import create_app
 from gateway.edge.one_write import door_protocol
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests, graceful_s
 from gateway.tracing import TraceIdFilter
 from gateway.upstream.credentials import CredentialError
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -36,6 +37,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Serve one gateway replica. Settings come from LLMGW_* environment variables; "
         "the options below override them.",
     )
+    add_version_flag(p)
     p.add_argument("--fleet", type=Path, help="fleet YAML file (LLMGW_FLEET_FILE)")
     p.add_argument("--redis-url", help="Redis URL (LLMGW_REDIS_URL)")
     p.add_argument("--host", default="127.0.0.1")
@@ -84,9 +86,19 @@ def quiet_gc() -> None:
     gc.set_threshold(*GC_THRESHOLD)
 
 
+def hangup() -> None:
+    """SIGHUP (a closed terminal, a keeper passing it on) would kill the gateway by default and cut its
+    streams without their error event: it is logged and changes nothing (the fleet file is followed
+    without it; SIGTERM stops the gateway)."""
+    logging.getLogger("llmgw.gateway").warning(
+        "SIGHUP ignored: the gateway follows the fleet file by itself; SIGTERM stops it"
+    )
+
+
 class GatewayServer(uvicorn.Server):
     """uvicorn's server that also tells the gateway when it is told to stop (SIGTERM, SIGINT), so that
-    the gateway ends its open requests in a planned way within uvicorn's graceful period."""
+    the gateway ends its open requests in a planned way within uvicorn's graceful period; SIGHUP is
+    logged and ignored (:func:`hangup`)."""
 
     def __init__(self, config: uvicorn.Config, open_requests: OpenRequests) -> None:
         super().__init__(config)
@@ -95,6 +107,7 @@ class GatewayServer(uvicorn.Server):
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self.loop = asyncio.get_running_loop()
+        self.loop.add_signal_handler(signal.SIGHUP, hangup)
         await super().serve(sockets)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -119,6 +132,9 @@ def server_config(app: FastAPI, settings: GatewaySettings, host: str, port: int)
         access_log=False,
         proxy_headers=False,
         log_level="warning",
+        log_config=None
+        if settings.log_format == "json"
+        else uvicorn.config.LOGGING_CONFIG,  # JSON: uvicorn's too
         timeout_keep_alive=math.ceil(settings.keepalive_timeout_s),
         timeout_graceful_shutdown=math.ceil(graceful_s(settings.shutdown_grace_s)),
         backlog=4096,
@@ -138,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmgw-gateway: bad settings: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stdout)
+    configure_logging(settings.log_level, settings.log_format)
     for handler in logging.getLogger().handlers:
         handler.addFilter(TraceIdFilter())  # a request's lines carry its trace id beside its request id
     os.environ.setdefault("PYTHONUNBUFFERED", "1")

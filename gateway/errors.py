@@ -73,10 +73,26 @@ class HeadTimeout(InvalidRequest):
     code = "request_timeout"
 
 
+class BodyTimeout(HeadTimeout):
+    """The request body came too slowly (nothing was forwarded: a retry is safe)."""
+
+    retry = True
+
+
 class Unauthorized(GatewayError):
     status = 401
     type = "authentication_error"
     code = "invalid_api_key"
+
+
+class KeyStoreUnavailable(GatewayError):
+    """The API key could not be verified: its key store does not answer and the key was not verified
+    lately. The key may well be valid: retry."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "key_store_unavailable"
+    retry = True
 
 
 class Forbidden(GatewayError):

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from contract.build_info import add_version_flag
 from contract.fleet import FleetError
 from gateway.routing import load_routable_fleet
 
@@ -14,6 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="llmgw-fleet", description="Validate a fleet file; errors name the field path."
     )
+    add_version_flag(p)
     p.add_argument("fleet", type=Path, help="fleet YAML file")
     args = p.parse_args(argv)
     try:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from contract.build_info import apply_conventions
+
 LATENCY_BUCKETS = (
     0.005,
     0.01,
@@ -55,6 +57,7 @@ class GatewayMetrics:
     def __init__(self) -> None:
         self._series: dict[str, ModelSeries] = {}
         r = self.registry = CollectorRegistry(auto_describe=True)
+        apply_conventions(r)
         self.requests = Counter(
             "llmgw_requests", "Requests answered, by model and HTTP status.", ["model", "status"], registry=r
         )
@@ -122,6 +125,13 @@ class GatewayMetrics:
             "1 while Redis is unreachable and local admission is in force.",
             registry=r,
         )
+        self.admission_fallbacks = Counter(
+            "llmgw_admission_fallbacks",
+            "Requests whose shared-queue admission failed (Redis unreachable at the acquire or during the "
+            "wait): admitted by local admission instead.",
+            ["model"],
+            registry=r,
+        )
         self.prefix_picks = Counter(
             "llmgw_prefix_index_picks",
             "Prefix-affinity picks by outcome: session, hit, moved, cold (shared index) or degraded "
@@ -165,7 +175,8 @@ class GatewayMetrics:
         )
         self.stream_stalled = Counter(
             "llmgw_stream_stalled",
-            "Streams ended because their client made no write progress for stream_write_timeout_s.",
+            "Streams ended because their client made no write progress for stream_write_timeout_s, or took "
+            "less than stream_min_rate_bytes_s while the stream waited for it.",
             ["model"],
             registry=r,
         )

@@ -1,29 +1,19 @@
 """Background loops owned by the lifespan: run a step every interval until told to stop.
 
-Each loop is a long-lived task of a :class:`contract.supervision.TaskGroup` and each step runs
-:func:`contract.supervision.guarded`: a step that raises is logged with its traceback and counted
-(``failed(name, "")``; the gateway wires it to ``llmgw_task_failures_total``) and the loop goes on at its
-next interval; a loop that ends while the gateway runs is logged and counted too. Stopping is by an
-event, not only by cancellation, so a library that swallows a CancelledError (redis-py has done so)
-cannot keep a loop alive past shutdown.
+Each loop is a long-lived task of a :class:`contract.supervision.TaskGroup` running
+:func:`contract.supervision.every`: a step that raises is logged with its traceback and counted
+(``failed(name, "")``; the gateway wires it to ``llmgw_task_failures_total``) and the loop goes on (next
+step after the one back-off, never later than its interval); a loop that ends while the gateway runs is
+logged and counted too. Stopping is by an event, not only by cancellation, so a library that swallows a
+CancelledError (redis-py has done so) cannot keep a loop alive past shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 
-from contract.supervision import Failed, TaskGroup, guarded, no_count
-
-
-async def every(
-    name: str, interval_s: float, step: Callable[[], Awaitable[None]], stop: asyncio.Event, failed: Failed
-) -> None:
-    while not stop.is_set():
-        await guarded(name, step(), failed)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
+from contract.supervision import Failed, TaskGroup, every, no_count
 
 
 class Background:

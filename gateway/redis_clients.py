@@ -1,5 +1,5 @@
 """Every Redis client of one gateway, built here by role and closed once by the lifespan, and the one
-name for "Redis is down" (:data:`REDIS_DOWN`).
+name for "Redis is down" (:data:`REDIS_DOWN`, contract/redis_url.py's, for every topology).
 
 Roles: ``state`` (the registry, the in-flight share, wakes, stored responses' holders, LoRA records;
 2 s timeouts), ``keys`` (the API keys, in their persistent Redis), ``limits`` (the per-key rate limiter),
@@ -21,14 +21,10 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 
+from contract.redis_url import REDIS_DOWN as REDIS_DOWN
 from contract.redis_url import connect, connect_sync, parse
 from gateway.settings import GatewaySettings
-
-REDIS_DOWN: tuple[type[Exception], ...] = (RedisError, OSError)
-"""What a Redis call raises when Redis is unreachable, slow past its timeout or refuses the call
-(``TimeoutError`` and ``ConnectionError`` are ``OSError``s)."""
 
 STATE_TIMEOUT_S = 2.0
 

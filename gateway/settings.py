@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -31,7 +31,8 @@ class GatewaySettings(BaseSettings):
     redis_prefix: str = "llmgw"
     """The prefix of every Redis key name."""
     gateway_id: str = Field(default_factory=_default_gateway_id)
-    """This gateway's name in Redis (in-flight share, presence, wake requests); default: host name and pid."""
+    """This gateway's name in Redis (in-flight share, wake requests); default: host name and pid. Admission
+    tickets, leases and presence name the process, `<gateway id>/<boot nonce>`: a restart is a new one."""
 
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     """Request body cap; larger bodies get 413."""
@@ -40,9 +41,19 @@ class GatewaySettings(BaseSettings):
     over it: 431."""
     header_timeout_s: Seconds = 10.0
     """Limit at the door: the time to read the request line and headers; past it: 408."""
+    body_timeout_s: Seconds = 10.0
+    """Limit after authentication (the key is checked from the head, before any body is read): the request
+    body must arrive within this plus its size at `body_min_rate_bytes_s`; late: 408 (retry is safe)."""
+    body_min_rate_bytes_s: Annotated[int, Field(ge=1)] = 32768
+    """The slowest upload accepted past `body_timeout_s`: each byte received adds 1/this seconds to the
+    body's deadline."""
     stream_write_timeout_s: Seconds = 30.0
     """A stream whose client makes no write progress for this long is dropped: its upstream closed, its slot
-    released, counted in `llmgw_stream_stalled_total`."""
+    released, counted in `llmgw_stream_stalled_total`. Also the window of `stream_min_rate_bytes_s`."""
+    stream_min_rate_bytes_s: Annotated[int, Field(ge=0)] = 4096
+    """The slowest client a stream waits for: over a `stream_write_timeout_s` window in which the gateway
+    waited for the client at least half the time, the client must take this many bytes a second, or it
+    is dropped as above (0: only the no-progress limit)."""
     media_domains: list[str] = []
     """Media URLs (images, audio, video, files) whose host is one of these domains (or under one) are passed
     on unchecked; any other that resolves to an internal address is refused (400)."""
@@ -60,13 +71,22 @@ class GatewaySettings(BaseSettings):
     retry_deadline_s: Seconds = 15.0
     """Failover deadline, checked before every attempt."""
     migration_stall_s: Seconds = 5.0
-    """A migrating stream with no token this long moves to another replica (docs/gateway/migration.md;
-    with nowhere to move, ``chunk_timeout_s`` stands)."""
+    """The least wait for a token before a migrating stream may move to another replica: it moves only once
+    its replica's own signals show no progress for as long (its `/metrics` counters still, or a failed
+    probe) (docs/gateway/migration.md; with nowhere to move, ``chunk_timeout_s`` stands)."""
+    migration_stall_gap_factor: Annotated[float, Field(ge=1)] = 4.0
+    """The stall bound learned from the replica: this many times the p99 of its recent gaps between tokens,
+    never under ``migration_stall_s``."""
     migration_watch_s: Seconds = 0.5
     """How often a migrating stream's watchdog checks the read that waits for its replica (still
     registered, not stalled)."""
     max_connections: Annotated[int, Field(ge=1)] = 1024
     """Upstream connections the gateway keeps open (all replicas together)."""
+    upstream_idle_s: Seconds = 4.0
+    """An idle upstream connection is reused only within this of its last answer, then closed: keep it
+    below the replicas' own keep-alive timeout (vLLM serves with uvicorn: 5 s), so that a reused
+    connection is not closed by the replica as a request is written (such a request is never sent again:
+    the client would get a 502)."""
     keepalive_timeout_s: Seconds = Field(
         default=75.0,
         description="Idle client (nginx) connections are kept this long: longer than nginx's upstream "
@@ -84,6 +104,11 @@ class GatewaySettings(BaseSettings):
     """How often the replica registry and the fleet file are read."""
     health_interval_s: Seconds = 2.0
     """How often every replica's `/health` is checked."""
+    health_timeout_s: Seconds = 2.0
+    """How long a `/health` probe or a `/metrics` scrape may take; a slower answer is a failed probe."""
+    lost_after_probes: Annotated[int, Field(ge=1, le=100)] = 3
+    """A failed probe takes a replica out of new picks only; after this many in a row the requests in
+    flight there are moved or ended too (it is taken for lost)."""
     load_scrape_interval_s: Seconds = 1.0
     """How often vLLM's load gauges are scraped from each replica's `/metrics`."""
     load_share_interval_s: Seconds = 0.1
@@ -96,7 +121,7 @@ class GatewaySettings(BaseSettings):
     """Longest back-off of an ejected replica."""
     eject_after: Annotated[int, Field(ge=1, le=100)] = 3
     """A replica is ejected after this many server errors (5xx answers) in a row; a connection error or a
-    failed health check ejects at once."""
+    failed health check ejects at once (out of new picks; the requests in flight there go on)."""
     prefix_epsilon: Annotated[float, Field(ge=0)] = 0.25
     """Prefix affinity's balance bound ε (a model's `epsilon` overrides it): with the index, on each replica's
     share of recent picks; without, on in-flight load."""
@@ -128,6 +153,10 @@ class GatewaySettings(BaseSettings):
     """The shared Redis admission queue (false: no admission control)."""
     degraded_ready: bool = True
     """/ready stays 200 while Redis is unreachable (local admission serves); false: 503 then."""
+    wake_unregistered_s: Seconds = 5.0
+    """A request for an on-demand model of which the registry holds no record at all (no supervisor lists
+    it, not even asleep) waits this long for one, then gets 503 `model_unavailable` with Retry-After,
+    instead of waiting the model's whole `wake_timeout_s` for a wake nobody will do."""
     lease_ttl_s: Seconds = 15.0
     """TTL of an admission lease, renewed while the request runs; a crashed gateway's slots come back within
     it."""
@@ -145,8 +174,8 @@ class GatewaySettings(BaseSettings):
     """`/docs`, `/redoc` and `/openapi.json`; unset: on with API keys off, off with keys on (the description
     names every path and schema to anyone)."""
     auth_cache_s: Seconds = 5.0
-    """While the key store is unreachable, a key verified within this long still passes; later: 401 with
-    Retry-After (a revoked key stops working on every gateway within it)."""
+    """While the key store is unreachable, a key verified within this long still passes; later: 503
+    `key_store_unavailable` with Retry-After (a revoked key stops working on every gateway within it)."""
     admin_key: SecretStr | None = None
     """The one credential that may manage keys and adapters (`/admin/*`, 16 characters or more); unset: the
     admin endpoints answer 403 `admin_disabled`."""
@@ -159,11 +188,16 @@ class GatewaySettings(BaseSettings):
     """How often runtime LoRA adapters are read from Redis."""
     log_level: str = "INFO"
     """Python logging level."""
+    log_format: Literal["text", "json"] = "text"
+    """``json``: one JSON object per log line, with the request id and trace id as fields (for log
+    collectors); the workers' processes read the same LLMGW_LOG_FORMAT."""
     tracing: bool = False
     """Emit OpenTelemetry spans (authenticate, queue_wait, wake, pick, forward, retry) over OTLP/gRPC; off,
     the trace context is still passed to the replicas."""
     otlp_traces_endpoint: str = "http://127.0.0.1:4317"
-    """Where the spans go with tracing on (OTLP/gRPC)."""
+    """Where the spans go with tracing on (OTLP/gRPC). The standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+    OTEL_EXPORTER_OTLP_ENDPOINT wins where set (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and the SDK's
+    other OTEL_* variables are honoured too; OTEL_SDK_DISABLED=true keeps tracing off)."""
 
     @property
     def key_store_url(self) -> str:

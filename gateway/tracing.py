@@ -4,9 +4,10 @@ Every request has a ``traceparent``: the client's when it sent a valid one (with
 a new one (a new trace id, sampled), and the replica gets it, so vLLM's own spans
 (``--otlp-traces-endpoint``) join the client's trace. With tracing off (the default) that is all: the
 header is passed on unchanged and no OpenTelemetry code runs. With ``LLMGW_TRACING=true`` the gateway
-emits its own spans over OTLP/gRPC to ``LLMGW_OTLP_TRACES_ENDPOINT``: one per request (``llmgw.request``)
-with a child for authenticate, queue_wait, wake, pick, and forward (``retry`` for each attempt after the
-first); the replica's traceparent then names the forward span as its parent.
+emits its own spans over OTLP/gRPC to ``LLMGW_OTLP_TRACES_ENDPOINT`` (the standard ``OTEL_*`` variables
+win where set: :func:`otel_tracer`; ``OTEL_SDK_DISABLED=true`` keeps them off): one per request
+(``llmgw.request``) with a child for authenticate, queue_wait, wake, pick, and forward (``retry`` for each
+attempt after the first); the replica's traceparent then names the forward span as its parent.
 
 Each log line written while a request is served carries its trace id beside its request id
 (:class:`TraceIdFilter`, on the gateway's log handler; the id is the request task's context variable).
@@ -67,17 +68,36 @@ class TraceIdFilter(logging.Filter):
         return True
 
 
+OTEL_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def otel_disabled() -> bool:
+    """``OTEL_SDK_DISABLED=true``: the operator turned OpenTelemetry off."""
+    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
 def otel_tracer(endpoint: str, service_instance: str) -> tuple[TracerProvider, Tracer]:
-    """An SDK tracer provider that batches spans to an OTLP/gRPC endpoint (imported only when on)."""
+    """An SDK tracer provider that batches spans to an OTLP/gRPC endpoint (imported only when on).
+
+    The standard ``OTEL_*`` variables win over the gateway's own values, which are defaults only: the
+    endpoint (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, ``OTEL_EXPORTER_OTLP_ENDPOINT``, with their
+    ``..._INSECURE``, ``..._HEADERS``, ``..._CERTIFICATE``) and the resource (``OTEL_SERVICE_NAME``,
+    ``OTEL_RESOURCE_ATTRIBUTES``); the sampler (``OTEL_TRACES_SAMPLER``) and the batching (``OTEL_BSP_*``)
+    are the SDK's, read from the environment as it does."""
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.resources import OTELResourceDetector, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    resource = Resource.create({"service.name": "llmgw-gateway", "service.instance.id": service_instance})
+    ours = {"service.name": "llmgw-gateway", "service.instance.id": service_instance}
+    from_env = OTELResourceDetector().detect().attributes
+    resource = Resource.create({k: v for k, v in ours.items() if k not in from_env})
     provider = TracerProvider(resource=resource)
-    insecure = not endpoint.startswith("https://")
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=insecure)))
+    if any(os.environ.get(name) for name in OTEL_ENDPOINTS):
+        exporter = OTLPSpanExporter()  # endpoint, TLS and headers from the OTEL_* variables
+    else:
+        exporter = OTLPSpanExporter(endpoint=endpoint, insecure=not endpoint.startswith("https://"))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider, provider.get_tracer("llmgw.gateway")
 
 
@@ -87,7 +107,7 @@ class Tracing:
     def __init__(self, enabled: bool, endpoint: str, service_instance: str) -> None:
         self._provider: TracerProvider | None = None
         self._tracer: Tracer | None = None
-        if enabled:
+        if enabled and not otel_disabled():
             self._provider, self._tracer = otel_tracer(endpoint, service_instance)
 
     @property

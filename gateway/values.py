@@ -46,10 +46,12 @@ class TokenCost:
 
 @dataclass(frozen=True, slots=True)
 class Charge:
-    """Tokens charged against a key's per-minute limit, and the window (minute) they were charged in."""
+    """Tokens charged against a key's per-minute limit, the window (minute) they were charged in, and the
+    ``x-ratelimit-*`` headers of the key's limits for the answer."""
 
     window: int
     tokens: int
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

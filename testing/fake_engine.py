@@ -25,33 +25,42 @@ Faults, per request (header ``x-fake-fault``) or for every request (``--fault``)
 then close), ``stall-after-N`` (after N chunks, nothing more; a non-streamed answer: after N tokens'
 time the connection closes or stays silent), ``slow-first-MS`` (wait before the first byte),
 ``slow-500-MS`` (wait, then answer 500), ``503`` and ``slow-503-MS`` (refuse, as a draining or
-overloaded vLLM does); ``--fault metrics-500``: ``/metrics`` answers 500. ``/stats`` counts generations
-started and served.
+overloaded vLLM does); ``--fault metrics-500``: ``/metrics`` answers 500. ``--crash-on TEXT``: an engine
+that crashes on one given prompt: a POST whose body holds TEXT is read, counted as a generation, and its
+connection closed with no answer (the engine serves every other request). ``/stats`` counts generations
+started and served, and ``generations`` counts them by request id (``X-Request-Id``), every API.
 A stream that asks ``return_token_ids`` (or a completion whose prompt is token ids) gets vLLM's frames
 with token ids, deterministic so that a continuation equals an undisturbed run (testing/fake_tokens.py;
 ``--multibyte``: tokens that end inside UTF-8 characters); its faults count token frames and add
-``error-after-N`` (vLLM's in-stream error frame) and ``garbage-after-N`` (a frame that is not JSON).
+``error-after-N`` (vLLM's in-stream error frame), ``garbage-after-N`` (a frame that is not JSON) and
+``busy-after-N-MS`` (no token for MS ms while the engine's own counters advance: other clients' prefill).
+``/metrics`` counts ``vllm:generation_tokens_total`` and ``vllm:prompt_tokens_total`` as vLLM does (they
+stop with a stalled engine); ``GET /fault/health-delay?ms=N`` makes every ``/health`` answer N ms late.
 With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
 ``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
 ``--enable-log-requests`` (vLLM's flag): ``Received request <X-Request-Id>`` on stderr per generation, on
 every API that runs the model (chat, completions, embeddings, Responses, Messages, rerank, score, pooling,
 classify), so that a fault suite counts each request's generations by id (bench/faults/checks.py).
-Faults for the fault suite (bench/faults), each its own option: ``--crash-on-prompt TEXT`` (a request whose
-body holds TEXT is logged as received, then the whole process exits 1: a replica that crashes on one given
-prompt, after it worked on it), ``--reset-on-prompt TEXT`` (the same, but only the connection closes),
-``--idle-close-ms N`` (a keep-alive connection idle for N ms is closed, as uvicorn's keep-alive timeout
-does: the next request on it finds it closed before it was written), and ``POST /fake/health-delay-ms/N``
-(``/health`` answers N ms late from then on; 0: at once), ``POST /fake/idle-close-ms/N`` (the same as
-``--idle-close-ms``, at run time) and ``POST /fake/latency-ms/N`` (``--latency-ms`` at run time).
+For the fault suite (bench/faults), each its own option: ``--exit-on-prompt TEXT`` (a request whose body
+holds TEXT is logged as received, then the whole process exits 1: a replica that crashes on one given
+prompt after it began it; ``--crash-on`` closes only the connection), ``--idle-close-ms N`` (a keep-alive
+connection idle for N ms is closed, as uvicorn's keep-alive timeout does: the next request on it finds it
+closed before it was written), ``GET /fault/idle-close?ms=N`` (the same at run time) and
+``GET /fault/latency?ms=N`` (``--latency-ms`` at run time: a busy replica).
+A slow start as vLLM's (supervisor-death tests): ``--start-delay-s`` waits before listening;
+``--engine-core`` forks a child in the engine's process group that lives until killed, as vLLM's engine
+core (which holds the GPU memory) outlives an API server killed alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -74,9 +83,22 @@ class Stats:
     last_headers: dict[str, str] = field(default_factory=dict)
     last_body: str = ""
     get_authorization: str = ""
+    generations: collections.Counter[str] = field(default_factory=collections.Counter)
+    health_delay_s: float = 0.0
+    """``GET /fault/health-delay?ms=N``: every ``/health`` answers N ms late from then on (0: at once)."""
+    generated: int = 0
+    """Tokens written, vLLM's ``vllm:generation_tokens_total``."""
+    prompted: int = 0
+    """Prompt tokens taken, vLLM's ``vllm:prompt_tokens_total`` (8 a generation; a ``busy`` fault adds
+    other clients' prefill while it lasts)."""
 
-    def enter(self) -> None:
+    def count(self, rid: str) -> None:
+        """One generation begun, under its request id."""
         self.started += 1
+        self.generations[rid] += 1
+
+    def enter(self, rid: str) -> None:
+        self.count(rid)
         self.inflight += 1
         self.peak = max(self.peak, self.inflight)
 
@@ -102,6 +124,7 @@ class Config:
     max_model_len: int = 2048
     log_requests: bool = False  # vLLM's --enable-log-requests: "Received request <id>" per generation
     split_tail: bool = False  # the usage event and [DONE] each their own write, --delay-ms apart
+    crash_on: str = ""  # a POST whose body holds this text: counted, then the connection closes unanswered
     faults: FaultConfig = field(default_factory=lambda: FaultConfig())
 
 
@@ -161,27 +184,24 @@ def event_template(cfg: Config, chat: bool, rid: str) -> bytes:
 
 @dataclass(frozen=True)
 class FaultConfig:
-    """The fault suite's options (bench/faults): prompts that crash the process or close the connection
-    once received, and the idle time after which a keep-alive connection is closed (0: never)."""
+    """The fault suite's options (bench/faults): a prompt that ends the process once received, and the
+    idle time after which a keep-alive connection is closed (0: never)."""
 
-    crash_on_prompt: str = ""
-    reset_on_prompt: str = ""
+    exit_on_prompt: str = ""
     idle_close_ms: float = 0.0
 
 
 @dataclass
 class Knobs:
-    """What the fault suite changes at run time, per engine: how late ``/health`` answers, after how long
-    an idle keep-alive connection is closed (0: ``--idle-close-ms``), and how long a generation waits
-    after it was received before it answers (as ``--latency-ms``: a busy replica)."""
+    """What the fault suite changes at run time, per engine: after how long an idle keep-alive connection
+    is closed (0: ``--idle-close-ms``), and how long a generation waits once received before it answers
+    (as ``--latency-ms``: a busy replica)."""
 
-    health_delay_ms: float = 0.0
     idle_close_ms: float = 0.0
     latency_ms: float = 0.0
 
 
-HEALTH_DELAY, IDLE_CLOSE, LATENCY = "/fake/health-delay-ms/", "/fake/idle-close-ms/", "/fake/latency-ms/"
-KNOBS = {HEALTH_DELAY: "health_delay_ms", IDLE_CLOSE: "idle_close_ms", LATENCY: "latency_ms"}
+KNOBS = {"/fault/idle-close?ms=": "idle_close_ms", "/fault/latency?ms=": "latency_ms"}
 GENERATING = frozenset({"/v1/responses", "/v1/messages", "/v1/rerank", "/v1/score", "/rerank", "/score",
                         "/v2/rerank", "/pooling", "/classify"})  # fmt: skip
 
@@ -193,32 +213,24 @@ def log_generation(cfg: Config, path: str, headers: dict[str, str]) -> None:
         print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
 
 
-def prompt_fault(cfg: FaultConfig, body: bytes) -> str:
-    """``crash`` or ``reset`` when the request's body holds the prompt that triggers one, else ''."""
-    if cfg.crash_on_prompt and cfg.crash_on_prompt.encode() in body:
-        return "crash"
-    if cfg.reset_on_prompt and cfg.reset_on_prompt.encode() in body:
-        return "reset"
-    return ""
-
-
-def strike_on_prompt(fault: str) -> bool:
-    """After the request was received (and logged): ``crash`` ends the process at once (as a segfault
-    does), ``reset`` closes the connection (False: the caller closes it)."""
-    if fault == "crash":
+def exit_on_prompt(cfg: FaultConfig, body: bytes) -> None:
+    """With ``--exit-on-prompt TEXT``, a request (received and logged) whose body holds TEXT ends the
+    process at once, as a crash does."""
+    if cfg.exit_on_prompt and cfg.exit_on_prompt.encode() in body:
         os._exit(1)
-    return False
 
 
-async def set_knob(knobs: Knobs, path: str) -> tuple[int, bytes]:
-    """``POST /fake/health-delay-ms/N``: ``/health`` answers N ms late from then on;
-    ``POST /fake/idle-close-ms/N``: keep-alive connections idle N ms are closed (0: the start flag's);
-    ``POST /fake/latency-ms/N``: each generation waits N ms once received."""
-    name, _, value = path.rpartition("/")
+def set_knob(knobs: Knobs, path: str) -> tuple[int, bytes] | None:
+    """``GET /fault/idle-close?ms=N``: keep-alive connections idle N ms are closed (0: the start flag's);
+    ``GET /fault/latency?ms=N``: each generation waits N ms once received. None: not a knob's path."""
+    prefix, _, value = path.partition("=")
+    name = KNOBS.get(prefix + "=")
+    if name is None:
+        return None
     try:
-        setattr(knobs, KNOBS[name + "/"], float(value))
-    except (ValueError, KeyError):
-        return 400, b'{"error":"no such knob or not a number"}'
+        setattr(knobs, name, float(value))
+    except ValueError:
+        return 400, b'{"error":"not a number"}'
     return 200, b"{}"
 
 
@@ -304,21 +316,26 @@ class FakeEngine(asyncio.Protocol):
     async def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> bool:
         if not self.authorized(path, headers):
             return self.send(401, b'{"error":"Unauthorized"}')
-        if path.startswith(tuple(KNOBS)) and method == "POST":
-            return self.send(*await set_knob(self.knobs, path))
-        if path == "/health" and self.knobs.health_delay_ms:
-            await asyncio.sleep(self.knobs.health_delay_ms / 1000)
+        if method == "GET" and (answer := set_knob(self.knobs, path)) is not None:
+            return self.send(*answer)
         if self.sleep.handles(path):
             return self.send(*self.sleep.handle(method, path, body))
+        if method == "POST" and self.cfg.crash_on and self.cfg.crash_on.encode() in body:
+            self.stats.count(headers.get("x-request-id", "fake"))  # it began the generation, then crashed
+            if self.cfg.log_requests:
+                print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
+            return False
         if method == "GET":
-            if not path.startswith("/stats"):
+            if path == "/health" and self.stats.health_delay_s:
+                await asyncio.sleep(self.stats.health_delay_s)
+            if not path.startswith(("/stats", "/fault/")):
                 self.stats.get_authorization = headers.get("authorization", "")
             return self.get(path)
         if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
             return await self.other(path, headers, body)
         if why := self.sleep.serving_error():
             return self.send(500, json.dumps(error(why, "server_error", 500)).encode())
-        self.stats.enter()
+        self.stats.enter(headers.get("x-request-id", "fake"))
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         try:
             return await self.generate(path, headers, body)
@@ -331,12 +348,10 @@ class FakeEngine(asyncio.Protocol):
             return self.send(*self.apis.load_lora(json.loads(body or b"{}")))
         if path == "/v1/unload_lora_adapter":
             return self.send(*self.apis.unload_lora(json.loads(body or b"{}")))
-        self.stats.enter()
+        self.stats.enter(headers.get("x-request-id", "fake"))
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         log_generation(self.cfg, path, headers)
-        if fault := prompt_fault(self.cfg.faults, body):
-            self.stats.leave()
-            return strike_on_prompt(fault)
+        exit_on_prompt(self.cfg.faults, body)
         try:
             return await self.answer(path, headers, body)
         finally:
@@ -411,6 +426,8 @@ class FakeEngine(asyncio.Protocol):
             text = (
                 f'vllm:num_requests_running{{model_name="{self.cfg.model}"}} {s.inflight}\n'
                 f'vllm:num_requests_waiting{{model_name="{self.cfg.model}"}} 0\n'
+                f'vllm:generation_tokens_total{{model_name="{self.cfg.model}"}} {s.generated}\n'
+                f'vllm:prompt_tokens_total{{model_name="{self.cfg.model}"}} {s.prompted}\n'
             )
             if self.cache is not None:
                 text += self.cache.metrics(self.cfg.model)
@@ -430,10 +447,15 @@ class FakeEngine(asyncio.Protocol):
                 "last_headers": s.last_headers,
                 "last_body": s.last_body,
                 "get_authorization": s.get_authorization,
+                "generations": s.generations,
             }
             return self.send(200, json.dumps(stats).encode())
         if path == "/stats/reset":
             s.peak, s.served, s.started = s.inflight, 0, 0
+            s.generations.clear()
+            return self.send(200, b"{}")
+        if path.startswith("/fault/health-delay?ms="):
+            s.health_delay_s = float(path.rpartition("=")[2]) / 1000
             return self.send(200, b"{}")
         return self.send(404, b"{}")
 
@@ -471,14 +493,14 @@ class FakeEngine(asyncio.Protocol):
             await asyncio.sleep(float(fault.removeprefix("slow-first-")) / 1000)
         if self.cfg.log_requests:
             print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
-        if prompt_fault(self.cfg.faults, body):
-            return strike_on_prompt(prompt_fault(self.cfg.faults, body))
+        exit_on_prompt(self.cfg.faults, body)
         if self.cfg.latency_ms or self.knobs.latency_ms:
             await asyncio.sleep((self.cfg.latency_ms or self.knobs.latency_ms) / 1000)
         if self.cache is not None:
             blocks, hits = self.cache.admit(prompt_text(req))
             await asyncio.sleep((blocks - hits) * self.cfg.prefill_ms_per_block / 1000)
         rid = headers.get("x-request-id", "fake")
+        self.stats.prompted += 8
         if path == "/v1/embeddings":
             data = {
                 "object": "list",
@@ -505,6 +527,7 @@ class FakeEngine(asyncio.Protocol):
         if not req.get("stream"):
             if fault.startswith(("die-after-", "die-mid-", "stall-after-")):
                 return await self.fail_generating(fault)
+            self.stats.generated += n
             return self.send(200, completion_body(self.cfg, chat, n, rid))
         die_after = int(fault.removeprefix("die-after-")) if fault.startswith("die-after-") else -1
         die_mid = int(fault.removeprefix("die-mid-")) if fault.startswith("die-mid-") else -1
@@ -537,6 +560,7 @@ class FakeEngine(asyncio.Protocol):
                 return False
             if delay:
                 await asyncio.sleep(delay)
+            self.stats.generated += 1
             self.write(chunked(template % json.dumps(f"tok{i} ").encode()))
         if usage:
             self.write(chunked(usage_event(self.cfg, chat, n, rid)))
@@ -552,15 +576,21 @@ class FakeEngine(asyncio.Protocol):
         return False
 
     async def stream_tokens(self, frames: TokenFrames, fault: str) -> bool:
-        """A stream with token ids; a fault ``KIND-after-N`` (or ``die-mid-N``) strikes after N tokens."""
+        """A stream with token ids; a fault ``KIND-after-N`` (or ``die-mid-N``) strikes after N tokens;
+        ``busy-after-N-MS``: after N tokens nothing comes for MS ms while the engine works on other
+        clients' prompts (its ``vllm:prompt_tokens_total`` advances), then the stream goes on."""
+        busy_at, busy_s = busy(fault)
         kind, _, after = fault.replace("die-mid-", "die-mid-after-").rpartition("-after-")
         at = int(after) if kind and after.isdigit() else -1
         self.write(http_head(200, "text/event-stream", None))
         for j in range(frames.n):
             if j == at:
                 return await self.strike(kind, frames.token(j))
+            if j == busy_at:
+                await self.prefill_others(busy_s)
             if self.cfg.delay_ms:
                 await asyncio.sleep(self.cfg.delay_ms / 1000)
+            self.stats.generated += 1
             self.write(chunked(frames.token(j)))
         if self.cfg.split_tail:  # the usage event and [DONE] each a read of its own, as vLLM's often are
             for event in frames.tail():
@@ -570,6 +600,14 @@ class FakeEngine(asyncio.Protocol):
             return True
         self.write(b"".join(chunked(e) for e in frames.tail()) + b"0\r\n\r\n")
         return True
+
+    async def prefill_others(self, seconds: float) -> None:
+        """Other clients' long prompts being prefilled: no token for this stream, the engine's prompt
+        token counter advancing every 20 ms."""
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            await asyncio.sleep(0.02)
+            self.stats.prompted += 64
 
     async def strike(self, kind: str, event: bytes) -> bool:
         """die (close), die-mid (half a frame, close), stall (freeze), error (vLLM's error frame),
@@ -583,6 +621,14 @@ class FakeEngine(asyncio.Protocol):
             self.write(chunked(bad) + chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
             return True
         return False
+
+
+def busy(fault: str) -> tuple[int, float]:
+    """``busy-after-N-MS``: (N, MS in seconds); (-1, 0) for any other fault."""
+    if not fault.startswith("busy-after-"):
+        return -1, 0.0
+    n, _, ms = fault.removeprefix("busy-after-").partition("-")
+    return int(n), float(ms) / 1000
 
 
 async def serve(cfg: Config, host: str, port: int, count: int = 1) -> None:
@@ -606,17 +652,14 @@ async def serve(cfg: Config, host: str, port: int, count: int = 1) -> None:
 
 def add_fault_args(p: argparse.ArgumentParser) -> None:
     """The fault suite's options (:class:`FaultConfig`)."""
-    p.add_argument("--crash-on-prompt", default="", help="exit 1 once a request holding this is received")
-    p.add_argument(
-        "--reset-on-prompt", default="", help="close the connection once such a request is received"
-    )
+    p.add_argument("--exit-on-prompt", default="", help="exit 1 once a request holding this is received")
     p.add_argument(
         "--idle-close-ms", type=float, default=0.0, help="close keep-alive connections idle this long"
     )
 
 
 def fault_config(a: argparse.Namespace) -> FaultConfig:
-    return FaultConfig(a.crash_on_prompt, a.reset_on_prompt, a.idle_close_ms)
+    return FaultConfig(a.exit_on_prompt, a.idle_close_ms)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -647,8 +690,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tool-strict-level", default="", help="vLLM's flag (the default fleet sets it): ignored")
     p.add_argument("--max-model-len", type=int, default=2048, help="what /v1/models says of the context")
     p.add_argument("--enable-log-requests", action="store_true", help="as vLLM's: log each generation's id")
+    p.add_argument("--crash-on", default="", help="close the connection of a POST whose body holds this")
+    p.add_argument("--start-delay-s", type=float, default=0.0, help="wait before listening (loading weights)")
+    p.add_argument(
+        "--engine-core", action="store_true", help="fork a child in its group (vLLM's engine core)"
+    )
     add_fault_args(p)
     a = p.parse_args(argv)
+    if a.engine_core:  # outlives this process when it is killed alone, as vLLM's engine core does
+        subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"], stdin=subprocess.DEVNULL)
+    time.sleep(a.start_delay_s)
     sleep = SleepConfig(
         a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
     )
@@ -656,7 +707,7 @@ def main(argv: list[str] | None = None) -> None:
         a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
         prefix_cache_blocks=a.prefix_cache_blocks, prefill_ms_per_block=a.prefill_ms_per_block,
         multibyte=a.multibyte, max_model_len=a.max_model_len, log_requests=a.enable_log_requests,
-        split_tail=a.split_tail, faults=fault_config(a),
+        split_tail=a.split_tail, crash_on=a.crash_on, faults=fault_config(a),
     )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))

@@ -56,7 +56,7 @@ def test_gateway_image_carries_the_gateway_and_the_contract_only() -> None:
 
 # --- the workers' rooms and the contract (issue 26) ------------------------------------------------------
 
-WORKERS_ROOMS = ("replica", "life", "converge", "ondemand", "host", "planner")
+WORKERS_ROOMS = ("replica", "life", "converge", "ondemand", "host", "planner", "scale")
 """The rooms of the control plane; a file at workers/ top level is the CLI or the wiring."""
 WORKERS_TOP = {"__init__.py", "cli.py", "wiring.py"}
 ROOM_MAY_IMPORT = {
@@ -66,6 +66,7 @@ ROOM_MAY_IMPORT = {
     "life": {"replica", "host", "planner"},
     "converge": {"replica", "life", "host", "planner"},
     "ondemand": {"replica", "life", "host", "converge"},
+    "scale": set(),  # KEDA's external scaler: the contract's demand and rules only
 }
 """Which rooms each room may import (besides itself and ``contract``): the arrows only run down."""
 OFFLINE_TOOLS = ("models", "deploy", "stack")
@@ -142,7 +143,7 @@ GATEWAY_FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "gateway/periodic.py", "gateway/shutdown.py", "gateway/redis_clients.py", "gateway/__init__.py",
         ),
     ),
-    ("values", ("gateway/values.py", "gateway/replicas/table.py")),
+    ("values", ("gateway/values.py", "gateway/replicas/table.py", "gateway/replicas/progress.py")),
     (
         "rooms",
         (

@@ -11,8 +11,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from contract.build_info import add_version_flag
 from contract.fleet import Fleet, FleetError
 from contract.fleet_file import FleetWatch, read_fleet
+from contract.logs import configure_logging
 from contract.redis_keys import RedisKeys
 from contract.redis_url import connect
 from contract.registry import RegistryTiming, RegistryWriter
@@ -33,7 +35,6 @@ from workers.replica.placement import placement_problems
 from workers.replica.weights import weights_for
 from workers.wiring import build_control_plane, running
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 log = logging.getLogger("llmgw.workers")
 
 
@@ -41,6 +42,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="llmgw-workers", description="Run and supervise the fleet's vLLM replicas."
     )
+    add_version_flag(p)
     p.add_argument("--fleet", type=Path, required=True, help="fleet YAML file")
     p.add_argument("--redis-url", default=os.environ.get("LLMGW_REDIS_URL", "redis://127.0.0.1:6379/0"))
     p.add_argument("--redis-prefix", default=os.environ.get("LLMGW_REDIS_PREFIX", "llmgw"))
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None, launch_for: Callable[[ReplicaSpec], Laun
     ``launch_for``: as in :func:`serve`."""
     args = parse_args(argv)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
+    configure_logging(logging.INFO)  # text, or JSON lines with LLMGW_LOG_FORMAT=json
     try:
         auto_budgets(read_fleet(args.fleet), args.models_dir)
     except (FleetError, BudgetError) as exc:

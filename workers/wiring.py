@@ -22,7 +22,7 @@ from contract.fleet_file import FleetWatch
 from contract.kv_feeds import KvFeeds
 from contract.registry import RegistryWriter
 from contract.replica_metrics import SupervisorMetrics
-from contract.supervision import Failed, TaskGroup
+from contract.supervision import TaskGroup
 from workers.converge.loop import HeadroomProbe, LaunchFor, Reconciler
 from workers.host.gpu import GpuReader, MemoryProbe, nvidia_smi_probe, nvidia_smi_reading
 from workers.life.adopt import StateFile, check_entries
@@ -31,11 +31,6 @@ from workers.life.owner import Replica, Supervisor, SupervisorOptions
 from workers.ondemand.activator import Activator, ActivatorOptions
 
 __all__ = ["ControlPlane", "build_control_plane", "control_loops", "running"]
-
-
-def failure_counter(metrics: SupervisorMetrics) -> Failed:
-    """Count a failed action (or a dead task) as ``llmgw_supervisor_actions_total{outcome="failed"}``."""
-    return lambda action, subject: metrics.actions.labels(action, subject, "failed").inc()
 
 
 @dataclass
@@ -86,7 +81,7 @@ def build_control_plane(
         sup, keys, lambda: rec.fleet, estimate, free_bytes, metrics, activator or ActivatorOptions(),
         gpu_reading=gpu_reading, weights=weights,
     )  # fmt: skip
-    return ControlPlane(sup, rec, act, metrics, state, TaskGroup(failure_counter(metrics)))
+    return ControlPlane(sup, rec, act, metrics, state, TaskGroup(metrics.failed))
 
 
 @asynccontextmanager
@@ -121,6 +116,6 @@ async def shutdown(plane: ControlPlane) -> None:
 @asynccontextmanager
 async def control_loops(sup: Supervisor, rec: Reconciler, act: Activator) -> AsyncIterator[TaskGroup]:
     """:func:`running` for parts built apart (tests, benchmarks): the same tasks and shutdown order."""
-    plane = ControlPlane(sup, rec, act, sup.metrics, None, TaskGroup(failure_counter(sup.metrics)))
+    plane = ControlPlane(sup, rec, act, sup.metrics, None, TaskGroup(sup.metrics.failed))
     async with running(plane) as tasks:
         yield tasks

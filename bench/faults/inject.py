@@ -170,10 +170,11 @@ async def reset_after_write(c: Ctx) -> str:
 
 
 async def set_knob(urls: list[str], path: str) -> None:
+    """A FAKE ENGINE's run-time fault (``/fault/...?ms=N``) on each of ``urls``."""
     async with httpx.AsyncClient(timeout=5.0) as client:
         for url in urls:
             with contextlib.suppress(httpx.HTTPError):
-                await client.post(url + path)
+                await client.get(url + path)
 
 
 def replica_urls(c: Ctx, model: str = CHAT) -> list[str]:
@@ -186,13 +187,13 @@ async def slow_health(c: Ctx) -> str:
     generation waits 2 s for its first token (within the gateways' 5 s first-byte timeout); then at once
     again. It serves throughout: no request may fail."""
     url = replica_urls(c)[0]
-    await set_knob([url], "/fake/health-delay-ms/2500")
-    await set_knob([url], "/fake/latency-ms/2000")
+    await set_knob([url], "/fault/health-delay?ms=2500")
+    await set_knob([url], "/fault/latency?ms=2000")
     try:
         await asyncio.sleep(8.0)
     finally:
-        await set_knob([url], "/fake/health-delay-ms/0")
-        await set_knob([url], "/fake/latency-ms/0")
+        await set_knob([url], "/fault/health-delay?ms=0")
+        await set_knob([url], "/fault/latency?ms=0")
     return f"{url} busy for 8 s: /health 2.5 s late, first tokens 2 s late"
 
 
@@ -200,11 +201,11 @@ async def reset_before_write(c: Ctx) -> str:
     """Every chat replica closes keep-alive connections idle for 100 ms, for 6 s (as uvicorn's keep-alive
     timeout does, sooner): a gateway that reuses one finds it closed before its request was written."""
     urls = replica_urls(c)
-    await set_knob(urls, "/fake/idle-close-ms/100")
+    await set_knob(urls, "/fault/idle-close?ms=100")
     try:
         await asyncio.sleep(6.0)
     finally:
-        await set_knob(urls, "/fake/idle-close-ms/0")
+        await set_knob(urls, "/fault/idle-close?ms=0")
     return f"{len(urls)} replicas closed keep-alive connections idle 100 ms, for 6 s"
 
 

@@ -44,7 +44,7 @@ def free_port() -> int:
 def fleet(base_port: int, delay_ms: int, tokens: int) -> dict[str, Any]:
     """Two FAKE ENGINE replicas of a generating model (tools on), two of a pooling one, and an on-demand
     model (asleep until a request wakes it; back to sleep 3 s after)."""
-    faults = ["--enable-log-requests", "--crash-on-prompt", CRASH_PROMPT, "--reset-on-prompt", RESET_PROMPT]
+    faults = ["--enable-log-requests", "--exit-on-prompt", CRASH_PROMPT, "--crash-on", RESET_PROMPT]
     flags = [*faults, "--delay-ms", str(delay_ms), "--tokens", str(tokens)]
     chat = {"name": CHAT, "source": {"path": f"/{CHAT}"}, "replicas": 2, "concurrency": 4,
             "max_queue": 64, "max_queue_wait_s": 10,

@@ -38,5 +38,5 @@ def build_admission(
         presence=clients.presence,
     )
     presence_ttl = PRESENCE_TTL_INTERVALS * settings.presence_interval_s
-    presence = Presence(redis, keys, settings.gateway_id, presence_ttl)
+    presence = Presence(redis, keys, shared.instance, presence_ttl)
     return FallbackAdmission(shared, LocalAdmission(), presence, metrics, settings.presence_interval_s)

@@ -3,7 +3,9 @@
 The presence heartbeat, with a PING on the pipelined connection, doubles as the probe: it runs every
 interval from the lifespan's Background, marks the gateway degraded when Redis fails (or the pipelined
 connection went silent: it is closed, and the next probe opens a fresh one) and returns it to the shared
-queue by itself once Redis answers again; ``/ready`` says ``redis: unreachable`` while degraded. Every
+queue by itself once Redis answers again; ``/ready`` says ``redis: unreachable`` while degraded. A request
+whose shared admission fails (at its acquire, or while it waits: its blocking read failed) is logged,
+counted (``llmgw_admission_fallbacks_total``) and admitted locally. Every
 Redis call has a timeout, so a request never waits past its own deadline; a lease granted locally is
 released locally.
 """
@@ -111,8 +113,10 @@ class FallbackAdmission:
                 return await self.shared.acquire(ticket, capacity)
             except AdmissionUnavailable as exc:
                 log.warning(
-                    "request_id=%s model=%s shared queue failed: %s", ticket.request_id, ticket.model, exc
-                )
+                    "request_id=%s model=%s shared queue failed: %s; admitted locally",
+                    ticket.request_id, ticket.model, exc,
+                )  # fmt: skip
+                self.metrics.admission_fallbacks.labels(ticket.model).inc()
                 self._enter_degraded(str(exc))
         return await self._acquire_locally(ticket, capacity, started)
 

@@ -1,13 +1,17 @@
 """The admission queue's Lua scripts (``lua/*.lua``), bound to one pipelined connection and key prefix.
 
 Each method names the keys of one model, all under the model's hash tag: every call touches one Redis
-Cluster slot. A ticket id is ``<gateway id>:<random>``; the scripts read the gateway from it, to grant
-only to waiters whose gateway's presence stamp (``RedisKeys.alive``) holds.
+Cluster slot. A ticket id is ``<instance>:<random>``, where the instance is one process of a gateway,
+``<gateway id>/<boot nonce>`` (:func:`instance_id`); the scripts read the instance from it, to grant only to
+waiters whose instance's presence stamp (``RedisKeys.alive``) holds. Liveness is per process: a gateway
+restarted under the same id (compose, the stack keeper and Kubernetes reuse it) does not keep its dead
+predecessor's waiters and leases alive.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from enum import IntEnum
 from importlib import resources
 
@@ -41,9 +45,14 @@ def script_source(name: str) -> str:
     return (lua / "common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
 
 
-def ticket_id(gateway_id: str, token: str) -> str:
-    """A ticket's id: the scripts read its gateway back from the part before the last ``:``."""
-    return f"{gateway_id}:{token}"
+def instance_id(gateway_id: str) -> str:
+    """A fresh id for one process of the gateway ``gateway_id``: ``<gateway id>/<boot nonce>``."""
+    return f"{gateway_id}/{os.urandom(6).hex()}"
+
+
+def ticket_id(instance: str, token: str) -> str:
+    """A ticket's id: the scripts read its instance back from the part before the last ``:``."""
+    return f"{instance}:{token}"
 
 
 class QueueScripts:
@@ -71,12 +80,17 @@ class QueueScripts:
     def _wake_prefix(self, model: str) -> str:
         return self.keys.wake(model, "")
 
-    async def acquire(self, t: Ticket, ticket: str, capacity: int) -> tuple[Acquired, int]:
+    async def acquire(
+        self, t: Ticket, ticket: str, capacity: int, requeued: bool = False
+    ) -> tuple[Acquired, int]:
+        """Grant or queue ``ticket``; ``requeued``: its grant was reclaimed before it picked it up, and the
+        fair-share charge of its first queueing is given back as it queues again."""
         keys = [*self._model_keys(t.model), self.keys.seq(t.model), self.keys.gone(t.model, ticket)]
+        cost = max(1, t.cost)
         args: list[Arg] = [
-            ticket, capacity, self.ttl_ms, t.tenant, clamp_priority(t.priority), max(1, t.cost),
+            ticket, capacity, self.ttl_ms, t.tenant, clamp_priority(t.priority), cost,
             t.max_queue, int(t.max_wait_s * 1000) + WAITER_GRACE_MS, self._wake_prefix(t.model),
-            self.pickup_ms, self.presence_ms,
+            self.pickup_ms, self.presence_ms, cost if requeued else 0,
         ]  # fmt: skip
         status, depth = await self._acquire(keys, args)
         return Acquired(int(status)), int(depth)
@@ -116,9 +130,9 @@ class QueueScripts:
         out = await self._tick(self._model_keys(model), args)
         return int(out[0]), int(out[1]), [m.decode() if isinstance(m, bytes) else str(m) for m in out[2:]]
 
-    async def beat(self, model: str, gateway_id: str, capacity: int) -> tuple[int, int, int]:
-        """Stamp ``gateway_id`` present for the model; drop absent gateways' leases and waiters; grant.
+    async def beat(self, model: str, instance: str, capacity: int) -> tuple[int, int, int]:
+        """Stamp ``instance`` present for the model; drop absent instances' leases and waiters; grant.
         Returns (queue depth, active leases, leases and waiters dropped)."""
-        args: list[Arg] = [gateway_id, self.presence_ms, capacity, self.pickup_ms, self._wake_prefix(model)]
+        args: list[Arg] = [instance, self.presence_ms, capacity, self.pickup_ms, self._wake_prefix(model)]
         depth, active, dropped = await self._beat(self._model_keys(model), args)
         return int(depth), int(active), int(dropped)

@@ -22,12 +22,19 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from contract.redis_keys import RedisKeys
+from contract.redis_url import REDIS_DOWN
 from gateway.admission.base import AdmissionUnavailable, Ticket
 from gateway.admission.liveness import StampTiming
-from gateway.admission.queue_scripts import RENEWS_PER_TTL, Acquired, Left, QueueScripts, ticket_id
+from gateway.admission.queue_scripts import (
+    RENEWS_PER_TTL,
+    Acquired,
+    Left,
+    QueueScripts,
+    instance_id,
+    ticket_id,
+)
 from gateway.admission.redis_cluster_wire import lean_client
 from gateway.admission.redis_lease import RedisLease
 from gateway.admission.redis_wire import PipelinedRedis, RedisReplyError, Reply
@@ -39,7 +46,6 @@ from gateway.periodic import Background
 
 log = logging.getLogger("llmgw.admission")
 T = TypeVar("T")
-REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 # Without the renewing thread (liveness.py), a presence stamp holds four beats, so that a stalled loop keeps
 # its leases (at two beats a loaded 2-core machine saw a model run at 12 of 4 slots).
 PRESENCE_BEATS = 4
@@ -49,7 +55,7 @@ async def guarded(aw: Awaitable[T]) -> T:
     """A Redis call whose failure means 'the shared queue is unreachable'."""
     try:
         return await aw
-    except REDIS_ERRORS as exc:
+    except REDIS_DOWN as exc:
         raise AdmissionUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
 
@@ -70,14 +76,17 @@ class RedisAdmission:
         beat_s: float = 1.0,
         presence: Callable[[], redis.Redis] | None = None,
     ) -> None:
-        """``presence``: builds the synchronous client of the thread that renews the presence stamps."""
+        """``presence``: builds the synchronous client of the thread that renews the presence stamps.
+        Tickets, leases and presence stamps name this process, :attr:`instance` (``<gateway id>/<boot
+        nonce>``), never the gateway id alone, which a restarted gateway reuses."""
         self.redis, self.blocking, self.keys = redis, blocking, keys
         self.gateway_id, self.lease_ttl_s, self.metrics = gateway_id, lease_ttl_s, metrics
+        self.instance = instance_id(gateway_id)
         self.io_timeout_s, self.beat_s = io_timeout_s, beat_s
         self.lean: PipelinedRedis = lean_client(redis, io_timeout_s)
         timing = StampTiming(beat_s)
         self.renewer = (
-            StampRenewer(presence, keys, gateway_id, timing, self._count_failure) if presence else None
+            StampRenewer(presence, keys, self.instance, timing, self._count_failure) if presence else None
         )
         presence_ms = timing.stamp_ms if self.renewer else int(PRESENCE_BEATS * beat_s * 1000)
         self.scripts = QueueScripts(self.lean, keys, int(lease_ttl_s * 1000), presence_ms)
@@ -102,7 +111,7 @@ class RedisAdmission:
     async def start(self) -> None:
         """Renewal in the background; the pipelined connection opened now, so that a burst of first
         requests does not wait on its opening (Redis down here: the first call tries again)."""
-        with contextlib.suppress(*REDIS_ERRORS):
+        with contextlib.suppress(*REDIS_DOWN):
             await self.lean.connect()
         self._bg = Background(failed=lambda task, _: self._count_failure(task))
         self._bg.start(self.renew_interval_s, self.tick)
@@ -122,7 +131,7 @@ class RedisAdmission:
 
     async def ping(self) -> None:
         """One PING on the pipelined connection: a silent one is closed here (and replaced on the next
-        call); raises RedisError/OSError when Redis does not answer."""
+        call); raises one of ``REDIS_DOWN`` when Redis does not answer."""
         await self.lean.call("PING")
 
     async def stop(self) -> None:
@@ -138,7 +147,7 @@ class RedisAdmission:
 
     async def acquire(self, ticket: Ticket, capacity: int) -> tuple[RedisLease, float]:
         started = time.monotonic()
-        lease_id = ticket_id(self.gateway_id, os.urandom(16).hex())
+        lease_id = ticket_id(self.instance, os.urandom(16).hex())
         self._see(ticket.model, capacity)
         try:
             queued = await self._admit(ticket, lease_id, capacity, started)
@@ -154,9 +163,11 @@ class RedisAdmission:
         lease = RedisLease(self, ticket.model, lease_id, ticket.tenant, tagged)
         return lease, time.monotonic() - started
 
-    async def _admit(self, t: Ticket, lease_id: str, capacity: int, started: float) -> bool:
-        """Granted (False: at once, no fair-share tag charged; True: after queueing, tag charged)."""
-        status, depth = await guarded(self.scripts.acquire(t, lease_id, capacity))
+    async def _admit(
+        self, t: Ticket, lease_id: str, capacity: int, started: float, requeued: bool = False
+    ) -> bool:
+        """Granted (False: at once, no fair-share tag charged; True: after queueing, tag charged once)."""
+        status, depth = await guarded(self.scripts.acquire(t, lease_id, capacity, requeued))
         self._set_depth(t.model, depth)
         if status is Acquired.GRANTED:
             return False
@@ -178,7 +189,7 @@ class RedisAdmission:
             t.request_id,
             t.model,
         )
-        return await self._admit(t, lease_id, capacity, started)
+        return await self._admit(t, lease_id, capacity, started, requeued=True)
 
     async def _wait(self, t: Ticket, lease_id: str, capacity: int, started: float) -> None:
         wake = self.keys.wake(t.model, lease_id)
@@ -205,7 +216,7 @@ class RedisAdmission:
             popped = await asyncio.wait_for(self.blocking.blpop([wake], timeout), timeout + self.io_timeout_s)
         except TimeoutError:
             return False
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             raise AdmissionUnavailable(f"blocking read failed: {type(exc).__name__}: {exc}") from exc
         return popped is not None
 
@@ -219,7 +230,7 @@ class RedisAdmission:
         try:
             leave = self.scripts.leave(model, lease_id, False, capacity)
             outcome = await asyncio.wait_for(leave, self._io_budget)
-        except REDIS_ERRORS as exc:
+        except REDIS_DOWN as exc:
             why = "model=%s ticket=%s could not leave the queue (%s); its deadline drops it"
             log.warning(why, model, lease_id, exc)
             return
@@ -256,7 +267,7 @@ class RedisAdmission:
     async def _refund_quietly(self, model: str, tenant: str, tokens: int) -> None:
         try:
             await asyncio.wait_for(self.scripts.refund(model, tenant, tokens), self._io_budget)
-        except REDIS_ERRORS as exc:
+        except REDIS_DOWN as exc:
             log.warning(
                 "model=%s tenant=%s fair-share refund of %d tokens lost (%s)", model, tenant, tokens, exc
             )
@@ -271,7 +282,7 @@ class RedisAdmission:
     async def _release_quietly(self, model: str, lease_id: str) -> None:
         try:
             await self._send_release(model, lease_id)
-        except REDIS_ERRORS as exc:
+        except REDIS_DOWN as exc:
             self._unreleased.failed(model, lease_id, exc)
 
     async def _send_release(self, model: str, lease_id: str) -> None:
@@ -306,18 +317,18 @@ class RedisAdmission:
         for model, capacity in list(self._capacity.items()):
             try:
                 await self._tick_model(model, capacity)
-            except REDIS_ERRORS as exc:
+            except REDIS_DOWN as exc:
                 log.debug("model=%s lease renewal failed: %s", model, exc)
 
     async def beat(self) -> None:
-        """Stamp this gateway present for every model seen; the script drops what absent gateways left
+        """Stamp this instance present for every model seen; the script drops what absent instances left
         behind (their waiters and leases) and grants the slots that freed; releases that failed first."""
-        await self._unreleased.resend(self._send_release, REDIS_ERRORS)
+        await self._unreleased.resend(self._send_release, REDIS_DOWN)
         for model, capacity in list(self._capacity.items()):
             try:
-                beat = self.scripts.beat(model, self.gateway_id, capacity)
+                beat = self.scripts.beat(model, self.instance, capacity)
                 depth, _active, dropped = await asyncio.wait_for(beat, self._io_budget)
-            except REDIS_ERRORS as exc:
+            except REDIS_DOWN as exc:
                 log.debug("model=%s presence beat failed: %s", model, exc)
                 continue
             self._set_depth(model, depth)

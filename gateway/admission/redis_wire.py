@@ -135,7 +135,8 @@ class _Protocol(asyncio.Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where and how to connect: the server, its database, ACL credentials and TLS (``rediss://``)."""
+    """Where and how to connect: the server (``host``/``port``, or the socket ``path`` of a ``unix://``
+    URL), its database, ACL credentials and TLS (``rediss://``)."""
 
     host: str = "127.0.0.1"
     port: int = 6379
@@ -143,6 +144,7 @@ class Endpoint:
     username: str | None = None
     password: str | None = None
     tls: ssl.SSLContext | None = None
+    path: str | None = None
 
     @classmethod
     def of(cls, client: aioredis.Redis) -> Endpoint:
@@ -159,6 +161,7 @@ class Endpoint:
             kw.get("username"),
             kw.get("password"),
             tls,
+            kw.get("path"),
         )
 
     def auth(self) -> list[bytes | str | int | float] | None:
@@ -214,13 +217,20 @@ class PipelinedRedis:
         if self.locate is not None:
             self.endpoint = await self.locate()
         e, loop = self.endpoint, asyncio.get_running_loop()
-        server_hostname = e.host if e.tls is not None else None
-        _, proto = await loop.create_connection(
-            lambda: _Protocol(self.max_pending), e.host, e.port, ssl=e.tls, server_hostname=server_hostname
-        )
+        if e.path is not None:
+            _, proto = await loop.create_unix_connection(lambda: _Protocol(self.max_pending), e.path)
+        else:
+            server_hostname = e.host if e.tls is not None else None
+            _, proto = await loop.create_connection(
+                lambda: _Protocol(self.max_pending),
+                e.host,
+                e.port,
+                ssl=e.tls,
+                server_hostname=server_hostname,
+            )
         try:
             sock = proto.transport.get_extra_info("socket") if proto.transport is not None else None
-            if sock is not None:
+            if sock is not None and e.path is None:
                 keepalive(sock)
             auth = e.auth()
             if auth is not None:

@@ -4,9 +4,10 @@ It has its own synchronous Redis client (``contract.redis_url.connect_sync``: on
 Cluster; built by the thread on first use and again after a failure to build, since a cluster client
 connects at once), so a busy or stalled event loop does not delay it, and it renews only while the loop made
 progress lately, so a hung loop's slots still come back. One stamp script per model (each in the model's
-slot). Its owner (the admission, started and stopped by the gateway's lifespan) starts and joins it. A
-failed renewal is counted each time and logged once per run of failures (and when it ends); an unexpected
-error is logged with its traceback and counted, and the thread goes on.
+slot), naming this process (the admission's instance, ``<gateway id>/<boot nonce>``). Its owner (the
+admission, started and stopped by the gateway's lifespan) starts and joins it. A failed renewal is counted
+each time and logged once per run of failures (and when it ends); an unexpected error is logged with its
+traceback and counted, and the thread goes on.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from collections.abc import Callable, Iterable
 
 import redis
 from redis.commands.core import Script
-from redis.exceptions import RedisClusterException
 
 from contract.redis_keys import RedisKeys
+from contract.redis_url import REDIS_DOWN
 from gateway.admission.liveness import PROGRESS_EVERY_S, LoopProgress, StampTiming, Streak
 from gateway.admission.queue_scripts import script_source
 from gateway.periodic import Background
@@ -35,11 +36,11 @@ class StampRenewer:
         self,
         connect: Callable[[], redis.Redis],
         keys: RedisKeys,
-        gateway_id: str,
+        instance: str,
         timing: StampTiming,
         failed: Callable[[str], None] = lambda task: None,
     ) -> None:
-        self.connect, self.keys, self.gateway_id, self.timing = connect, keys, gateway_id, timing
+        self.connect, self.keys, self.instance, self.timing = connect, keys, instance, timing
         self.failed = failed
         self.progress = LoopProgress(timing.stall_s, time.monotonic())
         self.renewals = 0  # stamps written, for tests and the benchmark
@@ -62,7 +63,7 @@ class StampRenewer:
         """The progress step on the owner's ``background`` (the lifespan's), and the thread."""
         self.progress.bump(time.monotonic())
         background.start(PROGRESS_EVERY_S, self.bump, "loop_progress")
-        self._thread = threading.Thread(target=self._run, name=f"presence-{self.gateway_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"presence-{self.instance}", daemon=True)
         self._thread.start()
 
     async def close(self) -> None:
@@ -105,8 +106,8 @@ class StampRenewer:
 
     def _renew(self, model: str) -> None:
         try:
-            self._stamp_script()(keys=[self.keys.alive(model)], args=[self.gateway_id, self.timing.stamp_ms])
-        except (redis.RedisError, RedisClusterException, OSError) as exc:
+            self._stamp_script()(keys=[self.keys.alive(model)], args=[self.instance, self.timing.stamp_ms])
+        except REDIS_DOWN as exc:
             self.failed("presence_renewal")
             if self._streak.failed():
                 log.warning("model=%s presence stamp not renewed (%s); counting until it is", model, exc)

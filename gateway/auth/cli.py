@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from contract.build_info import add_version_flag
 from contract.redis_keys import RedisKeys
 from contract.redis_url import connect
 from gateway.auth.keys import ApiKey, KeyStore, StoredKey, new_secret
@@ -27,6 +28,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="llmgw-keys", description="Manage the gateway's API keys (stored hashed)."
     )
+    add_version_flag(p)
     p.add_argument(
         "--redis-url",
         default=os.environ.get("LLMGW_KEYS_REDIS_URL") or os.environ.get("LLMGW_REDIS_URL", DEFAULT_REDIS),

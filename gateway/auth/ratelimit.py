@@ -25,7 +25,8 @@ WINDOW_S = 60
 CHARGE_LUA = """
 -- KEYS: the key's counters hash (fields 'rpm:<window>', 'tpm:<window>'; one Redis Cluster slot per key)
 -- ARGV: window seconds, rpm limit, tpm limit, tokens (0 limit = unlimited)
--- Returns {verdict, ms until the window ends, window}: 0 ok, 1 rpm over, 2 tpm over, 3 tokens exceed tpm
+-- Returns {verdict, ms until the window ends, window, requests counted, tokens counted}: 0 ok, 1 rpm over,
+-- 2 tpm over, 3 tokens exceed tpm; the counts are the window's after this charge (before, when refused)
 local counters, window_s = KEYS[1], tonumber(ARGV[1])
 local rpm, tpm, tokens = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local t = redis.call('TIME')
@@ -33,16 +34,19 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = math.floor(now_ms / (window_s * 1000))
 local left_ms = (window + 1) * window_s * 1000 - now_ms
 local rfield, tfield = 'rpm:' .. window, 'tpm:' .. window
+local used = redis.call('HMGET', counters, rfield, tfield)
+local requests, counted = tonumber(used[1] or '0'), tonumber(used[2] or '0')
 if tpm > 0 and tokens > tpm then
-  return {3, left_ms, window}
+  return {3, left_ms, window, requests, counted}
 end
-if rpm > 0 and tonumber(redis.call('HGET', counters, rfield) or '0') + 1 > rpm then
-  return {1, left_ms, window}
+if rpm > 0 and requests + 1 > rpm then
+  return {1, left_ms, window, requests, counted}
 end
-if tpm > 0 and tonumber(redis.call('HGET', counters, tfield) or '0') + tokens > tpm then
-  return {2, left_ms, window}
+if tpm > 0 and counted + tokens > tpm then
+  return {2, left_ms, window, requests, counted}
 end
-if redis.call('HINCRBY', counters, rfield, 1) == 1 then
+requests = redis.call('HINCRBY', counters, rfield, 1)
+if requests == 1 then
   -- a new window: the counters of windows before the previous one go (a refund reaches one back)
   local fields = redis.call('HKEYS', counters)
   for _, f in ipairs(fields) do
@@ -51,9 +55,9 @@ if redis.call('HINCRBY', counters, rfield, 1) == 1 then
     end
   end
 end
-redis.call('HINCRBY', counters, tfield, tokens)
+counted = redis.call('HINCRBY', counters, tfield, tokens)
 redis.call('EXPIRE', counters, 2 * window_s)
-return {0, left_ms, window}
+return {0, left_ms, window, requests, counted}
 """
 
 REFUND_LUA = """
@@ -78,13 +82,41 @@ class Verdict(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """The charge's verdict, the seconds until its window ends, the window, and the window's counts of
+    requests and tokens (after the charge; before it when refused)."""
+
     verdict: Verdict
     retry_after_s: float
     window: int = 0
+    requests_used: int = 0
+    tokens_used: int = 0
 
     @property
     def allowed(self) -> bool:
         return self.verdict is Verdict.OK
+
+
+def reset_text(seconds: float) -> str:
+    """A reset time as OpenAI writes it in ``x-ratelimit-reset-*``: ``59.5s``, ``1s``, ``250ms``."""
+    if seconds >= 1:
+        return f"{round(seconds, 3):g}s"
+    return f"{max(0, round(seconds * 1000))}ms"
+
+
+def limit_headers(rpm: int, tpm: int, decision: Decision) -> list[tuple[str, str]]:
+    """OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` for a key's limits (a limit
+    of 0, none, has no headers), from the decision's counts: no Redis call of its own."""
+    reset = reset_text(decision.retry_after_s)
+    out: list[tuple[str, str]] = []
+    for kind, limit, used in (
+        ("requests", rpm, decision.requests_used),
+        ("tokens", tpm, decision.tokens_used),
+    ):
+        if limit > 0:
+            out.append((f"x-ratelimit-limit-{kind}", str(limit)))
+            out.append((f"x-ratelimit-remaining-{kind}", str(max(0, limit - used))))
+            out.append((f"x-ratelimit-reset-{kind}", reset))
+    return out
 
 
 def window_of(now_s: float, window_s: int = WINDOW_S) -> int:
@@ -105,8 +137,10 @@ class RateLimiter:
         if rpm <= 0 and tpm <= 0:
             return Decision(Verdict.OK, 0.0)
         args: list[str | int] = [self.window_s, rpm, tpm, max(0, tokens)]
-        verdict, left_ms, window = await self._charge([self.keys.rate(key_id)], args)
-        return Decision(Verdict(int(verdict)), int(left_ms) / 1000, int(window))
+        verdict, left_ms, window, requests, tokens_used = await self._charge([self.keys.rate(key_id)], args)
+        return Decision(
+            Verdict(int(verdict)), int(left_ms) / 1000, int(window), int(requests), int(tokens_used)
+        )
 
     async def refund(self, key_id: str, window: int, tokens: int) -> int:
         """Give back tokens charged in ``window`` that the request did not use; returns those given back."""

@@ -5,7 +5,8 @@ request's priority with ``x-priority`` up to its ``max_priority``, and shorten (
 queue wait with ``x-max-wait-s``. Every request looks its key up in the key store (one GET), so a revoked
 key is refused at once by every gateway that reaches the store. While the store is unreachable, keys
 verified within ``cache_s`` (5 s by default) still pass: a revoked key stops working everywhere within that
-bound, even on a gateway cut off from the store. Rate limits live in the ephemeral Redis; while it is
+bound, even on a gateway cut off from the store; a key not verified lately gets a 503 that says to retry
+(the key may be valid). Rate limits live in the ephemeral Redis; while it is
 unreachable they are not enforced (fail open, logged): serving beats refusing every caller.
 """
 
@@ -20,8 +21,8 @@ from dataclasses import dataclass
 from contract.redis_keys import RedisKeys
 from gateway.auth.base import Authenticator, OpenAuth
 from gateway.auth.keys import ApiKey, KeyStore, hash_secret
-from gateway.auth.ratelimit import Decision, RateLimiter, Verdict
-from gateway.errors import InvalidRequest, RateLimited, Unauthorized
+from gateway.auth.ratelimit import Decision, RateLimiter, Verdict, limit_headers
+from gateway.errors import InvalidRequest, KeyStoreUnavailable, RateLimited, Unauthorized
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN, RedisClients
 from gateway.settings import GatewaySettings
@@ -87,17 +88,31 @@ def caller_for(key: ApiKey, headers: Mapping[str, str]) -> KeyCaller:
     )
 
 
+class KeyRateLimited(RateLimited):
+    """A key's own limit reached: the 429 carries the key's ``x-ratelimit-*`` headers too."""
+
+    def __init__(self, message: str, *, retry_after: float, limits: list[tuple[str, str]]) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.limits = limits
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), **dict(self.limits)}
+
+
 def refusal(decision: Decision, caller: KeyCaller, tokens: int) -> RateLimited | InvalidRequest:
     wait = f"retry in {max(1, math.ceil(decision.retry_after_s))} s"
+    limits = limit_headers(caller.rpm, caller.tpm, decision)
     if decision.verdict is Verdict.RPM:
-        return RateLimited(
+        return KeyRateLimited(
             f"rate limit reached: this API key allows {caller.rpm} requests per minute; {wait}",
             retry_after=decision.retry_after_s,
+            limits=limits,
         )
     if decision.verdict is Verdict.TPM:
-        return RateLimited(
+        return KeyRateLimited(
             f"rate limit reached: this API key allows {caller.tpm} tokens per minute; {wait}",
             retry_after=decision.retry_after_s,
+            limits=limits,
         )
     return InvalidRequest(
         f"this request may use {tokens} tokens, more than the {caller.tpm} tokens per minute this API key"
@@ -148,7 +163,7 @@ class RedisAuth:
             log.warning("key store unreachable (%s): key_id=%s accepted from cache", exc, seen[0].key_id)
             return seen[0]
         log.warning("key store unreachable (%s): an API key could not be verified", exc)
-        raise Unauthorized(
+        raise KeyStoreUnavailable(
             "the API key could not be verified right now (key store unreachable); retry later",
             retry_after=2.0,
         )
@@ -165,7 +180,8 @@ class RedisAuth:
             )
             return None
         if decision.allowed:
-            return Charge(decision.window, tokens) if caller.tpm > 0 else None
+            limits = tuple(limit_headers(caller.rpm, caller.tpm, decision))
+            return Charge(decision.window, tokens if caller.tpm > 0 else 0, limits)
         self.metrics.rate_limited.labels(model, decision.verdict.name.lower()).inc()
         log.debug("key_id=%s model=%s refused by its %s limit", caller.key_id, model, decision.verdict.name)
         raise refusal(decision, caller, tokens)

@@ -13,13 +13,17 @@ authentication), its request line and headers together may take at most ``max_he
 and never more than that is given to the parser, so nothing past the limit is buffered) and must arrive
 within ``header_timeout_s`` of the read that left it incomplete, or of the connection (late: 408).
 Both answers are the API's error shape, with ``connection: close``; what the client still sends is read
-and dropped for a moment (a lingering close, as nginx's), so that it can read the answer. Everything
-else (keep-alive, pipelining, flow control, disconnects, the graceful shutdown) is uvicorn's own code.
+and dropped for a moment (a lingering close, as nginx's), so that it can read the answer. A response
+sent before its request's body was all read (the application refused it from the head: a bad key, or
+the body came too slowly) closes the connection the same way, instead of reading the rest of the body
+to keep the connection. Everything else (keep-alive, pipelining, flow control, disconnects, the
+graceful shutdown) is uvicorn's own code.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn._types import ASGI3Application
@@ -35,13 +39,15 @@ LINGER_S = 2.0
 
 class HeldHead:
     """The connection's transport as one request's cycle sees it: once :meth:`hold` is called, the
-    next write is kept and sent ahead of the write after it (or when the transport closes)."""
+    next write is kept and sent ahead of the write after it (or when the transport closes). With
+    ``lingering`` set, closing it is the protocol's lingering close (``linger``)."""
 
-    __slots__ = ("held", "holding", "transport")
+    __slots__ = ("held", "holding", "linger", "lingering", "transport")
 
-    def __init__(self, transport: asyncio.Transport) -> None:
+    def __init__(self, transport: asyncio.Transport, linger: Callable[[], None]) -> None:
         self.transport = transport
-        self.holding = False
+        self.linger = linger
+        self.holding = self.lingering = False
         self.held = b""
 
     def hold(self) -> None:
@@ -65,7 +71,10 @@ class HeldHead:
 
     def close(self) -> None:
         self.flush()
-        self.transport.close()
+        if self.lingering:
+            self.linger()
+        else:
+            self.transport.close()
 
     def is_closing(self) -> bool:
         return self.transport.is_closing()
@@ -81,10 +90,14 @@ def held(cycle: RequestResponseCycle) -> HeldHead:
 
 class OneWriteCycle(RequestResponseCycle):
     """uvicorn's request/response cycle whose head leaves with the first body write (its transport
-    is a :class:`HeldHead`)."""
+    is a :class:`HeldHead`). A response that starts before the request's body was all received ends
+    the connection (``connection: close``, then a lingering close)."""
 
     async def send(self, message: Any) -> None:
         if message["type"] == "http.response.start" and not self.response_started:
+            if self.more_body and not self.disconnected:  # the rest of the body is never read
+                self.keep_alive = False
+                held(self).lingering = True
             held(self).hold()
             await super().send(message)
             return
@@ -163,6 +176,14 @@ class OneWriteProtocol(HttpToolsProtocol):
         head = f"HTTP/1.1 {err.status} {REASONS[err.status]}\r\ncontent-type: application/json\r\n"
         head += f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
         self.transport.write(head.encode() + body)
+        self.linger()
+
+    def linger(self) -> None:
+        """Close after what was written, reading and dropping what the client still sends for
+        :data:`LINGER_S` (so that it reads the answer instead of a reset)."""
+        self.refused = True
+        if self.transport.is_closing():
+            return
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
@@ -179,7 +200,7 @@ class OneWriteProtocol(HttpToolsProtocol):
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         cycle.__class__ = OneWriteCycle
-        cycle.transport = HeldHead(cycle.transport)  # type: ignore[assignment]
+        cycle.transport = HeldHead(cycle.transport, self.linger)  # type: ignore[assignment]
         cycle.scope[GONE] = self.loop.create_future()  # type: ignore[literal-required]
         cycle.scope[FLOW] = self.flow  # type: ignore[literal-required]
         cycle.scope[ABORT] = self.transport.abort  # type: ignore[literal-required]

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from contract.fleet import Model
+from gateway.admin.auth import operator_view
 from gateway.edge.openapi import request_body
 from gateway.endpoints import ROUTES, Route
 from gateway.errors import ModelNotFound, error_response
@@ -142,9 +143,13 @@ def add_routes(app: FastAPI, gw: Gateway, proxy: Proxy, discovery: Discovery) ->
         return Response(b'{"status":"ok"}', media_type=JSON)
 
     @app.get("/ready")
-    async def ready() -> Response:
+    async def ready(request: Request) -> Response:
+        """The status for anyone (a probe, a load balancer); the detail (models, states, Redis) only for
+        the operator (:func:`operator_view`)."""
         ok, detail = readiness(gw, discovery)
-        return Response(orjson.dumps(detail), 200 if ok else 503, media_type=JSON)
+        peer = request.client.host if request.client is not None else None
+        body = detail if operator_view(gw, request.headers, peer) else {"ready": ok}
+        return Response(orjson.dumps(body), 200 if ok else 503, media_type=JSON)
 
     @app.get("/metrics")
     async def metrics() -> Response:

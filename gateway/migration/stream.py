@@ -1,6 +1,7 @@
 """The relay's source for a stream that may move: reads the replica event by event (token ids recorded
 and stripped), and when the replica fails after the first byte (connection reset or EOF, an error or
-malformed frame, no token within ``migration_stall_s``, the replica leaving the registry) continues the
+malformed frame, a stall: no token within the replica's learned stall bound while its own signals show no
+progress either, the replica leaving the registry) continues the
 generation on another replica of the model, at most ``migration_attempts`` times within the request's
 deadline. Past that, the failure goes to the relay, which ends the stream as it does today (the SSE error
 event)."""
@@ -104,6 +105,8 @@ class MigratingStream:
         self.stopping = False
         self.read_from = 0.0
         """When the read in progress began (the stall is counted from it: :meth:`_watch`)."""
+        self.gap_from = 0.0
+        """When the last read from the current replica began (0: none since it became current)."""
         self.timer: asyncio.TimerHandle | None = None
 
     async def first(self) -> bytes:
@@ -220,8 +223,13 @@ class MigratingStream:
 
     async def _chunk(self) -> bytes:
         """The replica's next chunk. The watchdog starts with the first read that may wait (a stream
-        whose whole answer came with its head, as the FAKE ENGINE writes it, needs none)."""
-        self.read_from = time.perf_counter()
+        whose whole answer came with its head, as the FAKE ENGINE writes it, needs none). The time since
+        the read before is one of the replica's gaps between tokens (its stall bound is learned from
+        them)."""
+        now = time.perf_counter()
+        if self.gap_from:
+            self.current.gaps.add(now - self.gap_from)
+        self.read_from = self.gap_from = now
         if self.timer is None and not self.up.response.arrived:
             self._arm(self.settings.migration_watch_s)
         return await self.up.response.next_chunk()
@@ -232,24 +240,29 @@ class MigratingStream:
     def _watch(self) -> None:
         """The stream's watchdog, every ``migration_watch_s`` from its first read that may wait until it
         ends (not a timer per chunk):
-        while a read waits for the replica, the replica must still be registered, and the wait must
-        stay under ``migration_stall_s`` (``chunk_timeout_s`` when there is nowhere to move); else the
-        read is interrupted (:class:`ReplicaLeft`, :class:`TimeoutError`) and the stream moves."""
+        while a read waits for the replica, the replica must still be registered, and the wait must stay
+        under ``chunk_timeout_s``, and under the stall bound learned from the replica's gaps between
+        tokens (``migration_stall_gap_factor`` × their p99, at least ``migration_stall_s``) unless the
+        replica's own signals show progress (gateway/replicas/progress.py: a busy replica, prefilling
+        other clients' prompts, is not moved from) or there is nowhere to move; else the read is
+        interrupted (:class:`ReplicaLeft`, :class:`TimeoutError`) and the stream moves."""
         self.timer = None
         if self.closed or self.over:
             return
-        s, next_in = self.settings, self.settings.migration_watch_s
+        s, next_in, ep = self.settings, self.settings.migration_watch_s, self.current
         waited = time.perf_counter() - self.read_from  # (stale when no read waits: nothing then)
-        stall = short = min(s.migration_stall_s, s.chunk_timeout_s)
-        if waited >= short and not self._elsewhere():  # (nowhere to move: today's chunk timeout)
-            stall = s.chunk_timeout_s
+        bound = min(s.migration_stall_s, s.chunk_timeout_s)
+        if waited >= bound:  # (the learned bound is never under the floor: worked out only past it)
+            bound = min(ep.gaps.bound(s.migration_stall_s, s.migration_stall_gap_factor), s.chunk_timeout_s)
         exc: Exception | None = None
-        if self.current not in self.pool.endpoints:
-            exc = ReplicaLeft(f"the replica {self.current.id} left the registry")
-        elif waited >= stall:
-            exc = TimeoutError(f"no token from {self.current.id} within {stall:g} s")
-        else:
-            next_in = min(next_in, stall - waited)
+        if ep not in self.pool.endpoints:
+            exc = ReplicaLeft(f"the replica {ep.id} left the registry")
+        elif waited >= s.chunk_timeout_s:
+            exc = TimeoutError(f"no token from {ep.id} within {s.chunk_timeout_s:g} s")
+        elif waited >= bound and self._elsewhere() and ep.progress.quiet_since(self.read_from, bound):
+            exc = TimeoutError(f"no token from {ep.id} within {bound:.3g} s, nor progress in its metrics")
+        elif waited < bound:
+            next_in = min(next_in, bound - waited)
         if exc is not None and self.up.response.interrupt(exc):  # only a read that waits is interrupted
             self.wait_started = self.read_from
         self._arm(next_in)
@@ -292,6 +305,7 @@ class MigratingStream:
             self.release(old, False, blame)
             assert self.ctx.replica is not None
             self.current, self.up, self.pending = self.ctx.replica, up, up.first
+            self.gap_from = 0.0  # (the wait across the move is no gap of the new replica's)
             self.seam, self.splitter = Seam(rec, self.plan.chat), EventSplitter()
             self._log("moved", old, self.current, exc)
             return b""

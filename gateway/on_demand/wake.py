@@ -20,6 +20,7 @@ from redis.asyncio.client import PubSub
 from contract.fleet import Model
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaState
+from gateway.errors import ModelUnavailable
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN
 from gateway.replicas.table import ModelPool
@@ -27,6 +28,8 @@ from gateway.replicas.table import ModelPool
 log = logging.getLogger("llmgw.wake")
 RECHECK_S = 0.5
 """How often a waiting request looks at its pool besides the ready notice (a lost notice costs this)."""
+RETRY_UNREGISTERED_S = 5.0
+"""The Retry-After of a model no supervisor lists (a supervisor restarts and lists it within seconds)."""
 
 
 class Wakes:
@@ -57,22 +60,50 @@ class Wakes:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def until_ready(self, pool: ModelPool, timeout_s: float, rewake: Model | None = None) -> bool:
+    async def until_ready(
+        self,
+        pool: ModelPool,
+        timeout_s: float,
+        rewake: Model | None = None,
+        unregistered_s: float | None = None,
+    ) -> bool:
         """Wait until the pool has a ready replica; False when ``timeout_s`` ran out first. With
         ``rewake``, the wake is asked for again at every look (``SET NX``: nothing while one is pending),
-        so a wake that failed (the supervisor drops its request) is tried again while requests wait."""
+        so a wake that failed (the supervisor drops its request) is tried again while requests wait.
+        With ``unregistered_s``: ModelUnavailable once the registry has held no record of the model at
+        all (not even asleep: no supervisor lists it, so nobody will wake it) for that long."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        unseen_since = loop.time()
         while not pool.candidates():
-            left = deadline - loop.time()
+            now = loop.time()
+            left = deadline - now
             if left <= 0:
                 return False
+            if pool.endpoints or unregistered_s is None:
+                unseen_since, look = now, RECHECK_S
+            else:
+                unseen = now - unseen_since
+                if unseen >= unregistered_s:
+                    raise unregistered(pool.model, unseen)
+                look = min(RECHECK_S, unregistered_s - unseen)
             if rewake is not None:
                 await self.request(rewake, "-")
             changed = self._changed
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), min(left, RECHECK_S))
+                await asyncio.wait_for(changed.wait(), min(left, look))
         return True
+
+
+def unregistered(model: str, waited_s: float) -> ModelUnavailable:
+    log.warning(
+        "model=%s no record in the registry for %.1f s (is the supervisor running?): 503", model, waited_s
+    )
+    return ModelUnavailable(
+        f"model '{model}' is not registered by any supervisor (no replica listed, not even asleep, for "
+        f"{waited_s:.1f} s), so nothing can wake it; retry later",
+        retry_after=RETRY_UNREGISTERED_S,
+    )
 
 
 class ReadyNotices:

@@ -11,7 +11,7 @@ import time
 
 from contract.registry import ReplicaState
 from gateway.admission.base import Lease, Ticket
-from gateway.errors import ClientClosedRequest, ModelUnavailable, NoReadyReplica, WakeTimeout
+from gateway.errors import ClientClosedRequest, GatewayError, ModelUnavailable, NoReadyReplica, WakeTimeout
 from gateway.pipeline.watch import watched
 from gateway.replicas.table import ModelPool
 from gateway.state import Gateway
@@ -58,18 +58,24 @@ async def admit_waking(
 ) -> Lease:
     """Ask for one wake, wait in the shared queue at capacity zero; once a replica is ready the capacity
     is raised and the queue's head granted. Past ``wake_timeout_s`` without a ready replica: 503 with
-    Retry-After. ``max_queue_wait_s`` starts to count once the model is awake. The granted lease comes
-    back with ``ctx.woken_at`` set: :func:`until_awake` confirms the replica under the lease's hold."""
+    Retry-After; sooner, once the registry has held no record of the model for ``wake_unregistered_s``
+    (no supervisor lists it). ``max_queue_wait_s`` starts to count once the model is awake. The granted
+    lease comes back with ``ctx.woken_at`` set: :func:`until_awake` confirms the replica under the
+    lease's hold."""
     assert ctx.model is not None
     model, started = ctx.model, time.perf_counter()
     await gw.wakes.request(model, ctx.request_id)
     base = ticket_of(ctx)
     ticket = dataclasses.replace(base, max_wait_s=model.wake_timeout_s + base.max_wait_s)
     acquire = asyncio.ensure_future(gw.admission.acquire(ticket, 0))
-    awake = asyncio.ensure_future(gw.wakes.until_ready(pool, model.wake_timeout_s, rewake=model))
+    unregistered = gw.settings.wake_unregistered_s
+    awake = asyncio.ensure_future(
+        gw.wakes.until_ready(pool, model.wake_timeout_s, rewake=model, unregistered_s=unregistered)
+    )
     try:
         await asyncio.wait((acquire, awake, watch), return_when=asyncio.FIRST_COMPLETED)
-        if awake.done() and awake.result() and not acquire.done() and not watch.done():
+        ready = awake.done() and awake.exception() is None and awake.result()
+        if ready and not acquire.done() and not watch.done():
             await gw.admission.resize(model.name, pool.capacity)
             await asyncio.wait((acquire, watch), return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -79,6 +85,9 @@ async def admit_waking(
         await asyncio.gather(acquire, return_exceptions=True)
         if watch.done() and not watch.cancelled():
             raise ClientClosedRequest("the client disconnected while the request waited for a wake")
+        failed = awake.exception() if awake.done() and not awake.cancelled() else None
+        if isinstance(failed, GatewayError):  # no supervisor lists the model: nobody will wake it
+            raise failed
         raise wake_timeout(gw, ctx, started)
     lease, _ = acquire.result()
     ctx.woken_at = started

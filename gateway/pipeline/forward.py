@@ -1,9 +1,10 @@
 """Steps 5 and 6, pick and forward: a replica chosen by the model's policy, the request sent to it; when
-the replica refused it before any work (gateway/upstream/client.py), another replica is tried, up to
-``retry_attempts`` in all, while the retry deadline (checked before every attempt) lasts. A non-streamed
-request's total deadline starts here (once: a non-streamed generation that cannot move token-exact and
-broke after it was sent is run again by gateway/pipeline/migrate.py, within the same deadline).
-:func:`done` ends an attempt (the policy's hook, ejection)."""
+the replica refused it before any work (gateway/upstream/client.py: nothing was written, the connection
+was refused, or it answered 502/503), another replica is tried, up to ``retry_attempts`` in all, while the
+retry deadline (checked before every attempt) lasts. A request whose connection broke after it was written
+is never sent again (at most one generation per request: docs/decisions/0006-generation-never-twice.md):
+the client gets a 502 with ``x-should-retry: false``. A non-streamed request's total deadline starts here,
+once. :func:`done` ends an attempt (the policy's hook, ejection)."""
 
 from __future__ import annotations
 
@@ -41,9 +42,8 @@ async def forward(
         try:
             return await attempt_on(gw, ctx, pool, tried)
         except Retryable as failed:
-            rerun = ctx.migration is not None and ctx.migration.runs_again
-            if failed.written and not failed.answered and rerun:
-                raise  # it may have generated: run again as a migration (migrate.py)
+            if failed.written and not failed.answered:  # the replica may have begun it: never again
+                raise failed.error from None
             continue
     assert ctx.upstream_error is not None
     raise ctx.upstream_error

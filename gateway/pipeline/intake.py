@@ -1,13 +1,15 @@
-"""Before step 1: what the request path reads of a request: the headers any step looks at, its id, the
-id the replica gets, and its body (refused as soon as it passes the limit)."""
+"""Around step 1: what the request path reads of a request: the headers any step looks at, its id, the
+id the replica gets (before step 1), and its body (after step 1: refused as soon as it passes the size
+limit, or when it comes too slowly)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from starlette.types import Receive, Scope
 
-from gateway.errors import BodyTooLarge, ClientClosedRequest
+from gateway.errors import BodyTimeout, BodyTooLarge, ClientClosedRequest
 
 # The request headers any step reads; the rest are never looked at (nor forwarded).
 WANTED_HEADERS = frozenset(
@@ -48,11 +50,20 @@ def upstream_id(request_id: str, headers: dict[str, str]) -> str:
     return f"{safe}-{os.urandom(6).hex()}"
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
-    """The request body, refused as soon as it passes the limit (never buffered past it)."""
+async def read_body(receive: Receive, limit: int, timeout_s: float, min_rate: int) -> bytes:
+    """The request body, refused as soon as it passes the limit (never buffered past it, 413), or when it
+    has not all arrived within ``timeout_s`` plus its bytes so far at ``min_rate`` bytes a second (408)."""
     parts, size = [], 0
+    deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        message = await receive()
+        try:
+            async with asyncio.timeout_at(deadline + size / min_rate):
+                message = await receive()
+        except TimeoutError:
+            raise BodyTimeout(
+                f"the request body did not arrive in time: {size} bytes came in "
+                f"{timeout_s + size / min_rate:.1f} s (the limit: {timeout_s:g} s, then {min_rate} bytes/s)"
+            ) from None
         if message["type"] == "http.disconnect":
             raise ClientClosedRequest("the client disconnected while sending the request")
         body = message.get("body", b"")

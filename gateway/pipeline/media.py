@@ -5,9 +5,13 @@ A URL in a media part (OpenAI's ``image_url``/``audio_url``/``video_url``/``file
 API's ``input_image``, Anthropic's ``source.url``) is refused with 400 when its scheme is neither
 ``http(s)`` nor ``data``, or when its host resolves to a loopback, private, link-local, shared
 (100.64/10, where some clouds keep their metadata), reserved, multicast or unspecified address, unless
-the host is one of the operator's ``LLMGW_MEDIA_DOMAINS`` (or under one). A request without media parts
-costs one substring search. The worker resolves the name again when it fetches, so the rendered
-deployments also give vLLM pods an egress policy and vLLM's own media-domain allow-list.
+the host is one of the operator's ``LLMGW_MEDIA_DOMAINS`` (or under one). The parsed payload is searched
+whole, whatever the API (chat, completions, Responses, Messages, embeddings, pooling, score and rerank,
+whose multimodal fields are ``text_1``/``data_2``/``query``/``documents``...), so an escaped key
+(``"\\u0075rl"``) or a field of another API is seen as vLLM will see it. The worker resolves the name
+again when it fetches, so the supervisor and the rendered deployments also give vLLM its own media-domain
+allow-list (deny-all unless the fleet names hosts), and Kubernetes an egress policy. A body that holds
+neither the bytes ``url`` nor any ``\\u`` escape cannot name a media key and is not walked.
 """
 
 from __future__ import annotations
@@ -24,26 +28,40 @@ from gateway.errors import MediaUrlRefused
 URL_KEYS = frozenset({"url", "image_url", "audio_url", "video_url", "file_url"})
 SHARED = ipaddress.ip_network("100.64.0.0/10")
 RESOLVE_TIMEOUT_S = 2.0
-MAX_DEPTH = 8
+MAX_DEPTH = 12
+
+
+def may_hold_media(body: bytes) -> bool:
+    """False only when no key of the JSON ``body`` can be a media key: every one contains ``url``, and a
+    JSON string spells it either as those bytes or with a ``\\u`` escape (the cheap test before the
+    walk, for a long token-id prompt)."""
+    return b"url" in body or b"\\u" in body
 
 
 def media_urls(payload: dict[str, Any]) -> list[str]:
-    """Every URL under a media key in the request's messages or input."""
-    return [u for key in ("messages", "input") for u in _urls(payload.get(key), None, 0)]
+    """Every URL under a media key anywhere in the request's (parsed) payload."""
+    return list(_urls(payload, None, 0))
 
 
-def _urls(node: Any, key: str | None, depth: int) -> Iterator[str]:
+def _urls(node: dict[str, Any] | list[Any], key: str | None, depth: int) -> Iterator[str]:
+    """The strings under a media key in ``node`` (a dict or list found under ``key``)."""
     if depth > MAX_DEPTH:
         return
-    if isinstance(node, str):
-        if key in URL_KEYS:
-            yield node
-    elif isinstance(node, dict):
+    if isinstance(node, dict):
         for k, v in node.items():
-            yield from _urls(v, k if isinstance(k, str) else None, depth + 1)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _urls(item, key if key in URL_KEYS else None, depth + 1)
+            if isinstance(v, str):
+                if k in URL_KEYS:
+                    yield v
+            elif isinstance(v, dict | list):
+                yield from _urls(v, k, depth + 1)
+        return
+    media = key in URL_KEYS
+    for item in node:
+        if isinstance(item, str):
+            if media:
+                yield item
+        elif isinstance(item, dict | list):
+            yield from _urls(item, key if media else None, depth + 1)
 
 
 def refused_address(address: str) -> bool:

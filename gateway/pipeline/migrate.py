@@ -3,7 +3,9 @@
 fails); :func:`whole_continued` answers a non-streamed one that may move: read as a stream through the
 same source, continued token-exact when its replica fails, assembled into one whole answer;
 :func:`whole_moving` answers a non-streamed one that cannot move: run again whole on another replica
-when its replica fails before answering."""
+only once its first replica is known not to be running it (the registry says its process is gone;
+a connection that broke after the request was written is a 502, never a second run:
+gateway/pipeline/forward.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from gateway.migration.stream import MigratingStream, ReplicaLeft
 from gateway.pipeline.forward import EJECT, NONE, attempt_on, candidates, done, forward
 from gateway.replicas.table import Endpoint, ModelPool
 from gateway.state import Gateway
-from gateway.upstream.client import FAILURES, Retryable, Upstream, classify
+from gateway.upstream.client import FAILURES, Upstream, classify
 from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.migration")
@@ -94,8 +96,9 @@ async def whole_continued(
 
 
 async def _head(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> Upstream:
-    """The stream's head, watched: when the replica leaves the registry or is ejected before its head
-    came (a frozen replica), the wait ends at once with a clear error (502). It is not sent again: the
+    """The stream's head, watched: when the registry says the replica's process is gone, or it failed
+    ``lost_after_probes`` health probes in a row (a frozen replica), before its head came, the wait ends
+    at once with a clear error (502); one failed probe does not end it. It is not sent again: the
     replica took it and may run it when it wakes (a generation run twice), and no token came that a
     continuation could start from."""
     try:
@@ -106,57 +109,66 @@ async def _head(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> Upstream:
 
 
 class ReplicaWatch:
-    """While a non-streamed answer is awaited: if its replica leaves the registry or is ejected (its
-    /health failed, or another request broke there), the wait is cancelled and becomes
-    :class:`ReplicaLeft`. Event-driven, no timer: ``ctx.on_gone`` is among the awaited replica's
-    watchers (forward.py ``attempt_on``), called by the registry sync and by ejection."""
+    """While a non-streamed answer is awaited: on evidence about the replica's work (the registry says
+    its process is gone; unless ``process_only``, also ``lost_after_probes`` failed health probes in a
+    row), the wait is cancelled and becomes :class:`ReplicaLeft`. One failed probe, or another request's
+    broken connection, is no such evidence. Event-driven, no timer: ``ctx.on_gone`` is among the awaited
+    replica's watchers (forward.py ``attempt_on``), called by the registry sync and by the monitor."""
 
-    __slots__ = ("ctx", "gone", "task")
+    __slots__ = ("ctx", "gone", "process_only", "task")
 
-    def __init__(self, ctx: RequestContext) -> None:
+    def __init__(self, ctx: RequestContext, process_only: bool = False) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self.ctx, self.task, self.gone = ctx, task, ""
+        self.ctx, self.task, self.gone, self.process_only = ctx, task, "", process_only
 
     def __enter__(self) -> None:
         self.gone = ""
         self.ctx.on_gone = self._on_gone
 
     def _on_gone(self) -> None:
+        ep = self.ctx.replica
+        if self.process_only and (ep is None or not ep.process_gone):
+            return
         if not self.gone:
-            self.gone = self.ctx.replica.id if self.ctx.replica is not None else "-"
+            gone = ep is not None and ep.process_gone
+            why = "is gone (the registry says its process ended)" if gone else "failed its probes in a row"
+            self.gone = f"{ep.id if ep is not None else '-'} {why}"
             self.task.cancel()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.ctx.on_gone = None
         if self.gone and kind is asyncio.CancelledError and self.task.uncancel() == 0:
-            raise ReplicaLeft(f"the replica {self.gone} left the registry or was ejected") from None
+            raise ReplicaLeft(f"the replica {self.gone}") from None
 
 
 async def whole_moving(
     gw: Gateway, ctx: RequestContext, pool: ModelPool, read: Callable[[Upstream], Awaitable[bytes]]
 ) -> bytes:
     """A non-streamed generation that cannot move token-exact (n > 1, logprobs, tools, ...: its plan's
-    ``reason``), forwarded as the client sent it (read whole by ``read``). When its replica fails before
-    the answer (the connection broke, or the replica left the registry or was ejected while the answer
-    was awaited), it runs again, whole, on a replica not tried yet, at most ``migration_attempts`` times
-    within the request's deadline. The client has seen nothing of it: at temperature 0 or with a seed the
+    ``reason``), forwarded as the client sent it (read whole by ``read``). It runs again, whole, on a
+    replica not tried yet only once its first replica is known not to be running it: the registry says
+    its process is gone (it left, restarted or was marked failed) while the answer was awaited; at most
+    ``migration_attempts`` times within the request's deadline. A replica that is only frozen or slow
+    (failed probes, even ``lost_after_probes`` of them) keeps the request: a 504 at the deadline, never
+    a second generation beside the first; a connection that broke after the request was written is
+    forward()'s 502. The client has seen nothing of a run again: at temperature 0 or with a seed the
     answer is the undisturbed one; the tokens generated on the failed replica are generated again (vLLM
-    request id ``<id>-rerunN``: a second generation)."""
+    request id ``<id>-rerunN``: a second generation, after the first is known to have ended)."""
     plan = ctx.migration
     assert plan is not None and ctx.model is not None
     tried: list[Endpoint] = []
     moves, first_failed, base_id = 0, "", ctx.upstream_id
-    watch = ReplicaWatch(ctx)
+    watch = ReplicaWatch(ctx, process_only=True)
     while True:
         try:
             with watch:
                 up = await forward(gw, ctx, pool, tried)
                 ctx.status, ctx.reply_type = up.status, up.content_type
                 body = await read(up)
-        except (ReplicaLeft, Retryable) as exc:  # it broke after it was sent, or its replica went away
+        except ReplicaLeft as exc:  # its process is gone (a broken connection is forward()'s 502)
             failed = ctx.replica
-            err = exc.error if isinstance(exc, Retryable) else UpstreamError(str(exc))
+            err = UpstreamError(str(exc))
             if failed is not None and failed not in tried:
                 tried.append(failed)
             late = time.perf_counter() >= ctx.deadline

@@ -3,13 +3,14 @@ on untouched)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
 
 from gateway.errors import InvalidRequest
-from gateway.pipeline.media import media_urls
+from gateway.pipeline.media import may_hold_media, media_urls
 from gateway.pipeline.tokens import asked, prompt_estimate
 from gateway.pipeline.usage import USAGE_OPTION_APIS, ask_usage
 from gateway.routing.prefix.chain import request_chain
@@ -98,13 +99,34 @@ def form_fields(body: bytes, boundary: bytes, wanted: frozenset[str]) -> dict[st
         head, sep, value = part.partition(b"\r\n\r\n")
         if not sep:
             continue
-        marker = head.find(b' name="')
-        if marker < 0:
-            continue
-        name = head[marker + 7 : head.find(b'"', marker + 7)].decode("latin-1")
-        if name in wanted and b"filename=" not in head:
+        params = disposition_params(head)
+        name = params.get("name")
+        if name in wanted and "filename" not in params:
             fields[name] = value.removesuffix(b"\r\n").decode("utf-8", "replace")
     return fields
+
+
+DISPOSITION_PARAM = re.compile(r';[ \t]*([^=;]+?)[ \t]*=[ \t]*("(?:[^"\\]|\\.)*"|[^;]*)')
+
+
+def disposition_params(head: bytes) -> dict[str, str]:
+    """The Content-Disposition parameters of a form part's headers, read as vLLM's form parser
+    (python-multipart, through Starlette) reads them: the header's name in any case, parameter names
+    lower-cased, values quoted (``name="model"``, escapes undone) or not (``name=model``), a ``;`` inside
+    quotes kept, extended ``name*=`` parameters ignored (RFC 7578 forbids them)."""
+    for line in head.split(b"\r\n"):
+        header, sep, value = line.partition(b":")
+        if sep and header.strip().lower() == b"content-disposition":
+            params: dict[str, str] = {}
+            for match in DISPOSITION_PARAM.finditer(value.decode("latin-1")):
+                key, raw = match.group(1).lower(), match.group(2).strip(" \t")
+                if "*" in key:
+                    continue
+                if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+                    raw = raw[1:-1].replace("\\\\", "\\").replace('\\"', '"')
+                params[key] = raw
+            return params
+    return {}
 
 
 def parse_form(ctx: RequestContext) -> None:
@@ -139,7 +161,7 @@ def scoped_model(fields: dict[str, Any], path_model: str) -> str:
 
 
 def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_chunks: int = 64) -> None:
-    """The body's size was capped as it was read (see proxy.read_body). A path without a body has nothing
+    """The body's size was capped as it was read (intake.read_body). A path without a body has nothing
     to parse: a stored response's GET or cancel gets its model from the response's record, any other
     (``GET /tokenizer_info``) from the query's ``model``; under a per-model base path
     (``/models/{model}/...``) the model is the path's."""
@@ -157,9 +179,9 @@ def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_ch
     ctx.asked = asked(payload, ctx.endpoint)
     ctx.calls_tools = calls_tools(payload)
     ctx.cost = TokenCost(prompt_estimate(ctx.body))  # what it may generate is added once resolved
+    if may_hold_media(ctx.body):  # then the parsed payload, whole, as the replica will read it
+        ctx.media = media_urls(payload)
     if ctx.stream and ctx.endpoint in USAGE_OPTION_APIS:
         ctx.body, ctx.strip_usage = ask_usage(payload, ctx.body)
     if ctx.api.stored:
         ctx.response_id = previous_response_field(payload)
-    if b"url" in ctx.body:
-        ctx.media = media_urls(payload)

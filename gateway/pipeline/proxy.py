@@ -1,9 +1,10 @@
 """The request path: the seven steps of one proxied request, in order.
 
-1. authenticate (gateway/auth), 2. parse (parse.py), 3. resolve the model and the stored response it
-names (resolve.py, gateway/responses_api) and charge its token cost (settle.py), 4. admit (admit.py),
-5. pick and 6. forward (forward.py), 7. finish: relay the answer and settle (relay.py, settle.py).
-Intake (intake.py) reads the request before step 1; the client is watched from step 4 to the answer
+1. authenticate from the head (gateway/auth), before any of the body is read, 2. parse (parse.py),
+3. resolve the model and the stored response it names (resolve.py, gateway/responses_api) and charge
+its token cost (settle.py), 4. admit (admit.py), 5. pick and 6. forward (forward.py), 7. finish: relay
+the answer and settle (relay.py, settle.py). Intake (intake.py) reads the request's head before step 1
+and its body, bounded in size and time, after it; the client is watched from step 4 to the answer
 (watch.py). A failure at any step is answered in the API's own shape, never raised.
 """
 
@@ -30,7 +31,7 @@ from gateway.pipeline.replies import RelayResponse, WholeResponse
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.settle import charge, finish, refund
 from gateway.pipeline.watch import client_watch, watched
-from gateway.responses_api.stored import locate
+from gateway.responses_api.stored import locate, locate_previous
 from gateway.state import Gateway
 from gateway.values import GONE, RequestContext
 
@@ -57,7 +58,10 @@ class Proxy:
         ctx.upstream_id = upstream_id(ctx.request_id, headers)
         self.gw.tracing.begin(ctx, headers.get("traceparent", ""), headers.get("tracestate", ""))
         try:
-            ctx.body = await read_body(receive, self.gw.settings.max_body_bytes)
+            with self.gw.tracing.span(ctx, "authenticate"):  # 1, from the head: no body read without a key
+                ctx.caller = await self.gw.auth.authenticate(headers)
+            s = self.gw.settings
+            ctx.body = await read_body(receive, s.max_body_bytes, s.body_timeout_s, s.body_min_rate_bytes_s)
             return await self.serve(ctx, receive, scope.get(GONE))
         except GatewayError as err:
             return await self.fail(ctx, err)
@@ -69,16 +73,16 @@ class Proxy:
         self, ctx: RequestContext, receive: Receive, gone: asyncio.Future[None] | None
     ) -> Response:
         gw, s = self.gw, self.gw.settings
-        with gw.tracing.span(ctx, "authenticate"):
-            ctx.caller = await gw.auth.authenticate(ctx.headers)  # 1
         parse(ctx, s.prefix_chars, s.prefix_chunk_bytes, s.prefix_max_chunks)  # 2
         if ctx.media:
             await check_media(ctx.media, self.media_domains)
-        await locate(ctx, gw.names, gw.affinity)  # 3
+        await locate(ctx, gw.names, gw.affinity)  # 3 (a GET or cancel: its model is the response's)
         model = resolve(ctx, gw.names, gw.lora.adapters)
+        await locate_previous(ctx, model, gw.affinity, s.auth)
         # a generation that may move mid-way (gateway/migration): streamed, or asked whole
         ctx.migration = plan_migration(ctx, model) if ctx.stream else plan_whole(ctx, model)
         await charge(gw, ctx)
+        limits = ctx.charge.headers if ctx.charge is not None else ()  # the key's x-ratelimit-* headers
         pool = gw.table.find(model.name)
         if pool is None:  # a fleet reload removed the model since it was resolved
             raise ModelNotFound(f"The model '{model.name}' does not exist", param="model")
@@ -88,19 +92,23 @@ class Proxy:
             left = "the client disconnected before the answer was ready"
             first = await watched(anext(parts), watch, left, gw.open_requests)
         if streaming(ctx):
-            return self.relayed(ctx, parts)
+            return self.relayed(ctx, parts, limits)
         await parts.aclose()
-        return WholeResponse(first, ctx.status, ctx.request_id, ctx.reply_type)
+        return WholeResponse(first, ctx.status, ctx.request_id, ctx.reply_type, limits)
 
-    def relayed(self, ctx: RequestContext, parts: AsyncIterator[bytes]) -> RelayResponse:
-        """The stream's response; a client that stops reading for ``stream_write_timeout_s`` ends it."""
-        headers = {**SSE_HEADERS, "x-request-id": ctx.request_id}
+    def relayed(
+        self, ctx: RequestContext, parts: AsyncIterator[bytes], limits: tuple[tuple[str, str], ...] = ()
+    ) -> RelayResponse:
+        """The stream's response; a client that stops reading for ``stream_write_timeout_s``, or reads
+        slower than ``stream_min_rate_bytes_s`` while the stream waits for it, ends it."""
+        headers = {**SSE_HEADERS, "x-request-id": ctx.request_id, **dict(limits)}
         response = RelayResponse(parts, 200, headers, media_type="text/event-stream")
         response.write_timeout_s = self.gw.settings.stream_write_timeout_s
+        response.min_rate = self.gw.settings.stream_min_rate_bytes_s
 
-        def stalled() -> None:
+        def stalled(reason: str) -> None:
             self.gw.metrics.stream_stalled.labels(ctx.model_label).inc()
-            ctx.error = f"the client read nothing for {response.write_timeout_s:g} s: stream ended"
+            ctx.error = reason
             log.warning("request_id=%s model=%s %s", ctx.request_id, ctx.model_label, ctx.error)
 
         response.on_stalled = stalled

@@ -16,19 +16,28 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.flow_control import FlowControl
 
+from gateway.pipeline.pace import ClientPace, SlowClient
 from gateway.values import ABORT, FLOW, GONE
 
 
 class WholeResponse(Response):
     """The bytes Starlette's ``Response(body, status, {"x-request-id": ...}, media_type=...)`` sends
     (x-request-id, content-length, content-type with a charset for text/*), without its generic
-    header handling."""
+    header handling; ``extra`` headers (the key's ``x-ratelimit-*``) follow x-request-id."""
 
-    def __init__(self, body: bytes, status: int, request_id: str, media_type: str) -> None:
+    def __init__(
+        self,
+        body: bytes,
+        status: int,
+        request_id: str,
+        media_type: str,
+        extra: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self.status_code, self.body, self.background = status, body, None
         if media_type.startswith("text/") and "charset=" not in media_type.lower():
             media_type += "; charset=utf-8"
         self.raw_headers = [(b"x-request-id", request_id.encode("latin-1"))]
+        self.raw_headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra]
         if status >= 200 and status not in (204, 304):
             self.raw_headers.append((b"content-length", str(len(body)).encode()))
         self.raw_headers.append((b"content-type", media_type.encode("latin-1")))
@@ -37,12 +46,14 @@ class WholeResponse(Response):
 class RelayResponse(StreamingResponse):
     """A stream whose client, when it leaves, cancels the sending (the relay's generator ends at its
     current await: the upstream request is closed and the lease released). A client that makes no write
-    progress for ``write_timeout_s`` (the server's flow control holds the send) is treated the same: its
-    connection is dropped and ``on_stalled`` called. While a send waits, nothing more is read from the
-    replica (gateway/upstream/http1.py stops reading past a bounded buffer)."""
+    progress for ``write_timeout_s`` (the server's flow control holds the send), or that takes less than
+    ``min_rate`` bytes a second while the stream waits for it (gateway/pipeline/pace.py), is treated the
+    same: its connection is dropped and ``on_stalled`` called with the reason. While a send waits, nothing
+    more is read from the replica (gateway/upstream/http1.py stops reading past a bounded buffer)."""
 
     write_timeout_s: float = 30.0
-    on_stalled: Callable[[], None] | None = None
+    min_rate: int = 0
+    on_stalled: Callable[[str], None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = scope.get(GONE)
@@ -65,11 +76,11 @@ class RelayResponse(StreamingResponse):
         except asyncio.CancelledError:
             if not cut or task.uncancel() > 0:  # cancelled from outside too: let that through
                 raise
-        except TimeoutError:  # no write progress: drop the client, end the stream
+        except (TimeoutError, SlowClient) as exc:  # no write progress, or too little: drop the client
             cut = True
             scope[ABORT]()
             if self.on_stalled is not None:
-                self.on_stalled()
+                self.on_stalled(self.stall_reason(exc))
         finally:
             over = True
             gone.remove_done_callback(leave)
@@ -80,13 +91,27 @@ class RelayResponse(StreamingResponse):
 
     async def relay(self, send: Send, flow: FlowControl | None) -> None:
         """Starlette's ``stream_response`` (the chunks are bytes), with each send that has to wait for
-        the client bounded by ``write_timeout_s``."""
+        the client bounded by ``write_timeout_s`` and the client's pace judged by ``min_rate``."""
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        clock = asyncio.get_running_loop().time
+        pace = ClientPace(self.write_timeout_s, self.min_rate, clock())
         async for chunk in self.body_iterator:
             message = {"type": "http.response.body", "body": chunk, "more_body": True}
+            waited = 0.0
             if flow is not None and flow.write_paused:
+                before = clock()
                 async with asyncio.timeout(self.write_timeout_s):
                     await send(message)
+                waited = clock() - before
             else:
                 await send(message)
+            pace.sent(len(chunk), waited, clock())
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def stall_reason(self, exc: BaseException) -> str:
+        if isinstance(exc, SlowClient):
+            return (
+                f"the client took {exc.rate:.0f} bytes/s while the stream waited for it (the minimum:"
+                f" {self.min_rate} bytes/s over {self.write_timeout_s:g} s): stream ended"
+            )
+        return f"the client read nothing for {self.write_timeout_s:g} s: stream ended"

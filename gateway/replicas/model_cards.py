@@ -3,8 +3,8 @@ and for an adapter its ``parent`` (the base model) and ``root`` (its path), so t
 ``/v1/models`` carries them too; an alias carries its target's.
 
 :class:`ModelCards` is the store (pure); :class:`CardFetcher` fills it, off the request path: each
-model's list is read from one routable replica when that replica changed, and again every
-``refresh_s`` (runtime adapters come and go).
+model's list is read from one routable replica that answers (those not ejected first), again when the
+replica it came from leaves or restarts, and every ``refresh_s`` (runtime adapters come and go).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class ModelCards:
 
 
 class CardFetcher:
-    """Fills :class:`ModelCards` from each model's first routable replica."""
+    """Fills :class:`ModelCards` from one answering routable replica of each model."""
 
     def __init__(
         self,
@@ -63,26 +63,37 @@ class CardFetcher:
         self.refresh_s, self.timeout_s = refresh_s, timeout_s
         self._seen: dict[str, tuple[str, str, float]] = {}
 
-    def due(self, model: str, ep: Endpoint, now: float) -> bool:
+    def due(self, model: str, routable: list[Endpoint], now: float) -> bool:
+        """Never read, read ``refresh_s`` ago, or the replica it was read from is no longer routable under
+        the same instance (it left, or restarted: a fleet change may have changed its context length)."""
         seen = self._seen.get(model)
-        return seen is None or seen[:2] != (ep.id, ep.record.instance) or now - seen[2] >= self.refresh_s
+        if seen is None or now - seen[2] >= self.refresh_s:
+            return True
+        return not any((e.id, e.record.instance) == seen[:2] for e in routable)
 
     async def tick(self) -> None:
+        """Each model that is due is read from its routable replicas in turn, those not ejected first,
+        until one answers (a replica killed but still registered does not hold the card back)."""
         now = time.monotonic()
         for pool in self.table.pools():
             routable = [e for e in pool.endpoints if e.record.routable]
-            if routable and self.due(pool.model, routable[0], now):
-                await self.fetch(pool.model, routable[0], now)
+            if not routable or not self.due(pool.model, routable, now):
+                continue
+            for ep in sorted(routable, key=lambda e: not e.available):
+                if await self.fetch(pool.model, ep, now):
+                    break
 
-    async def fetch(self, model: str, ep: Endpoint, now: float) -> None:
+    async def fetch(self, model: str, ep: Endpoint, now: float) -> bool:
+        """Learn the cards of ``ep``'s ``/v1/models``; False when it did not answer them."""
         try:
             r = await self.client.get(f"{ep.url}/v1/models", headers=self.headers(ep), timeout=self.timeout_s)
             body = r.json() if r.status_code == 200 else None
         except (httpx.HTTPError, OSError, ValueError) as exc:
             log.info("model=%s replica=%s /v1/models not read: %r", model, ep.id, exc)
-            return
+            return False
         if body is None:
             log.info("model=%s replica=%s /v1/models answered %d", model, ep.id, r.status_code)
-            return
+            return False
         self.cards.learn(body)
         self._seen[model] = (ep.id, ep.record.instance, now)
+        return True

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from contract.registry import ReplicaRecord
+from contract.registry import ReplicaRecord, ReplicaState
+from gateway.replicas.progress import Gaps, Progress
 
 
 @dataclass(eq=False, slots=True)
@@ -24,11 +25,21 @@ class Endpoint:
     failures: int = 0
     strikes: int = 0
     """Server errors answered in a row (gateway/replicas/ejection.py: a run of them ejects)."""
+    probe_failures: int = 0
+    """Health probes failed in a row (gateway/replicas/ejection.py: a run of them tells the watchers)."""
+    process_gone: bool = False
+    """The registry says this replica's process is gone: its record left, came back as a new instance,
+    or was marked failed. Nothing it took can still run there."""
     kv_tokens: int = 0
     """The replica's KV cache in tokens (``vllm:cache_config_info``), 0 until scraped."""
+    progress: Progress = field(default_factory=Progress)
+    """What its own metrics and probes say of its progress (the stall evidence: replicas/progress.py)."""
+    gaps: Gaps = field(default_factory=Gaps)
+    """Its recent gaps between tokens (the stall bound is learned from them)."""
     watchers: set[Callable[[], None]] = field(default_factory=set)
-    """Called once the replica leaves the registry or is ejected: requests that wait for its answer
-    (gateway/pipeline/migrate.py ``watch_replica``)."""
+    """Called on evidence about the work in flight there: its process is gone (:attr:`process_gone`), or
+    it failed ``lost_after_probes`` health probes in a row. Requests that wait for its answer
+    (gateway/pipeline/migrate.py ``ReplicaWatch``); one failed probe tells nobody."""
 
     @property
     def id(self) -> str:
@@ -58,9 +69,14 @@ class Endpoint:
         return self.inflight + self.others + self.waiting
 
     def gone(self) -> None:
-        """The replica left the registry or was ejected: tell every request waiting on it."""
+        """Evidence about the work in flight there (see :attr:`watchers`): tell every request waiting."""
         for watcher in list(self.watchers):
             watcher()
+
+    def ended(self) -> None:
+        """The registry says its process is gone: marked so, and every request waiting on it told."""
+        self.process_gone = True
+        self.gone()
 
     @property
     def available(self) -> bool:
@@ -119,7 +135,8 @@ class ReplicaTable:
 
     def sync(self, model: str, records: Iterable[ReplicaRecord]) -> bool:
         """Replace a model's records, keeping each surviving replica's live counters (same id and same
-        instance; a restarted replica starts afresh, its ejection forgotten). True if changed."""
+        instance; a restarted replica starts afresh, its ejection forgotten). A replica that left, came
+        back as a new instance or was marked failed has :meth:`Endpoint.ended`. True if changed."""
         pool = self._pools[model]
         old = {e.id: e for e in pool.endpoints}
         new: list[Endpoint] = []
@@ -128,12 +145,15 @@ class ReplicaTable:
             if ep is None or ep.record.instance != rec.instance:
                 ep = Endpoint(rec)  # a new start of the replica: nothing of the old one carries over
             else:
+                failed = rec.state is ReplicaState.FAILED and ep.record.state is not ReplicaState.FAILED
                 ep.record = rec
+                if failed:
+                    ep.ended()
             new.append(ep)
         changed = [e.record for e in new] != [e.record for e in pool.endpoints]
         kept = {id(e) for e in new}
         left = [e for e in pool.endpoints if id(e) not in kept]
         pool.endpoints = new
         for ep in left:
-            ep.gone()
+            ep.ended()
         return changed

@@ -1,6 +1,11 @@
 """Step 3b, stored responses: a request that names a stored response (``previous_response_id``, or the
 GET and cancel paths) is pinned to the replica that holds it; when that replica has left, the client is
-told so (404 ``response_replica_gone``) instead of getting an answer from a replica that lacks it."""
+told so (404 ``response_replica_gone``) instead of getting an answer from a replica that lacks it.
+
+The record (gateway/responses_api/affinity.py) names the owner tenant too. With API keys on it is the
+proof of ownership: a response without one (expired after ``responses_ttl_s``, or never recorded) is
+not known to anyone (404), since the replica would serve it to any tenant that names its id.
+"""
 
 from __future__ import annotations
 
@@ -23,18 +28,13 @@ def stores(names: Mapping[str, Model]) -> list[str]:
 
 
 async def locate(ctx: RequestContext, names: Mapping[str, Model], affinity: ResponseAffinity) -> None:
-    """Sets ``ctx.pinned`` (and, for GET and cancel, the model) from the response's record."""
-    if not ctx.api.stored or not ctx.response_id:
+    """A GET or cancel (before resolve): the model and ``ctx.pinned`` from the response's record."""
+    if not ctx.api.stored or not ctx.response_id or ctx.api.body != "none":
         return
     try:
-        if ctx.api.body == "none":
-            await locate_by_id(ctx, names, affinity)
-        else:
-            await locate_previous(ctx, names, affinity)
-    except REDIS_DOWN as exc:
-        if ctx.api.body == "none":
-            raise NoReadyReplica("stored responses cannot be located while Redis is unreachable") from None
-        log.warning("request_id=%s previous response not located (Redis: %s)", ctx.request_id, exc)
+        await locate_by_id(ctx, names, affinity)
+    except REDIS_DOWN:
+        raise NoReadyReplica("stored responses cannot be located while Redis is unreachable") from None
 
 
 async def locate_by_id(ctx: RequestContext, names: Mapping[str, Model], affinity: ResponseAffinity) -> None:
@@ -46,15 +46,24 @@ async def locate_by_id(ctx: RequestContext, names: Mapping[str, Model], affinity
 
 
 async def locate_previous(
-    ctx: RequestContext, names: Mapping[str, Model], affinity: ResponseAffinity
+    ctx: RequestContext, model: Model, affinity: ResponseAffinity, owners: bool
 ) -> None:
-    """A follow-up: with no record (expired, or made elsewhere), normal routing; the replica answers.
-    A response another tenant owns does not exist for this one."""
-    model = names.get(ctx.model_name)
-    record = await affinity.owned(model.name, ctx.response_id) if model is not None else None
-    if record is None:
+    """A follow-up (``previous_response_id``, after resolve: ``model`` serves it): ``ctx.pinned`` from the
+    response's record. A response another tenant owns does not exist for this one. With no record
+    (expired, or made elsewhere): with ``owners`` (keys on) nobody's, else normal routing (the replica
+    answers). Redis unreachable: with ``owners`` 503 (nothing proves the owner), else normal routing."""
+    if not ctx.api.stored or not ctx.response_id or ctx.api.body == "none":
         return
-    if record[1] != ctx.caller.tenant:
+    try:
+        record = await affinity.owned(model.name, ctx.response_id)
+    except REDIS_DOWN as exc:
+        if owners:
+            raise NoReadyReplica("stored responses cannot be located while Redis is unreachable") from None
+        log.warning("request_id=%s previous response not located (Redis: %s)", ctx.request_id, exc)
+        return
+    if record is None and not owners:
+        return
+    if record is None or record[1] != ctx.caller.tenant:
         raise ResponseNotFound(
             f"no stored response '{ctx.response_id}' is known", param="previous_response_id"
         )

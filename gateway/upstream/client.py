@@ -1,7 +1,9 @@
 """Step 6, forward: one lifespan-owned connection pool; failures sorted into retryable or final.
 
-Only what a replica refused before any work is retried (:class:`Retryable`): a connection error, a
-timeout before the request was written, a 502 or 503 (vLLM draining, overloaded or asleep). Any other
+Only what a replica refused before any work is retried (:class:`Retryable`): a connection error or a
+timeout before the request was written, a 502 or 503 (vLLM draining, overloaded or asleep). A connection
+that broke after the request was written is a :class:`Retryable` with ``written`` set, which the caller
+never sends again (the replica may have begun the generation). Any other
 5xx is :class:`Failed`: the replica took the request and its work may have run, so the error passes
 through (in the API's shape, 500) and is never retried; it counts toward the replica's run of failures.
 A timeout once the request was written raises :class:`Unanswered`: the replica may still be
@@ -25,9 +27,10 @@ REFUSED = frozenset({502, 503})
 
 
 class Retryable(Exception):
-    """The replica refused the request before any work; another replica may serve it. ``answered``: it
-    said so (a 502 or 503), which counts toward its run of failures instead of ejecting it at once.
-    ``written``: the connection broke after the request was sent (the replica may have begun it)."""
+    """The replica failed the request: with ``written`` unset, before any work (another replica may serve
+    it); ``answered``: it said so (a 502 or 503), which counts toward its run of failures instead of
+    ejecting it at once. ``written``: the connection broke after the request was sent (the replica may
+    have begun it): not sent again, the replica is ejected."""
 
     def __init__(self, error: GatewayError, answered: bool = False, written: bool = False) -> None:
         super().__init__(error.message)
@@ -71,7 +74,12 @@ def classify(exc: BaseException, url: str, written: bool = False) -> Retryable |
     if isinstance(exc, TimeoutError):
         timeout = UpstreamTimeout(f"the replica at {url} did not answer in time")
         return Unanswered(timeout) if written else Retryable(timeout)
-    return Retryable(UpstreamError(f"the replica at {url} failed: {type(exc).__name__}"), written=written)
+    if written:
+        said = f"the replica at {url} closed the connection after the request was sent ({type(exc).__name__})"
+        return Retryable(
+            UpstreamError(f"{said}; it may have begun it, so it was not sent again"), written=True
+        )
+    return Retryable(UpstreamError(f"the replica at {url} failed: {type(exc).__name__}"))
 
 
 async def open_stream(

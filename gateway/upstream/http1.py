@@ -12,6 +12,7 @@ import asyncio
 import collections
 import socket
 import ssl
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 import httptools
 
 BUFFER_HIGH = 64 * 1024  # unread body bytes past which a connection stops reading (vLLM's flow control holds)
+IDLE_S = 4.0  # idle connections reused within this (LLMGW_UPSTREAM_IDLE_S); uvicorn closes them at 5 s
 
 
 class UpstreamClosed(ConnectionError):
@@ -44,10 +46,10 @@ class _Conn(asyncio.Protocol):
     complete: bool = False
     closed: bool = False
     error: Exception | None = None
-    got_bytes: bool = False
     spoiled: bool = False
     buffered: int = 0
     paused: bool = False
+    idle_since: float = 0.0
 
     def __post_init__(self) -> None:
         self.parser = httptools.HttpResponseParser(self)
@@ -61,7 +63,6 @@ class _Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         """Feed the parser; bytes past a complete response spoil the connection (closed, never reused)."""
-        self.got_bytes = True
         if self.complete:
             self.spoiled = True
         else:
@@ -131,7 +132,7 @@ class _Conn(asyncio.Protocol):
 
     # used by Response
     def reset(self) -> None:
-        self.status, self.head_done, self.complete, self.got_bytes = 0, False, False, False
+        self.status, self.head_done, self.complete = 0, False, False
         self.headers, self.error = [], None
         self.taken()
         self.parser = httptools.HttpResponseParser(self)
@@ -212,12 +213,21 @@ class Response:
 
 
 class Origin:
-    """Idle keep-alive connections to one host:port."""
+    """Idle keep-alive connections to one host:port, each reused only within ``idle_s`` of its last
+    answer: shorter than the upstream's own keep-alive timeout (uvicorn's, vLLM's server: 5 s), so that a
+    reused connection is not closed by the upstream as the request is written."""
 
     def __init__(
-        self, host: str, port: int, max_idle: int, tls: ssl.SSLContext | None = None, connect_s: float = 2.0
+        self,
+        host: str,
+        port: int,
+        max_idle: int,
+        tls: ssl.SSLContext | None = None,
+        connect_s: float = 2.0,
+        idle_s: float = IDLE_S,
     ) -> None:
         self.host, self.port, self.max_idle, self.tls, self.connect_s = host, port, max_idle, tls, connect_s
+        self.idle_s, self.clock = idle_s, time.monotonic
         self.idle: list[_Conn] = []
         self.retired = False
         self.host_header = f"{host}:{port}".encode()
@@ -229,9 +239,16 @@ class Origin:
         return conn
 
     def _take(self) -> _Conn | None:
+        """The most recently used idle connection that is open and was idle less than ``idle_s``; those
+        idle longer are closed (all of them: the list is oldest first)."""
+        stale_before = self.clock() - self.idle_s
         while self.idle:
             conn = self.idle.pop()
-            if not conn.closed:
+            if conn.idle_since < stale_before:
+                self.idle.append(conn)
+                self.close_idle()
+                return None
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
                 return conn
         return None
 
@@ -241,6 +258,7 @@ class Origin:
             if conn.transport is not None:
                 conn.transport.close()
             return
+        conn.idle_since = self.clock()
         self.idle.append(conn)
 
     def forget(self, conn: _Conn) -> None:
@@ -250,6 +268,9 @@ class Origin:
     def close(self) -> None:
         """Close the idle connections; those still in use are closed when given back."""
         self.retired = True
+        self.close_idle()
+
+    def close_idle(self) -> None:
         for conn in self.idle:
             if conn.transport is not None:
                 conn.transport.close()
@@ -258,15 +279,8 @@ class Origin:
     def _head(
         self, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes, method: bytes = b"POST"
     ) -> bytes:
-        lines = [
-            method + b" ",
-            path,
-            b" HTTP/1.1\r\nhost: ",
-            self.host_header,
-            b"\r\ncontent-length: ",
-            str(len(body)).encode(),
-            b"\r\n",
-        ]
+        lines = [method, b" ", path, b" HTTP/1.1\r\nhost: ", self.host_header, b"\r\ncontent-length: "]
+        lines += [str(len(body)).encode(), b"\r\n"]
         for k, v in headers:
             lines += [k, b": ", v, b"\r\n"]
         lines.append(b"\r\n")
@@ -280,33 +294,16 @@ class Origin:
         sent: Sent | None = None,
         method: bytes = b"POST",
     ) -> Response:
-        """Send a POST (or ``method``) and wait for the response head. A reused connection that the
-        upstream had closed (no byte of an answer came back) is retried once on a fresh one. ``sent`` is
-        marked as soon as the request's bytes are written."""
-        sent = sent if sent is not None else Sent()
-        conn = self._take()
-        if conn is not None:
-            try:
-                return await self._send(conn, path, headers, body, sent, method)
-            except UpstreamClosed:
-                if conn.got_bytes:
-                    raise
-                sent.written = False  # the upstream had closed it: the request never reached it
-        return await self._send(await self._connect(), path, headers, body, sent, method)
-
-    async def _send(
-        self,
-        conn: _Conn,
-        path: bytes,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes,
-        sent: Sent,
-        method: bytes = b"POST",
-    ) -> Response:
+        """Send a POST (or ``method``) and wait for the response head, on an idle connection (one found
+        closed before the write is skipped) or a fresh one. ``sent`` is marked as soon as the request's
+        bytes are written: from then on the upstream may be running it, and a connection that breaks is
+        never retried here (the generation would run twice)."""
+        conn = self._take() or await self._connect()
         conn.reset()
         assert conn.transport is not None
         conn.transport.write(self._head(path, headers, body, method) + body)
-        sent.written = True
+        if sent is not None:
+            sent.written = True
         try:
             while not conn.head_done:
                 await conn.wait()
@@ -319,8 +316,10 @@ class Origin:
 class ConnectionPool:
     """One Origin per upstream; owned by the gateway's lifespan."""
 
-    def __init__(self, max_idle_per_origin: int = 256, connect_s: float = 2.0) -> None:
-        self.max_idle, self.connect_s = max_idle_per_origin, connect_s
+    def __init__(
+        self, max_idle_per_origin: int = 256, connect_s: float = 2.0, idle_s: float = IDLE_S
+    ) -> None:
+        self.max_idle, self.connect_s, self.idle_s = max_idle_per_origin, connect_s, idle_s
         self.origins: dict[str, tuple[Origin, bytes]] = {}
 
     def origin(self, url: str) -> tuple[Origin, bytes]:
@@ -334,7 +333,7 @@ class ConnectionPool:
         parsed = urlsplit(url)
         tls = ssl.create_default_context() if parsed.scheme == "https" else None
         port = parsed.port or (443 if tls else 80)
-        origin = Origin(parsed.hostname or "127.0.0.1", port, self.max_idle, tls, self.connect_s)
+        origin = Origin(parsed.hostname or "127.0.0.1", port, self.max_idle, tls, self.connect_s, self.idle_s)
         return origin, parsed.path.rstrip("/").encode()
 
     def retain(self, urls: Iterable[str]) -> list[str]:

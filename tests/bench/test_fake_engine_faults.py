@@ -1,6 +1,6 @@
 """The FAKE ENGINE's options for the fault suite (testing/fake_engine.py): every generation logged by
-request id on every API that runs the model, a prompt that closes the connection or crashes the process
-once received, ``/health`` answering late, keep-alive connections closed when idle."""
+request id on every API that runs the model, a prompt that ends the process once received, generations
+late at run time, keep-alive connections closed when idle."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def logged(log: Path, rid: str) -> bool:
 
 
 def test_prompt_faults_health_delay_and_idle_close(tmp_path: Path) -> None:
-    flags = ["--model", "m", "--enable-log-requests", "--crash-on-prompt", CRASH, "--reset-on-prompt", RESET]
+    flags = ["--model", "m", "--enable-log-requests", "--exit-on-prompt", CRASH, "--crash-on", RESET]
     proc = start_fake_engine(tmp_path, *flags)
     try:
         with httpx.Client(base_url=proc.url, timeout=5) as c:
@@ -36,24 +36,19 @@ def test_prompt_faults_health_delay_and_idle_close(tmp_path: Path) -> None:
             ]:
                 assert c.post(path, json=body, headers={"x-request-id": rid}).status_code == 200
                 assert logged(proc.log, rid)
-            # a prompt that closes the connection once the request was received (and logged)
+            # --crash-on: the connection closes once the request was received (and logged)
             body = {**CHAT, "messages": [{"role": "user", "content": RESET}]}
             with pytest.raises(httpx.RemoteProtocolError):
                 c.post("/v1/chat/completions", json=body, headers={"x-request-id": "r-reset"})
             assert logged(proc.log, "r-reset")
-            # /health late, then at once again
-            assert c.post("/fake/health-delay-ms/400").status_code == 200
-            started = time.monotonic()
-            assert c.get("/health").status_code == 200
-            assert time.monotonic() - started >= 0.4
-            c.post("/fake/health-delay-ms/0")
-            assert c.post("/fake/latency-ms/300").status_code == 200
+            # generations late (a busy replica), then at once again
+            assert c.get("/fault/latency?ms=300").status_code == 200
             started = time.monotonic()
             assert c.post("/v1/chat/completions", json=CHAT).status_code == 200
             assert time.monotonic() - started >= 0.3
-            c.post("/fake/latency-ms/0")
-            assert c.post("/fake/latency-ms/soon").status_code == 400
-            assert c.post("/fake/idle-close-ms/100").status_code == 200
+            c.get("/fault/latency?ms=0")
+            assert c.get("/fault/latency?ms=soon").status_code == 400
+            assert c.get("/fault/idle-close?ms=100").status_code == 200
         # a keep-alive connection idle past 100 ms is closed by the engine
         with socket.create_connection(("127.0.0.1", proc.port)) as s:
             s.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")

@@ -117,6 +117,23 @@ async def test_publishes_ready_with_ttl_then_drains_on_sigterm(
         client.close()
 
 
+def test_sighup_is_logged_and_ignored(tmp_path: Path, redis_url: str, engine: Proc) -> None:
+    """SIGHUP's default action would kill the sidecar (its record left to expire, no drain)."""
+    prefix = f"reg{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(redis_url)
+    proc = start_register(tmp_path, redis_url, prefix, engine)
+    try:
+        wait_until(lambda: (stored(client, prefix) or {}).get("state") == "ready", 10, "ready record")
+        proc.popen.send_signal(signal.SIGHUP)
+        log = tmp_path / "register.log"
+        wait_until(lambda: "SIGHUP ignored" in log.read_text() or proc.popen.poll() is not None, 10, "SIGHUP")
+        assert proc.popen.poll() is None and log.read_text().count("SIGHUP") == 1
+        assert (stored(client, prefix) or {}).get("state") == "ready"
+    finally:
+        proc.stop()
+        client.close()
+
+
 def test_withdraws_a_replica_that_stops_answering(tmp_path: Path, redis_url: str) -> None:
     engine = start_fake_engine(tmp_path, "--model", MODEL)
     prefix = f"reg{uuid.uuid4().hex[:8]}"

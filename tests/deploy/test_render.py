@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from contract.fleet import Fleet, load_fleet, parse_fleet
+from contract.fleet import NO_MEDIA_DOMAIN, Fleet, load_fleet, parse_fleet
 from contract.registry import ReplicaRecord
 from tools.deploy import cli
-from tools.deploy.common import NO_MEDIA_DOMAIN, REPO, container_launch, slug
+from tools.deploy.common import REPO, container_launch, slug
 from tools.deploy.compose import render_compose
 from tools.deploy.k8s import render_k8s
 from workers.replica.launch import engine_args

@@ -67,17 +67,24 @@ async def keyed_gateway(
 
 
 async def test_models_carry_vllms_max_model_len(stack: Stack) -> None:
+    """Each gateway reads the cards from the replicas in the background (gateway/replicas/model_cards.py):
+    a gateway restarted by an earlier test fills them within a tick or two, so they are polled for, with
+    a deadline, through nginx (which may answer from any gateway)."""
+    nginx = stack.config.nginx_url
     async with httpx.AsyncClient(timeout=10) as http:
-        listed = {e["id"]: e for e in (await http.get(f"{stack.config.nginx_url}/v1/models")).json()["data"]}
         auth = {"authorization": f"Bearer {stack.config.vllm_api_key}"}
         for model in stack.fleet.models:
             replica = (await ready_replicas(stack, model.name))[0]
             own = (await http.get(f"{replica.url}/v1/models", headers=auth)).json()["data"]
             vllm_len = next(e["max_model_len"] for e in own if e["id"] == model.name)
             for name in (model.name, *model.aliases):
-                assert listed[name]["max_model_len"] == vllm_len, (name, listed[name])
-                one = (await http.get(f"{stack.config.nginx_url}/v1/models/{name}")).json()
-                assert one["max_model_len"] == vllm_len
+
+                async def carried(name: str = name, vllm_len: int = vllm_len) -> bool:
+                    listed = {e["id"]: e for e in (await http.get(f"{nginx}/v1/models")).json()["data"]}
+                    one = (await http.get(f"{nginx}/v1/models/{name}")).json()
+                    return bool(listed[name].get("max_model_len") == one.get("max_model_len") == vllm_len)
+
+                await until(carried, 15, f"/v1/models carries {name}'s max_model_len {vllm_len}")
 
 
 async def vllm_tokens(http: httpx.AsyncClient, replicas: list[ReplicaRecord]) -> tuple[float, float]:

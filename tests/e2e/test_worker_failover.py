@@ -29,7 +29,7 @@ def replica_pid(port: int) -> int:
 
 
 async def ready_replicas(client: httpx.AsyncClient, stack: Stack) -> int:
-    detail = (await client.get(f"{stack.config.nginx_url}/ready")).json()
+    detail = (await client.get(stack.gateway_ready_url)).json()  # the detail: straight, not through nginx
     return int(detail["models"][MODEL]["ready_replicas"])
 
 

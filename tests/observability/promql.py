@@ -19,6 +19,9 @@ GRAFANA = REPO / "grafana"
 DASHBOARDS_DIR = GRAFANA / "dashboards"
 ALERTING_FILE = GRAFANA / "provisioning/alerting/llmgw.yml"
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
+# Dashboards name their datasource through the variable ``$datasource`` (of type prometheus, defaulting to
+# the provisioned one), so an operator's own Prometheus datasource can be picked; alert rules keep the uid.
+DASHBOARD_DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 # Panels and rules that read metrics this stack cannot produce carry this marker (panel description /
 # rule annotation `requires`): the NVIDIA DCGM exporter's GPU metrics. The live test skips exactly those.
 DCGM_MARKER = "[requires: dcgm-exporter]"

@@ -18,6 +18,7 @@ from gateway.metrics import GatewayMetrics
 from tests.observability import grafana_alerts
 from tests.observability.promql import (
     ALERTING_FILE,
+    DASHBOARD_DATASOURCE,
     DATASOURCE,
     DCGM_MARKER,
     DCGM_METRICS,
@@ -99,22 +100,33 @@ def test_every_target_has_an_expr_and_the_provisioned_datasource(name: str) -> N
             assert not panel.get("targets")
             continue
         where = f"{name} panel {panel['id']} {panel['title']!r}"
-        assert panel.get("datasource") == DATASOURCE, where
+        assert panel.get("datasource") == DASHBOARD_DATASOURCE, where
         targets = panel.get("targets", [])
         assert targets, f"{where} has no target"
         assert len({t["refId"] for t in targets}) == len(targets), where
         for target in targets:
-            assert target.get("datasource") == DATASOURCE, where
+            assert target.get("datasource") == DASHBOARD_DATASOURCE, where
             assert target.get("expr", "").strip(), f"{where} target {target.get('refId')} has no expr"
     for variable in DASHBOARDS[name].get("templating", {}).get("list", []):
         if variable.get("type") == "query":
-            assert variable.get("datasource") == DATASOURCE, variable["name"]
+            assert variable.get("datasource") == DASHBOARD_DATASOURCE, variable["name"]
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_every_dashboard_has_a_datasource_variable(name: str) -> None:
+    """``$datasource``, first, of type prometheus, defaulting to the provisioned uid: an operator's Grafana
+    with its own Prometheus datasource picks it in the dashboard instead of editing the JSON."""
+    first = DASHBOARDS[name]["templating"]["list"][0]
+    assert (first["name"], first["type"], first["query"]) == ("datasource", "datasource", "prometheus")
+    assert first["current"]["value"] == DATASOURCE["uid"]
+    text = (GRAFANA / "dashboards" / name).read_text()
+    assert f'"uid": "{DATASOURCE["uid"]}"' not in text, "a datasource uid written out instead of $datasource"
 
 
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))
 def test_template_variables_are_defined(name: str) -> None:
     d = DASHBOARDS[name]
-    defined = {v["name"] for v in d.get("templating", {}).get("list", [])}
+    defined = {v["name"] for v in d.get("templating", {}).get("list", []) if v["type"] != "datasource"}
     assert defined <= set(EXAMPLE_VALUES), "give new variables an example value in EXAMPLE_VALUES"
     texts = [expr for _, expr in queries(d)] + [p.get("title", "") for p in panels(d)]
     used = set().union(*(variables_in(t) for t in texts))
@@ -124,7 +136,7 @@ def test_template_variables_are_defined(name: str) -> None:
 
 def test_the_model_dashboard_has_its_variable() -> None:
     d = DASHBOARDS["llmgw-model.json"]
-    (variable,) = d["templating"]["list"]
+    (variable,) = [v for v in d["templating"]["list"] if v["type"] != "datasource"]
     assert variable["name"] == "model"
     assert variable_query(variable) == "label_values(llmgw_ready_replicas, model)"
     assert not variable["multi"] and not variable["includeAll"]

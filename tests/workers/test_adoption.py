@@ -5,7 +5,9 @@ publishes: a stranger on a reused pid is left alone, a silent replica is stopped
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import signal
 import sys
 import uuid
@@ -16,12 +18,16 @@ import pytest
 import redis.asyncio as aioredis
 
 from contract.fleet import parse_fleet
+from contract.fleet_file import FleetWatch
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryWriter, ReplicaState, read_registry
+from testing.fake_workers import fake_launch
 from testing.poll import until
 from testing.procs import Proc, free_port, running, spawn, start_fake_engine, wait_until
-from tests.workers.test_reconciler import OPTIONS, fleet_yaml
-from workers.life.adopt import StateFile, check_entries, entry_for, kill_group, pid_alive
+from tests.workers.test_faults import orphan_group
+from tests.workers.test_reconciler import OPTIONS, fits, fleet_yaml
+from workers.converge.loop import Reconciler
+from workers.life.adopt import StateFile, check_entries, entry_for, group_alive, kill_group, pid_alive
 from workers.life.owner import Replica, Supervisor
 from workers.replica.launch import Launch, ReplicaSpec
 
@@ -94,6 +100,132 @@ async def test_a_supervisor_killed_with_9_is_restarted_and_adopts_its_replicas(
         for e in StateFile(state).load():  # left over only when the test failed
             kill_group(e.pid, signal.SIGKILL)
         await redis.aclose()
+
+
+def members(pgid: int) -> set[int]:
+    """The live processes of a process group."""
+    found = set()
+    for p in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        with contextlib.suppress(OSError):
+            if os.getpgid(p) == pgid and pid_alive(p):
+                found.add(p)
+    return found
+
+
+def starting_entry(state: Path) -> dict[str, object] | None:
+    """The state file's entry of a replica still starting, once there is one."""
+    with contextlib.suppress(OSError, ValueError):
+        return next((e for e in json.loads(state.read_text()) if e.get("state") == "starting"), None)
+    return None
+
+
+async def test_a_supervisor_killed_while_a_replica_starts_leaves_it_recorded_and_the_next_stops_its_group(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A replica that starts for minutes (vLLM on a GPU) is in the state file from its spawn on, with its
+    process group; killed with -9 meanwhile, the supervisor leaves it and its engine core running, and
+    the next supervisor stops the whole group (no orphan) before it starts the replica anew."""
+    prefix, fleet, state = f"st{uuid.uuid4().hex[:6]}", tmp_path / "fleet.yaml", tmp_path / "state.json"
+    base = free_port()
+    fleet.write_text(fleet_yaml(base, {"a": (1, ["--start-delay-s", "600", "--engine-core"])}))
+    keys = RedisKeys(prefix)
+    redis = aioredis.Redis.from_url(redis_url)
+    first = supervisor(tmp_path, redis_url, prefix, fleet, state)
+    second: Proc | None = None
+    group: set[int] = set()
+    try:
+        entry = await until(lambda: starting_entry(state), what="the starting replica in the state file")
+        assert isinstance(entry, dict)
+        leader = int(entry["pid"])
+        assert entry["pgid"] == leader and entry["id"] == "a-0"
+        await until(lambda: len(members(leader)) == 2, what="the engine core forked")
+        group = members(leader)
+        first.kill(signal.SIGKILL)
+        assert members(leader) == group  # the replica and its engine core outlive their supervisor
+        fleet.write_text(fleet_yaml(base, {"a": (1, [])}))
+        second = supervisor(tmp_path, redis_url, prefix, fleet, state)
+        await until(lambda: not group_alive(leader), 30, "the whole group of the starting replica stopped")
+        assert "was still starting: stopping it (its whole group)" in (tmp_path / "workers.log").read_text()
+        await until(lambda: _count(ready_ids(redis, keys), 1))  # started anew, from the fleet
+        second.kill(signal.SIGTERM)
+        second = None
+        await until(lambda: json.loads(state.read_text()) == [], 30, "the state file emptied")
+    finally:
+        for p in (first, second):
+            if p is not None:
+                p.stop()
+        for pid in group:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for e in StateFile(state).load():
+            kill_group(e.pid, signal.SIGKILL)
+        await redis.aclose()
+
+
+async def test_an_entry_whose_leader_died_has_its_live_group_stopped_not_forgotten(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    leader, core = orphan_group()  # the API server is gone, its engine core (the GPU memory) lives
+    try:
+        await until(lambda: not pid_alive(leader), deadline_s=10)
+        assert pid_alive(core)
+        async with httpx.AsyncClient() as c:
+            assert await check_entries([entry_for(spec_for("a", free_port()), 0, leader, "i1")], c) == []
+        assert not pid_alive(core)  # stopped and waited for: never an orphan
+        assert "its leader is dead, its process group lives on: stopping it" in caplog.text
+    finally:
+        if pid_alive(core):
+            os.kill(core, signal.SIGKILL)
+
+
+async def test_a_replica_is_in_the_state_file_before_its_spawn_and_with_its_pid_right_after(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """No moment where a process runs that the state file does not name: before the fork an entry says
+    a spawn is under way (no pid yet), as soon as the spawn returns it carries the pid."""
+    saved: list[list[tuple[str, int]]] = []
+    redis = aioredis.Redis.from_url(redis_url)
+    keys = RedisKeys(f"sp{uuid.uuid4().hex[:6]}")
+    r = Replica(spec_for("a", free_port()), Launch([sys.executable, "-c", PAUSE, "a"]), tmp_path)
+    async with httpx.AsyncClient() as c:
+        sup = Supervisor(
+            [], RegistryWriter(redis, keys, OPTIONS.timing), c, OPTIONS,
+            on_change=lambda _: saved.append([(e.state, e.pid) for e in rec.entries()]),
+        )  # fmt: skip
+        rec = Reconciler(sup, FleetWatch(tmp_path / "fleet.yaml"), fake_launch, fits, tmp_path, 1)
+        sup.list(r)
+        try:
+            await r.process.start()
+            assert saved == [[("spawning", 0)], [("starting", r.process.pid)]]
+        finally:
+            await r.process.stop(1.0)
+    await redis.aclose()
+
+
+PAUSE = "import os, signal; os.fork(); signal.pause()"  # a leader and its child, until stopped
+
+
+async def test_an_entry_written_before_its_spawn_has_the_process_found_by_its_command_and_stopped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The supervisor died between the fork and the entry with the pid: the process is found by its
+    command line (its port, its model) and its whole group stopped."""
+    port = free_port()
+    spawned = spawn([sys.executable, "-c", PAUSE, "--port", str(port), "a"], 0, tmp_path / "p.log")
+    stranger = spawn([sys.executable, "-c", PAUSE, "--port", str(free_port()), "a"], 0, tmp_path / "x.log")
+    leader = spawned.popen.pid
+    try:
+        await until(lambda: len(members(leader)) == 2, what="the child forked")
+        group = members(leader)
+        async with httpx.AsyncClient() as c:
+            intent = entry_for(spec_for("a", port), 0, 0, "i1", "spawning")
+            assert await check_entries([intent], c) == []
+        await until(lambda: not any(pid_alive(p) for p in group), 10, "the whole group stopped")
+        assert "was being spawned" in caplog.text
+        assert len(members(stranger.popen.pid)) == 2  # another port: not ours, left alone
+    finally:
+        for p in (spawned, stranger):
+            p.kill(signal.SIGKILL)
 
 
 async def _count(ids: object, n: int) -> bool:

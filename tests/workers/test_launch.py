@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from contract.fleet import FleetError, load_fleet, parse_fleet
+from contract.fleet import NO_MEDIA_DOMAIN, FleetError, load_fleet, parse_fleet
 from testing.procs import REPO
 from workers.replica.launch import ReplicaSpec, build_launch, plan_replicas
 
@@ -107,7 +107,10 @@ def test_media_domain_allow_list_reaches_vllm_argv() -> None:
     m, n = (build_launch(s, "/w").argv for s in plan_replicas(fleet.models, fleet.defaults, 2))
     flag = m.index("--allowed-media-domains")
     assert m[flag + 1 : flag + 3] == ["images.example.com", "10.0.0.7"]
-    assert "--allowed-media-domains" not in n  # none named: the supervisor leaves vLLM's default
+    # none named: deny-all, as compose and Kubernetes render (finding 9: bare metal had no allow-list)
+    flag = n.index("--allowed-media-domains")
+    assert n[flag + 1 : flag + 2] == [NO_MEDIA_DOMAIN]
+    assert all(a.startswith("--") for a in n[flag + 2 :][:1])  # then a flag (or the end)
 
 
 @pytest.mark.parametrize(

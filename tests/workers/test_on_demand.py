@@ -241,3 +241,25 @@ async def not_asked(st: Stack) -> bool:
 def test_wake_request_is_a_gateways_ask_not_the_awoken_marker() -> None:
     assert is_wake_request("gateway-1") and is_wake_request(b"gateway-1")
     assert not is_wake_request(None) and not is_wake_request(b"awoken")
+
+
+async def test_editing_an_asleep_models_engine_arguments_parks_the_replacement_until_a_request(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The replacement of an asleep on-demand replica is listed ASLEEP, not started: nothing asked for
+    it, and only a wake goes through the room's ledger. A request then wakes it with the new arguments."""
+    models = [{"name": "od", "activation": "on_demand", "idle_timeout_s": 3600}]
+    async with on_demand_stack(tmp_path, redis_url, models) as st:
+        await until(lambda: st.published("od-0"))
+        edited = yaml.safe_load(st.fleet_file.read_text())
+        edited["models"][0]["engine"] = {"extra_args": ["--tokens", "3"]}
+        st.fleet_file.write_text(yaml.safe_dump(edited))
+        await until(lambda: st.count(st.metrics.actions, "replace", "od", "ok") == 1)
+        (new,) = st.sup.replicas
+        assert new.spec.id != "od-0" and "--tokens" in new.process.argv
+        assert new.state is ReplicaState.ASLEEP and await st.published(new.spec.id) is ReplicaState.ASLEEP
+        assert new.process.pid is None and st.count(st.metrics.wakes, "od", "ok") == 0
+        await st.ask("od")
+        await until(lambda: new.state is ReplicaState.READY)
+        # the wake is counted once every replica of the model is up, just after this one's READY
+        await until(lambda: st.count(st.metrics.wakes, "od", "ok") == 1)

@@ -286,7 +286,10 @@ async def test_sequential_start_waits_for_free_memory(
         await until(lambda: a.state is ReplicaState.READY and b.state is ReplicaState.READY)
         await sup.drain()
         await task
-    order = [(rid, state) for rid, state, _ in events[:4]]
+    # on_change also fires at each spawn (the state file records the process before and after it):
+    # the order of states is what counts here, so repeats of a replica's state fold into one.
+    moves = [(rid, state) for rid, state, _ in events]
+    order = [m for i, m in enumerate(moves) if i == 0 or m != moves[i - 1]][:4]
     assert order == [
         ("fake-0", ReplicaState.STARTING),
         ("fake-0", ReplicaState.READY),

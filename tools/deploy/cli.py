@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from contract.build_info import add_version_flag
 from contract.fleet import FleetError
 from contract.fleet_file import read_fleet
 from tools.deploy.common import REPO, GpuSizing
@@ -28,6 +29,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="llmgw-render",
         description="Render Kubernetes manifests and compose services from the fleet file.",
     )
+    add_version_flag(p)
     p.add_argument("target", choices=TARGETS)
     p.add_argument("--fleet", type=Path, default=REPO / "fleet.yaml", help="fleet YAML file")
     p.add_argument("--k8s-out", type=Path, default=REPO / "deploy" / "k8s", help="the kustomize base")

@@ -38,11 +38,6 @@ HOST_ONLY_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND"})
 # Deployments let in-flight generations run longer than the embedded stack (30 s): streams of minutes.
 DEPLOY_TIMING = RegistryTiming(drain_grace_s=120.0)
 
-# The media-domain allow-list of a rendered vLLM container whose model names none: a host under the
-# reserved .invalid top-level domain (RFC 6761), which never resolves, so vLLM refuses every media URL
-# (its egress policy would block the fetch anyway); an empty list would make vLLM allow every host.
-NO_MEDIA_DOMAIN = "no-media.invalid"
-
 HEALTH_SCRIPT = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)"
 
 
@@ -89,11 +84,8 @@ class GpuSizing:
 
 
 def container_launch(model: Model, gpu_memory_utilization: float | None) -> ContainerLaunch:
-    """build_launch's command line for one GPU replica in a container listening on all interfaces; a model
-    with no media-domain allow-list gets :data:`NO_MEDIA_DOMAIN` as its only one."""
-    if not model.engine.allowed_media_domains:
-        engine = model.engine.model_copy(update={"allowed_media_domains": [NO_MEDIA_DOMAIN]})
-        model = model.model_copy(update={"engine": engine})
+    """build_launch's command line for one GPU replica in a container listening on all interfaces (a
+    model with no media-domain allow-list gets build_launch's deny-all, ``NO_MEDIA_DOMAIN``)."""
     devices = tuple(range(model.engine.tensor_parallel_size))
     spec = ReplicaSpec(model, 0, VLLM_PORT, devices, "0.0.0.0", "gpu", gpu_memory_utilization)
     # No sleep mode in a container: the orchestrator scales an on-demand model to zero (KEDA) and no

@@ -2,7 +2,10 @@
 
 Each model the fleet supervises gets a Deployment (a vLLM container with build_launch's command line, a
 registration sidecar, GPUs, /dev/shm, the shared model volume, probes sized for model load and a preStop
-drain), a PodDisruptionBudget and a KEDA ScaledObject that scales it on the gateways' queue depth.
+drain), a PodDisruptionBudget and a KEDA ScaledObject that scales it on its demand (queued + in flight over
+every gateway): by default KEDA's ``external-push`` trigger to ``llmgw-scaler`` (``scaler.yaml``: it pushes
+"active" the moment a request waits for a model at zero), or a Prometheus query (``trigger="prometheus"``);
+its minimum and maximum come from the model's scaling rule (:mod:`contract.scaling`).
 Models served elsewhere (``endpoints``) need no manifest: the gateway routes to their URLs.
 
 Secure by default: vLLM runs with an API key and the sidecar reaches Redis with its password, both from
@@ -17,12 +20,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from contract.drain import drain_argv
 from contract.fleet import Fleet, Model
 from contract.kv_feed import KvEndpoints
 from contract.registry import RegistryTiming
+from contract.scaling import scaling_rule
 from contract.vllm_probe import API_KEY_ENV
 from tools.deploy.common import (
     ALERT_RULES,
@@ -64,7 +68,9 @@ class K8sOptions:
     drain: RegistryTiming = DEPLOY_TIMING  # in-flight generations may finish within drain.drain_grace_s
     sizing: GpuSizing = field(default_factory=GpuSizing)  # for budgets left `auto`
     shutdown_s: int = 30  # vLLM's own exit after SIGTERM
-    scale_factor: int = 4  # maxReplicaCount = replicas × this (at most 64)
+    scale_factor: int = 4  # a model without a scaling rule: maxReplicaCount = replicas × this (at most 64)
+    trigger: Literal["external-push", "prometheus"] = "external-push"
+    scaler_port: int = 9090
     cpu_per_gpu: int = 4
     memory_per_gpu_gib: int = 24
     shm_per_gpu_gib: int = 2
@@ -73,6 +79,11 @@ class K8sOptions:
     @property
     def prometheus_url(self) -> str:
         return f"http://prometheus.{self.namespace}.svc:9090"
+
+    @property
+    def scaler_address(self) -> str:
+        """llmgw-scaler's Service, as KEDA's operator (in its own namespace) reaches it."""
+        return f"llmgw-scaler.{self.namespace}.svc:{self.scaler_port}"
 
     @property
     def termination_grace_s(self) -> int:
@@ -270,35 +281,53 @@ def demand_query(model: Model) -> str:
     return f"({inflight}) + ({queued})"
 
 
-def scaled_object(model: Model, o: K8sOptions) -> Obj:
-    pods = {"type": "Pods", "value": 1}
-    behavior = {
-        "scaleUp": {"stabilizationWindowSeconds": 0, "policies": [{**pods, "periodSeconds": 60}]},
-        "scaleDown": {"stabilizationWindowSeconds": 600, "policies": [{**pods, "periodSeconds": 300}]},
-    }
-    trigger = {
+def demand_trigger(model: Model, o: K8sOptions) -> Obj:
+    """The ScaledObject's trigger: llmgw-scaler's push (the default) or the Prometheus query."""
+    if o.trigger == "external-push":
+        meta = {"scalerAddress": o.scaler_address, "model": model.name}
+        return {"type": "external-push", "name": "demand", "metadata": meta}
+    return {
         "type": "prometheus",
         "name": "queue-depth",
         "metadata": {
             "serverAddress": o.prometheus_url,
             "query": demand_query(model),
             # One replica's worth of requests per replica: a queue adds replicas, an idle fleet sheds them.
-            "threshold": str(model.concurrency),
+            "threshold": str(scaling_rule(model).target_per_replica),
             "activationThreshold": "0",
         },
     }
+
+
+def replica_bounds(model: Model, o: K8sOptions) -> tuple[int, int]:
+    """(minReplicaCount, maxReplicaCount): the scaling rule's; without one, ``replicas`` up to
+    ``replicas × scale_factor`` (what the cluster did before rules existed)."""
+    rule = scaling_rule(model)
+    if model.scaling is None:
+        return rule.min_replicas, min(64, max(1, model.replicas) * o.scale_factor)
+    return rule.min_replicas, rule.max_replicas
+
+
+def scaled_object(model: Model, o: K8sOptions) -> Obj:
+    pods = {"type": "Pods", "value": 1}
+    delay = math.ceil(scaling_rule(model).scale_down_delay_s)
+    behavior = {
+        "scaleUp": {"stabilizationWindowSeconds": 0, "policies": [{**pods, "periodSeconds": 60}]},
+        "scaleDown": {"stabilizationWindowSeconds": delay, "policies": [{**pods, "periodSeconds": 300}]},
+    }
+    low, high = replica_bounds(model, o)
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
         "metadata": metadata(model),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": workload_name(model)},
-            "minReplicaCount": model.replicas,
-            "maxReplicaCount": min(64, max(1, model.replicas) * o.scale_factor),
+            "minReplicaCount": low,
+            "maxReplicaCount": high,
             "pollingInterval": 15,
-            "cooldownPeriod": 900,
+            "cooldownPeriod": delay,  # the last replica's delay before zero (minReplicaCount 0 only)
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior}},
-            "triggers": [trigger],
+            "triggers": [demand_trigger(model, o)],
         },
     }
 
@@ -330,6 +359,7 @@ GATEWAY_PODS = {"app.kubernetes.io/name": "llmgw-gateway"}
 PROMETHEUS_PODS = {"app.kubernetes.io/name": "prometheus"}
 MODEL_PODS = {"app.kubernetes.io/name": "vllm"}
 SUPERVISOR_PODS = {"app.kubernetes.io/name": "llmgw-workers"}
+SCALER_PODS = {"app.kubernetes.io/name": "llmgw-scaler"}
 STATE_REDIS_PODS = {"app.kubernetes.io/name": "redis"}
 KEY_STORE_PODS = {"app.kubernetes.io/name": "redis-keys"}
 REDIS_PORT = 6379
@@ -381,7 +411,7 @@ def network_policies() -> list[Obj]:
     filters), and out to DNS and the state Redis only; the state Redis: gateways, sidecars, a supervisor;
     the key store: the gateways only."""
     vllm_ports = [VLLM_PORT, REGISTER_METRICS_PORT]
-    state_clients = [GATEWAY_PODS, MODEL_PODS, SUPERVISOR_PODS]
+    state_clients = [GATEWAY_PODS, MODEL_PODS, SUPERVISOR_PODS, SCALER_PODS]
     return [
         ingress_policy("vllm", MODEL_PODS, [GATEWAY_PODS, PROMETHEUS_PODS], vllm_ports),
         ingress_policy("redis", STATE_REDIS_PODS, state_clients, [REDIS_PORT]),

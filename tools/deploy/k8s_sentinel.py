@@ -20,6 +20,7 @@ from tools.deploy.k8s import (
     GATEWAY_PODS,
     MODEL_PODS,
     REDIS_PORT,
+    SCALER_PODS,
     STATE_REDIS_PODS,
     SUPERVISOR_PODS,
     K8sOptions,
@@ -131,7 +132,7 @@ def egress_to(pods: dict[str, str], port: int) -> Obj:
 def policies() -> list[Obj]:
     """Additions to the base's policies (they add up): the data nodes and the Sentinels reach each other,
     the state Redis' clients reach the replica and the Sentinels, the model pods may open both."""
-    clients = [GATEWAY_PODS, MODEL_PODS, SUPERVISOR_PODS]
+    clients = [GATEWAY_PODS, MODEL_PODS, SUPERVISOR_PODS, SCALER_PODS]
     data = [STATE_REDIS_PODS, REPLICA_PODS, SENTINEL_PODS]
     egress = {
         "apiVersion": "networking.k8s.io/v1",
@@ -152,7 +153,8 @@ def policies() -> list[Obj]:
 
 
 def patches(fleet: Fleet, o: K8sOptions) -> list[Obj]:
-    """Strategic-merge patches: the master's flags, the gateways' URL, each model sidecar's arguments."""
+    """Strategic-merge patches: the master's flags, the gateways' and the scaler's URL, each model
+    sidecar's arguments."""
     ha = replace(o, redis_url=url())
     master = redis_container("redis", data_args("redis", None), REDIS_PORT, o)
     password = secret_env("REDIS_PASSWORD", "redis-password", o)  # listed first: the URL expands it
@@ -162,6 +164,9 @@ def patches(fleet: Fleet, o: K8sOptions) -> list[Obj]:
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "gateway"},
          "spec": {"template": {"spec": {"containers": [
              {"name": "gateway", "env": [password, {"name": "LLMGW_REDIS_URL", "value": url()}]}]}}}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "llmgw-scaler"},
+         "spec": {"template": {"spec": {"containers": [
+             {"name": "scaler", "env": [password, {"name": "LLMGW_REDIS_URL", "value": url()}]}]}}}},
     ]  # fmt: skip
     for m in fleet.models:
         if m.managed:

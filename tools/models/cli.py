@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from contract.build_info import add_version_flag
 from tools.models.packages import PrepareError, get_spec, known_packages
 from tools.models.prepare import check_prepared, prepare
 from workers.replica.weights import default_models_dir, prepared_path
@@ -22,6 +23,7 @@ def _parser() -> argparse.ArgumentParser:
         "GGUF files are converted to safetensors, Hugging Face folders copied; checksums are recorded in "
         "<folder>/.prepared.json and checked on every run.",
     )
+    add_version_flag(parser)
     parser.add_argument(
         "packages", nargs="*", metavar="PACKAGE", help=f"default: all of {', '.join(known_packages())}"
     )

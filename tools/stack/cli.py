@@ -11,13 +11,13 @@ import sys
 import time
 from pathlib import Path
 
+from contract.build_info import add_version_flag
 from contract.fleet import FleetError
+from contract.logs import configure_logging
 from contract.supervision import EXIT_TASK_DIED, TaskGroup
 from tools.stack.keeper import KeepPolicy, keep
 from tools.stack.redis_topology import KINDS
 from tools.stack.stack import REPO, Stack, StackConfig
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -25,6 +25,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="llmgw-stack",
         description="Run Redis, the vLLM workers, gateway replicas, nginx and Prometheus on this machine.",
     )
+    add_version_flag(p)
     p.add_argument("--fleet", type=Path, default=REPO / "fleet.yaml", help="fleet YAML file")
     p.add_argument("--run-dir", type=Path, default=REPO / ".run", help="logs, pid files and data")
     p.add_argument("--port", type=int, default=8080, help="nginx port (the public endpoint)")
@@ -101,7 +102,7 @@ async def run(config: StackConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
+    configure_logging(logging.INFO)  # text, or JSON lines with LLMGW_LOG_FORMAT=json
     ports = tuple(args.gateway_port + i for i in range(args.gateways))
     config = StackConfig(
         fleet_file=args.fleet.resolve(),
@@ -114,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         keys_redis_port=args.keys_redis_port,
         supervisor_metrics_port=args.supervisor_port,
     )
+    taken = config.ports_in_use()
+    if taken:
+        for line in taken:
+            print(f"llmgw-stack: {line} (make run STACK_ARGS='...')", file=sys.stderr)
+        return 2
     try:
         return asyncio.run(run(config))
     except FleetError as exc:

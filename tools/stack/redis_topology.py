@@ -20,7 +20,7 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,6 +111,27 @@ class Topology:
     def node(self, port: int) -> Node:
         return next(n for n in self.nodes if n.port == port)
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Every live node frozen (SIGSTOP to its group) while the block runs, then continued (SIGCONT):
+        a whole-topology outage whose connections stay open, the way a stalled host looks."""
+        live = [n for n in self.nodes if n.popen.poll() is None]
+        for n in live:
+            os.killpg(n.popen.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for n in live:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(n.popen.pid, signal.SIGCONT)
+
+    def settled(self) -> bool:
+        """Every live node answers (a cluster's: with ``cluster_state:ok``)."""
+        live = [n for n in self.nodes if n.popen.poll() is None]
+        if self.kind != "cluster":
+            return all(serving(n.port) for n in live)
+        return all("cluster_state:ok" in cli(n.port, "CLUSTER", "INFO") for n in live)
+
     def stop(self) -> None:
         """Stop every node (a dead node's group too: a child it left behind). Safe to call twice."""
         for node in self.nodes:
@@ -185,7 +206,7 @@ def start_cluster(tmp: Path, topo: Topology) -> None:
         ["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "1", "--cluster-yes"],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
-    poll(lambda: all("cluster_state:ok" in cli(n.port, "CLUSTER", "INFO") for n in nodes), 30, "cluster")
+    poll(topo.settled, 30, "cluster")
     poll(lambda: all(synced(n.port) for n in nodes), 30, "cluster replicas in sync")
 
 

@@ -19,6 +19,7 @@ from contract.fleet import Fleet
 from contract.fleet_file import read_fleet
 from contract.vllm_probe import API_KEY_ENV
 from tools.stack.keeper import KeepPolicy, keep
+from tools.stack.ports import listenable
 from tools.stack.redis import redis_server_argv
 from tools.stack.redis_topology import Topology, start
 from tools.stack.render import nginx_conf, prometheus_conf
@@ -62,6 +63,27 @@ class StackConfig:
     @property
     def nginx_url(self) -> str:
         return f"http://{self.host}:{self.nginx_port}"
+
+    def ports_in_use(self) -> list[str]:
+        """One line for each fixed port of the stack that another process on this host holds (a
+        workstation's own Redis, nginx or Prometheus): the stack runs its own processes on ports of its
+        own and never stops or borrows the host's, so it refuses to start and names the option instead
+        (a probe would otherwise find the host's service ready in place of the stack's)."""
+        wanted = [("the key store Redis", self.keys_redis_port, "--keys-redis-port")]
+        if self.redis_topology == "single":
+            wanted.append(("the state Redis", self.redis_port, "--redis-port"))
+        wanted += [(f"gateway {i}", p, "--gateway-port") for i, p in enumerate(self.gateway_ports, start=1)]
+        wanted += [
+            ("nginx", self.nginx_port, "--port"),
+            ("the supervisor", self.supervisor_metrics_port, "--supervisor-port"),
+        ]
+        if self.prometheus_port:
+            wanted.append(("Prometheus", self.prometheus_port, "--prometheus-port"))
+        return [
+            f"port {port} ({name}) is in use by another process on this host: pick another with {flag}"
+            for name, port, flag in wanted
+            if not listenable(port)
+        ]
 
 
 def tool(name: str) -> str:
@@ -163,7 +185,10 @@ class Stack:
         conf.write_text(
             nginx_conf(REPO / "deploy/nginx/nginx.conf.template", f"{c.host}:{c.nginx_port}", upstreams, run)
         )
-        argv = [tool("nginx"), "-c", str(conf), "-p", str(run), "-g", "daemon off;"]
+        # -e: the start-up error log too is the stack's (nginx opens its built-in /var/log/nginx/error.log,
+        # the host's, before it reads the configuration otherwise)
+        argv = [tool("nginx"), "-c", str(conf), "-p", str(run), "-e", str(run / "nginx-error.log")]
+        argv += ["-g", "daemon off;"]
         probe = http_probe(f"{c.nginx_url}/health")
         # A master killed -9 leaves its workers serving: SIGQUIT lets them finish their requests.
         return Service("nginx", argv, self.logs / "nginx.log", probe, quit_signal=signal.SIGQUIT)
@@ -248,6 +273,12 @@ class Stack:
     def on_demand(self) -> list[str]:
         return [m.name for m in self.fleet.models if m.on_demand and m.replicas]
 
+    @property
+    def gateway_ready_url(self) -> str:
+        """The first gateway's /ready, straight from this host: its detail (models, states) is not given
+        through nginx without the admin key (gateway/admin/auth.py's ``operator_view``)."""
+        return f"http://{self.config.host}:{self.config.gateway_ports[0]}/ready"
+
     async def wait_for_fleet(self) -> None:
         """Poll the gateway's /ready detail until every replica of every ``always`` model is ready and
         every on-demand model is published (asleep until a request wakes it, or awake)."""
@@ -256,7 +287,7 @@ class Stack:
         async with httpx.AsyncClient(timeout=5.0) as client:
             while time.monotonic() < deadline:
                 self.check_alive()
-                detail = await ready_detail(client, f"{self.config.nginx_url}/ready")
+                detail = await ready_detail(client, self.gateway_ready_url)
                 models = detail.get("models", {})
                 have = {m: v.get("ready_replicas", 0) for m, v in models.items()}
                 states = {m: str(models.get(m, {}).get("state", "unavailable")) for m in lazy}

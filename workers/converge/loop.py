@@ -12,7 +12,9 @@ CPU, the device's on a GPU): the old one is published REPLACING (still routable)
 becomes READY, then the old one drains and stops.  When the memory is not there, the old replica drains
 and stops first (its requests wait in the gateways' queues) and the log says so.  A replacement that
 fails to start is reported (FAILED, the ``failed`` outcome) and the old replica keeps serving; in the
-stop-first order the old configuration is started again on its port.
+stop-first order the old configuration is started again on its port. An asleep on-demand replica is not
+started anew by a replace: its replacement is listed ASLEEP in its place (the activator starts it when a
+request asks, through the room's ledger).
 """
 
 from __future__ import annotations
@@ -138,12 +140,16 @@ class Reconciler:
             self.count("adopt", spec.model.name, "ok")
 
     def entries(self) -> list[Entry]:
-        """What the state file holds: every replica with a live process."""
+        """What the state file holds: every replica with a live process, those still starting (or waking)
+        marked so, and those whose spawn is under way (no pid yet)."""
         out = []
         for r in self.sup.replicas:
             pid = r.process.pid
-            if pid is not None and r.process.alive:
-                out.append(entry_for(r.spec, r.slot, pid, r.instance))
+            if r.process.spawning:
+                out.append(entry_for(r.spec, r.slot, 0, r.instance, "spawning"))
+            elif pid is not None and r.process.alive:
+                starting = r.state in (ReplicaState.STARTING, ReplicaState.WAKING)
+                out.append(entry_for(r.spec, r.slot, pid, r.instance, "starting" if starting else "running"))
         return out
 
     def running(self) -> list[Running]:
@@ -266,6 +272,10 @@ class Reconciler:
 
     async def replace(self, a: Replace) -> None:
         old, new = self.replica(a.replica), a.spec
+        if new.model.on_demand and old.state is ReplicaState.ASLEEP:
+            await self.replace_parked(old, a)
+            self.count("replace", new.model.name, "ok")
+            return
         room = await self.headroom(new)
         serving = old.process.alive and old.state is ReplicaState.READY
         order = "beside" if room.fits or not serving else "stop-first"
@@ -277,6 +287,18 @@ class Reconciler:
         self.count("replace", new.model.name, "ok" if ok else "failed")
         if not ok:
             self.refused.add(Refusal(old.spec.id, fingerprint(new.model)))
+
+    async def replace_parked(self, old: Replica, a: Replace) -> None:
+        """An asleep on-demand replica is withdrawn and its replacement listed ASLEEP in its place, not
+        started: nothing asked for it, and a start of an on-demand model is the activator's wake, which
+        makes room through the device's ledger first."""
+        log.info(
+            "reconcile action=replace replica=%s -> %s port %d -> %d order=parked (asleep: the new one "
+            "starts when a request wakes it) reason=%s", old.spec.id, a.spec.id, old.spec.port, a.spec.port,
+            a.reason,
+        )  # fmt: skip
+        await self.retire(old)
+        await self.sup.park(self.new_replica(a.spec, a.slot))
 
     async def replace_beside(self, old: Replica, a: Replace) -> bool:
         """New one ready first (the old one REPLACING, still routable), then the old one drains."""

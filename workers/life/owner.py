@@ -32,6 +32,7 @@ from contract.kv_feeds import FeedTarget, KvFeeds
 from contract.registry import ROUTABLE, RegistryWriter, ReplicaState, new_instance_id
 from contract.replica_metrics import SupervisorMetrics
 from contract.replica_states import check_move
+from contract.supervision import every
 from workers.host.gpu import MemoryProbe, nvidia_smi_probe
 from workers.life.adopt import AdoptedProcess
 from workers.life.process import StartFailed
@@ -107,6 +108,8 @@ class Supervisor:
         return self.stopping.is_set() or r.retired
 
     def list(self, r: Replica) -> None:
+        """Own ``r``: every process spawned for it is told to the observers (the state file) at once."""
+        r.process.spawned = lambda: self.on_change(r)
         if r not in self._replicas:
             self._replicas.append(r)
 
@@ -210,10 +213,10 @@ class Supervisor:
         return False
 
     async def sleep(self, r: Replica, put_to_sleep: Step, announce: Step) -> bool:
-        """Drain ``r`` (DRAINING, announced), ``put_to_sleep`` it, publish ASLEEP (announced). False
-        when it was retired meanwhile."""
+        """Drain ``r`` (DRAINING, announced), ``put_to_sleep`` it, publish ASLEEP (announced). False,
+        doing nothing, when it was retired meanwhile or is asleep already (a second sleep: no drain)."""
         async with r.lock:
-            if r.retired:
+            if r.retired or r.state is ReplicaState.ASLEEP:
                 return False
             await self.unwatch(r)
             await self.drain_one(r, announce)
@@ -275,13 +278,16 @@ class Supervisor:
             await self.kv_feeds.aclose()
 
     async def follow_kv_events(self, feeds: KvFeeds, every_s: float = 0.25) -> None:
-        """Keep one KV-event feed per running start of an exact replica; publish each one's mode."""
-        while not self.stopping.is_set():
+        """Keep one KV-event feed per running start of an exact replica; publish each one's mode (a
+        supervised loop: :func:`contract.supervision.every`)."""
+
+        async def step() -> None:
             feeds.sync([t for r in self._replicas if (t := kv_target(r)) is not None])
             for r in self._replicas:
                 r.kv_index = feeds.mode(r.spec.id)
             feeds.show(self.metrics)
-            await asyncio.sleep(every_s)
+
+        await every("kv_feeds", every_s, step, self.stopping, self.metrics.failed)
 
     async def drain(self) -> None:
         """Shutdown: every live replica drains (within the grace period, all together), then all stop."""

@@ -146,6 +146,12 @@ class ReplicaProcess(ManagedProcess):
     def __init__(self, launch: Launch, log_file: Path) -> None:
         super().__init__(launch.argv, launch.env, log_file)
         self._launch = launch
+        self.spawned: Callable[[], None] = lambda: None
+        """Called just before each spawn (:attr:`spawning` set: no pid yet) and as soon as it returns
+        (with the pid), nothing else awaited in between: its owner records it in the state file, so a
+        process never runs that the file does not name."""
+        self.spawning = False
+        """True while a spawn is under way (the fork may have happened; its pid is not known yet)."""
 
     @property
     def launch(self) -> Launch:
@@ -154,6 +160,16 @@ class ReplicaProcess(ManagedProcess):
     @launch.setter
     def launch(self, launch: Launch) -> None:
         self._launch, self.argv, self.env = launch, launch.argv, launch.env
+
+    async def start(self) -> None:
+        """Tell its owner a spawn is under way (:attr:`spawned`), spawn it, tell the owner its pid."""
+        self.spawning = True
+        self.spawned()
+        try:
+            await super().start()
+        finally:
+            self.spawning = False
+        self.spawned()
 
     async def wait_until_listed(
         self, url: str, served: str, deadline_s: float, client: httpx.AsyncClient

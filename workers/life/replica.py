@@ -31,10 +31,16 @@ class RestartBackoff:
     give_up_after: int = 10
 
     def delay(self, consecutive: int) -> float:
+        """The wait before the ``consecutive``-th restart in a row (the one back-off, :class:`Backoff`)."""
         return Backoff(self.base_s, self.max_s).delay(consecutive)
 
     def consecutive_after(self, consecutive: int, ran_s: float) -> int:
+        """The count once the replica died (or a restart failed: ``ran_s`` 0) after running ``ran_s``."""
         return 1 if ran_s >= self.healthy_after_s else consecutive + 1
+
+    def gives_up(self, consecutive: int) -> bool:
+        """True once the ``consecutive``-th restart in a row is past ``give_up_after``: left FAILED."""
+        return consecutive > self.give_up_after
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,8 @@ class Restarts:
         self.policy, self.move, self.start, self.ended, self.metrics = policy, move, start, ended, metrics
 
     async def watch(self, r: Replica) -> None:
-        """Wait for the process to die, then restart it (see the module doc)."""
+        """Wait for the process to die, then restart it (see the module doc). The count of restarts in a
+        row, its reset, the delays and the give-up are the policy's one rule (:class:`RestartBackoff`)."""
         policy = self.policy
         consecutive = 0
         while not self.ended(r):
@@ -39,24 +40,23 @@ class Restarts:
             if self.ended(r):
                 return
             ran = time.monotonic() - r.started_at
-            if ran >= policy.healthy_after_s:
-                consecutive = 0
+            consecutive = policy.consecutive_after(consecutive, ran)
             log.warning("replica=%s died (exit %s) after %.0f s", r.spec.id, r.process.returncode(), ran)
-            while True:
-                consecutive += 1
-                if consecutive > policy.give_up_after:
-                    log.error(
-                        "replica=%s gave up after %d consecutive failed restarts: left failed",
-                        r.spec.id, consecutive - 1,
-                    )  # fmt: skip
-                    self.metrics.actions.labels("restart", r.spec.model.name, "gave_up").inc()
-                    why = f"it died and {consecutive - 1} restarts in a row failed"
-                    await self.move(r, ReplicaState.FAILED, why)
-                    return
+            while not policy.gives_up(consecutive):
                 if await self.restart(r, policy.delay(consecutive)):
                     break
                 if self.ended(r):
                     return
+                consecutive = policy.consecutive_after(consecutive, 0.0)  # a failed start ran for no time
+            else:
+                log.error(
+                    "replica=%s gave up after %d consecutive failed restarts: left failed",
+                    r.spec.id, consecutive - 1,
+                )  # fmt: skip
+                self.metrics.actions.labels("restart", r.spec.model.name, "gave_up").inc()
+                why = f"it died and {consecutive - 1} restarts in a row failed"
+                await self.move(r, ReplicaState.FAILED, why)
+                return
 
     async def restart(self, r: Replica, delay: float) -> bool:
         """One restart after ``delay``; True when the replica is ready again."""

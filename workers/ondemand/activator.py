@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import httpx
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from contract.fleet import Fleet, Model
 from contract.redis_keys import RedisKeys
+from contract.redis_url import REDIS_DOWN
 from contract.registry import ROUTABLE, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
 from contract.supervision import guarded
@@ -47,7 +47,6 @@ from workers.ondemand.sleepers.vllm_sleep import VllmSleep
 from workers.ondemand.sleeping import SleepChoice, model_of
 
 log = logging.getLogger("llmgw.ondemand")
-REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +128,7 @@ class Activator:
             while not (self.sup.stopping.is_set() or self.closing.is_set()):
                 try:
                     await guarded("tick", self.tick(), self.failed)
-                except REDIS_ERRORS as exc:
+                except REDIS_DOWN as exc:
                     log.warning("on-demand tick skipped: redis unreachable (%s)", exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.closing.wait(), self.options.tick_s)
@@ -210,7 +209,7 @@ class Activator:
         self.metrics.wake_seconds.labels(model).observe(took)
         if not ok:
             self.retry_at[model] = time.monotonic() + self.options.retry_wake_s
-            with contextlib.suppress(*REDIS_ERRORS):
+            with contextlib.suppress(*REDIS_DOWN):
                 await self.redis.delete(self.keys.wake_request(model))  # the next request asks again
             log.error("model=%s wake failed after %.2f s; next attempt on demand in %.0f s or more",
                       model, took, self.options.retry_wake_s)  # fmt: skip
@@ -219,7 +218,7 @@ class Activator:
         await self.announce(model)
         try:  # a gateway that has not heard yet would ask again: the marker makes its SET NX fail
             await self.redis.set(self.keys.wake_request(model), AWOKEN, px=AWOKEN_MS)
-        except REDIS_ERRORS as exc:
+        except REDIS_DOWN as exc:
             log.warning("model=%s wake request not cleared (%s): it expires by itself", model, exc)
         log.info("model=%s awake in %.2f s (%s)", model, took, why)
         for r in replicas:  # measured once the gateways were told: off the waiting requests' path

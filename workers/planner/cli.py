@@ -7,12 +7,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from contract.build_info import add_version_flag
 from contract.fleet import FleetError
 from contract.fleet_file import read_fleet
 from workers.planner import memory as mem
 from workers.planner.model_shape import make_config_loader
 from workers.planner.plan import DEFAULT_TARGET, plan_fleet
 from workers.planner.report import render
+from workers.planner.scaling import at_maximum
 
 H200_BYTES = 143_771 * mem.MIB
 """What an H200 reports as total memory (140.4 GiB)."""
@@ -25,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         "printing the arithmetic (weights, KV per token, in-budget other, reserve). "
         "Exit 1 if it does not fit.",
     )
+    add_version_flag(p)
     p.add_argument("--fleet", type=Path, required=True, help="the fleet YAML file")
     p.add_argument(
         "--gpu-memory-gib", type=float, action="append", metavar="GIB",
@@ -79,11 +82,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if fleet.defaults.device == "cpu":
         print("note: the fleet's defaults.device is cpu; this plans it as if it ran on the GPUs given.\n")
     loader = make_config_loader(args.models_dir, args.config_dir)
-    plan = plan_fleet(
-        fleet, devices, loader, target=args.target, reserve_bytes=round(args.reserve_gib * mem.GIB)
-    )
+    reserve = round(args.reserve_gib * mem.GIB)
+    plan = plan_fleet(fleet, devices, loader, target=args.target, reserve_bytes=reserve)
     print(render(plan))
-    return 0 if plan.fits else 1
+    grown = at_maximum(fleet)
+    if grown is None:
+        return 0 if plan.fits else 1
+    top = plan_fleet(grown, devices, loader, target=args.target, reserve_bytes=reserve)
+    print("\nAt every model's scaling.max_replicas (what the scaling rules may start):\n")
+    print(render(top))
+    return 0 if plan.fits and top.fits else 1
 
 
 if __name__ == "__main__":

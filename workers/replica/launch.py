@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contract.fleet import Defaults, Model
+from contract.fleet import NO_MEDIA_DOMAIN, Defaults, Model
 from contract.kv_feed import KvEndpoints
 from workers.replica.placement import place_replicas
 
@@ -57,7 +57,8 @@ class Launch:
 
 def engine_args(model: Model) -> list[str]:
     """vLLM's flags from the fleet file's engine section; ``/tokenizer_info`` is always on (read-only: the
-    gateway forwards it, lm-eval's remote tokenizer reads it)."""
+    gateway forwards it, lm-eval's remote tokenizer reads it), and so is a media-domain allow-list (the
+    fleet's, else deny-all: :data:`~contract.fleet.NO_MEDIA_DOMAIN`)."""
     e = model.engine
     args = ["--dtype", e.dtype, "--tensor-parallel-size", str(e.tensor_parallel_size)]
     args.append("--enable-tokenizer-info-endpoint")
@@ -81,8 +82,7 @@ def engine_args(model: Model) -> list[str]:
         args.append("--enable-lora")
     if e.lora_modules:
         args += ["--lora-modules", *(f"{k}={v}" for k, v in e.lora_modules.items())]
-    if e.allowed_media_domains:
-        args += ["--allowed-media-domains", *e.allowed_media_domains]
+    args += ["--allowed-media-domains", *(e.allowed_media_domains or [NO_MEDIA_DOMAIN])]  # none: deny-all
     return args
 
 

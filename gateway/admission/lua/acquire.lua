@@ -1,19 +1,26 @@
 -- KEYS: leases, queue, waiters, clock, alive, seq, gone
 -- ARGV: ticket, capacity, ttl_ms, tenant, priority, cost, max_queue, max_wait_ms, wake_prefix, pickup_ms,
---       presence_ms
+--       presence_ms, requeued (the cost its first queueing charged when its grant was reclaimed before it
+--       picked it up, else 0)
 -- Returns {status, depth}: 1 granted, 0 queued, -1 queue full, -2 ticket already cancelled.
 -- Idempotent for one ticket, so a retried call after a lost reply does no harm. The ticket's gateway is
--- stamped present for presence_ms if its stamp is missing or lapsed.
+-- stamped present for presence_ms if its stamp is missing or lapsed. A ticket queued again after its grant
+-- was reclaimed first gives its tenant's tag back what its first queueing charged: one request, one charge.
 local leases, queue, waiters, clock, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local seq, gone = KEYS[6], KEYS[7]
 local ticket = ARGV[1]
 local capacity, ttl_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local tenant, priority, cost = ARGV[4], tonumber(ARGV[5]), math.max(1, tonumber(ARGV[6]))
 local max_queue, max_wait_ms, wake_prefix = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
-local pickup_ms, presence_ms = tonumber(ARGV[10]), tonumber(ARGV[11])
+local pickup_ms, presence_ms, requeued = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12] or '0')
 
 if redis.call('EXISTS', gone) == 1 then
   return {-2, 0}
+end
+
+-- Once only: not when this call is a retry that finds the ticket queued or leased already.
+if requeued > 0 and not redis.call('ZSCORE', leases, ticket) and redis.call('HEXISTS', waiters, ticket) == 0 then
+  refund(clock, tenant, requeued)
 end
 
 -- The ticket's gateway stamped present if it is not (its renewing thread and its beat keep it so): a

@@ -1,7 +1,7 @@
--- One gateway's presence beat for one model: stamp itself present, drop what absent gateways left behind
+-- One gateway instance's presence beat for one model: stamp itself present, drop what absent instances left behind
 -- (their leases and their waiters, refunded), then grant what that freed.
 -- KEYS: leases, queue, waiters, clock, alive
--- ARGV: gateway, presence_ms, capacity, pickup_ms, wake_prefix
+-- ARGV: instance (a gateway process), presence_ms, capacity, pickup_ms, wake_prefix
 -- Returns {queue depth, active leases, leases and waiters dropped}.
 local leases, queue, waiters, clock, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local capacity, pickup_ms, wake_prefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]

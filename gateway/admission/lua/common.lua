@@ -6,7 +6,8 @@
 --                 15-digit arrival sequence .. ticket id, so byte order is grant order
 --   waiters HASH  ticket id -> "<deadline ms> <cost> <queue member> <tenant>"
 --   clock   HASH  "_v" -> SFQ virtual time; "t:<tenant>" -> the tenant's finish tag
---   alive   HASH  gateway id -> its presence stamp (expiry in ms); a ticket is "<gateway id>:<random>"
+--   alive   HASH  instance -> its presence stamp (expiry in ms); a ticket is "<instance>:<random>", an
+--                 instance one process of a gateway, "<gateway id>/<boot nonce>" (a restart is a new one)
 --   wake:<ticket> LIST  one element pushed when the ticket is granted (its owner BLPOPs it)
 
 local PREFIX_LEN = 34
@@ -16,7 +17,7 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The gateway a ticket belongs to (nil for a ticket written without one, by a tool or a test).
+-- The gateway instance a ticket belongs to (nil for a ticket written without one, by a tool or a test).
 local function owner_of(ticket)
   return string.match(ticket, '^(.*):[^:]*$')
 end
@@ -48,7 +49,7 @@ local function drop_waiter(queue, waiters, clock, ticket, entry)
   refund(clock, tenant, cost)
 end
 
--- Whether a ticket's gateway is present (its stamp not expired); ``seen`` caches answers per call.
+-- Whether a ticket's gateway instance is present (its stamp not expired); ``seen`` caches answers per call.
 local function owner_alive(alive, ticket, now, seen)
   local owner = owner_of(ticket)
   if not owner then

@@ -9,6 +9,7 @@ back what queueing charged it, in the same script that removes it.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -16,10 +17,12 @@ import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
-from gateway.admission.redis_queue import Acquired, Left, QueueScripts
+from gateway.admission.redis_queue import Acquired, Left, QueueScripts, RedisAdmission
 from gateway.admission.redis_wire import PipelinedRedis
+from gateway.redis_clients import blocking_client, fast_client
 from testing.poll import until
 from tests.gateway.admission.conftest import MakeAdmission
+from tests.gateway.admission.test_presence_renewal import LoopThread
 
 MODEL = "m"
 
@@ -46,7 +49,7 @@ async def test_a_killed_gateways_queue_does_not_hold_the_survivors_back(
     assert await redis.hlen(keys.waiter_meta(MODEL)) == 0  # the dead gateway's waiters were dropped
     assert await redis.zcard(keys.queue(MODEL)) == 0
     assert int(await redis.hget(keys.tenant_usage(MODEL), "t:d") or 0) == 0  # ... and refunded
-    assert await redis.hget(keys.alive(MODEL), "dead") is None
+    assert await redis.hget(keys.alive(MODEL), dead.instance) is None
     for lease, _ in leases:
         await lease.release()
 
@@ -124,3 +127,60 @@ async def test_a_cancelled_request_gives_its_tenant_its_share_back(
     await asyncio.gather(*waiters, return_exceptions=True)
     assert int(await redis.hget(keys.tenant_usage(MODEL), "t:A") or 0) == 0
     await lease.release()
+
+
+async def test_a_grant_reclaimed_at_pick_up_charges_its_tenant_once(
+    make_admission: MakeAdmission, redis_url: str, redis: aioredis.Redis, keys: RedisKeys
+) -> None:
+    """The waiter's gateway stalls past its grant's pick-up window (one renewal, 1 s here); the grant is
+    reclaimed and given to another request, and the waiter queues again when it wakes. Its tenant's
+    fair-share tag is charged once for it, not once per queueing."""
+    other = await make_admission("other", ttl_s=3.0, start=False)
+    stalled = RedisAdmission(
+        fast_client(redis_url, 2.0),
+        blocking_client(redis_url, 2.0, 8),
+        keys,
+        "stalled",
+        3.0,
+        io_timeout_s=2.0,
+    )
+    side = LoopThread()
+    try:
+        holder, _ = await other.acquire(ticket("holder", tenant="o"), 1)
+        before = await blocked_clients(redis)
+        waiter = asyncio.ensure_future(side.run(stalled.acquire(ticket("w", tenant="A", cost=10), 1)))
+
+        async def queued(n: int) -> bool:
+            return bool(await redis.zcard(keys.queue(MODEL)) == n)
+
+        async def waiting() -> bool:
+            return await blocked_clients(redis) == before + 1
+
+        await until(lambda: queued(1), 5, "the waiter queued")
+        await until(waiting, 5, "the waiter blocked on its wake list")
+        assert int(await redis.hget(keys.tenant_usage(MODEL), "t:A") or 0) == 10
+        blocked = threading.Event()
+        side.loop.call_soon_threadsafe(lambda: (blocked.set(), time.sleep(2.5)))  # the waiter's loop stalls
+        await asyncio.to_thread(blocked.wait, 5)
+        await holder.release()  # granted to the waiter, which cannot pick it up
+
+        async def grant_lapsed() -> bool:
+            leases = await redis.zrange(keys.leases(MODEL), 0, -1, withscores=True)
+            secs, micros = await redis.time()
+            return bool(leases) and all(score < secs * 1000 + micros // 1000 for _, score in leases)
+
+        await until(grant_lapsed, 5, "the waiter's grant past its pick-up window")
+        second, _ = await other.acquire(ticket("second", tenant="o"), 1)  # the slot goes on
+        await until(lambda: queued(1), 5, "the waiter queued again once its loop went on")
+        await second.release()
+        lease, _ = await asyncio.wait_for(waiter, 10)
+        assert int(await redis.hget(keys.tenant_usage(MODEL), "t:A") or 0) == 10  # charged once, not twice
+        await side.run(lease.release())
+    finally:
+        await side.run(stalled.stop())
+        side.close()
+
+
+async def blocked_clients(redis: aioredis.Redis) -> int:
+    """Connections blocked in BLPOP on the server now."""
+    return int((await redis.info("clients"))["blocked_clients"])

@@ -95,7 +95,7 @@ async def leases_of(url: str, keys: RedisKeys, owner: str) -> int:
         members = await client.zrange(keys.leases(MODEL), 0, -1)
     finally:
         await client.aclose()
-    return sum(1 for m in members if m.decode().startswith(f"{owner}:"))
+    return sum(1 for m in members if m.decode().startswith(f"{owner}/"))  # "<gateway id>/<nonce>:<token>"
 
 
 async def test_a_stalled_event_loop_keeps_its_leases(

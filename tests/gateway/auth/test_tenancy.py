@@ -9,7 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis.asyncio as aioredis
 
+from contract.redis_keys import RedisKeys
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.procs import Proc, start_fake_engine
@@ -79,3 +81,27 @@ async def test_a_stored_response_is_its_tenants_alone(
     assert chained.status_code == 404 and chained.json()["error"]["code"] == "response_not_found"
     own = await http.post(f"{gateway}/v1/responses", json=follow, headers=alice)
     assert own.status_code == 200, own.text
+
+
+async def test_a_stored_response_stays_its_tenants_after_its_record_expired(
+    gateway: str, http: httpx.AsyncClient, store: KeyStore, redis: aioredis.Redis, keys: RedisKeys
+) -> None:
+    """Finding 10: once the affinity record expired (``responses_ttl_s``), a ``previous_response_id``
+    went to normal routing and reached the replica holding the response, for any tenant. With keys on,
+    the record is the proof of ownership: without it the response is not known to anyone."""
+    alice, bob = await key_for(store, "alice"), await key_for(store, "bob")
+    created = await http.post(
+        f"{gateway}/v1/responses", json={"model": MODEL, "input": "hi", "store": True}, headers=alice
+    )
+    assert created.status_code == 200, created.text
+    rid = created.json()["id"]
+    assert await redis.delete(keys.response(MODEL, rid)) == 1  # the record expired
+    follow = {"model": MODEL, "input": "more", "previous_response_id": rid}
+    for who in (bob, alice):  # the owner too: nothing proves it is hers any more
+        chained = await http.post(f"{gateway}/v1/responses", json=follow, headers=who)
+        assert chained.status_code == 404, chained.text
+        assert chained.json()["error"]["code"] == "response_not_found"
+        assert chained.json()["error"]["param"] == "previous_response_id"
+        for method, path in (("GET", f"/v1/responses/{rid}"), ("POST", f"/v1/responses/{rid}/cancel")):
+            r = await http.request(method, f"{gateway}{path}", headers=who)
+            assert r.status_code == 404 and r.json()["error"]["code"] == "response_not_found", r.text

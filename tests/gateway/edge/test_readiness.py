@@ -58,6 +58,28 @@ async def test_every_replica_stopped_ready_stays_200_and_a_chat_gets_503_at_once
     assert 'llmgw_model_state{model="m",state="unavailable"} 1.0' in metrics
 
 
+async def test_ready_says_only_ready_to_a_caller_without_the_admin_key_unless_straight_from_loopback(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Through nginx (which sets X-Forwarded-For and X-Real-IP) an unauthenticated /ready is a bare status:
+    its models, states and Redis are for the operator, with the admin key or on this host directly."""
+    prefix = f"rd{uuid.uuid4().hex[:8]}"
+    fleet = fleet_yaml([{"name": "m", "source": {"path": "/x"}}])
+    proxied = {"x-forwarded-for": "203.0.113.9", "x-real-ip": "203.0.113.9"}
+    async with (
+        serve_gateway(tmp_path, fleet, redis_url, prefix, admin_key="adm-" + "k" * 20) as gw,
+        httpx.AsyncClient() as c,
+    ):
+        bare = await c.get(f"{gw}/ready", headers=proxied)
+        wrong = await c.get(f"{gw}/ready", headers={**proxied, "authorization": "Bearer nope"})
+        admin = await c.get(f"{gw}/ready", headers={**proxied, "authorization": "Bearer adm-" + "k" * 20})
+        local = await c.get(f"{gw}/ready")
+    assert (bare.status_code, bare.json()) == (200, {"ready": True})
+    assert (wrong.status_code, wrong.json()) == (200, {"ready": True})
+    assert admin.status_code == 200 and admin.json()["models"]["m"]["state"] == "unavailable"
+    assert local.status_code == 200 and set(local.json()) > {"ready", "models", "redis"}
+
+
 def test_serving_depends_on_redis_only_where_degraded_mode_is_not_allowed() -> None:
     assert serving(redis_ok=True, degraded_ready=False)
     assert serving(redis_ok=False, degraded_ready=True)

@@ -360,22 +360,22 @@ async def test_non_streamed_request_on_a_frozen_replica_continues(
     assert r.json()["choices"][0]["text"] == UNDISTURBED
 
 
-async def test_non_streamed_request_that_cannot_move_runs_again_whole(
+async def test_non_streamed_request_that_cannot_move_is_not_run_again_when_its_connection_breaks(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
-    """logprobs cannot cross a seam: forwarded untouched, and when its replica breaks it runs again whole
-    on the other (vLLM id <id>-rerun1: a second generation, counted as such by bench/chaos.py)."""
-    body = {**CHAT, "logprobs": True}
+    """logprobs cannot cross a seam: forwarded untouched; when its replica closes the connection after
+    the request was sent (it may have begun the generation), it is not run again elsewhere (at most one
+    generation per request): a clear 502 that says not to retry."""
+    body, rid = {**CHAT, "logprobs": True}, f"whole-{uuid.uuid4().hex[:8]}"
     async with gateway(tmp_path, redis_url, [engines["die"].url, engines["good"].url]) as (gw, _):
         async with httpx.AsyncClient(timeout=30) as c:
-            r = await c.post(f"{gw}/v1/chat/completions", json=body)
+            r = await c.post(f"{gw}/v1/chat/completions", json=body, headers={"x-request-id": rid})
             sent = json.loads((await c.get(f"{engines['die'].url}/stats")).json()["last_body"])
-            again = (await c.get(f"{engines['good'].url}/stats")).json()
-            assert await metric(c, gw, 'llmgw_migrations_total{model="m",outcome="continued"} 1.0')
-    assert r.status_code == 200, r.text
-    assert sent == body and json.loads(again["last_body"]) == body  # untouched, both times
-    assert again["last_headers"]["x-request-id"].endswith("-rerun1")
-    assert r.json()["choices"][0]["message"]["content"] == UNDISTURBED
+            elsewhere = (await c.get(f"{engines['good'].url}/stats")).json()["generations"]
+    assert r.status_code == 502, r.text
+    assert r.json()["error"]["code"] == "upstream_error" and r.headers["x-should-retry"] == "false"
+    assert sent == body  # untouched
+    assert not [i for i in elsewhere if i.startswith(rid)]
 
 
 async def test_migration_off_forwards_a_non_streamed_body_untouched(

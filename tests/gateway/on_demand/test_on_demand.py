@@ -220,3 +220,28 @@ async def test_a_failed_wake_is_asked_for_again_while_requests_wait(
         r = await req
         assert r.status_code == 200, r.text
         assert metric((await c.get(f"{gw}/metrics")).text, "llmgw_wake_requests_total", "sleepy") == 2
+
+
+async def test_an_on_demand_model_with_no_record_is_a_503_within_the_unregistered_bound(
+    tmp_path: Path, redis_url: str, engine: Proc
+) -> None:
+    """Finding 6b: with no record of the model at all (the supervisor is down: its records expired), a
+    request waited the whole ``wake_timeout_s`` (300 s by default) where a failed model answers at once."""
+    async with (
+        setup(redis_url, engine) as sup,
+        serve_gateway(
+            tmp_path, fleet(wake_timeout_s=30), redis_url, prefix_of(sup), wake_unregistered_s=0.5
+        ) as gw,
+        httpx.AsyncClient(timeout=60) as c,
+    ):
+        await remove(sup.redis, sup.keys, ReplicaRecord(id="sleepy-0", model="sleepy", url=""))
+        await until(lambda: c_state(c, gw, "sleepy", "unavailable"))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+        waited = loop.time() - started
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "model_unavailable"
+        assert r.headers["x-should-retry"] == "true" and int(r.headers["retry-after"]) >= 1
+        assert 0.4 <= waited < 2.0, waited
+        assert await sup.queued() == 0  # it left the shared queue

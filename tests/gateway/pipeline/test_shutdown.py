@@ -96,6 +96,35 @@ async def test_sigterm_ends_open_requests_in_the_apis_shape(
     assert "Cancel" not in (tmp_path / "gateway.log").read_text()  # uvicorn never had to cut one
 
 
+async def test_sighup_is_logged_and_ignored_and_a_stream_in_flight_ends_whole(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    """SIGHUP's default action would kill the gateway and cut its streams without their error event
+    (a closed terminal, a keeper that forwards it): it is logged once and changes nothing."""
+    prefix = f"h{uuid.uuid4().hex[:8]}"
+    await register(redis_url, prefix, "streamed", engines["streamed"].url, "streamed-0")
+    proc = spawn_gateway(tmp_path, redis_url, prefix)
+    try:
+        async with httpx.AsyncClient(timeout=60) as c:
+            await wait_ready(c, proc.url, deadline_s=20)
+            body = {"model": "streamed", "stream": True, **ASK, "max_tokens": 10}  # 10 events: 1 s
+            async with c.stream("POST", f"{proc.url}/v1/chat/completions", json=body) as r:
+                assert r.status_code == 200
+                received = b""
+                async for chunk in r.aiter_bytes():
+                    if not received:
+                        proc.popen.send_signal(signal.SIGHUP)
+                    received += chunk
+            assert proc.popen.poll() is None
+            assert (await c.get(f"{proc.url}/health")).status_code == 200
+    finally:
+        proc.stop()
+    events = received.decode().split("\n\n")
+    assert events[-2] == "data: [DONE]" and '"error"' not in received.decode()
+    assert len(events) - 2 >= 10
+    assert (tmp_path / "gateway.log").read_text().count("SIGHUP") == 1
+
+
 async def test_open_requests_end_only_after_the_grace_and_only_those_still_open() -> None:
     ended: list[str] = []
     reqs = OpenRequests(grace_s=0.2)

@@ -31,13 +31,14 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     proc.stop()
 
 
-async def never_reading(host: str, port: int) -> socket.socket:
-    """A client that asks for a long stream (about 7 MB) and never reads a byte of it."""
+async def never_reading(host: str, port: int, max_tokens: int = 50000) -> socket.socket:
+    """A client that asks for a long stream (about 11 MB at the default) and never reads a byte of it."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.setblocking(False)
     await asyncio.get_running_loop().sock_connect(sock, (host, port))
-    body = b'{"model":"m","stream":true,"max_tokens":50000,"messages":[{"role":"user","content":"hi"}]}'
+    body = b'{"model":"m","stream":true,"max_tokens":%d,' % max_tokens
+    body += b'"messages":[{"role":"user","content":"hi"}]}'
     head = "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
     head += f"content-length: {len(body)}\r\n\r\n"
     await asyncio.get_running_loop().sock_sendall(sock, head.encode() + body)
@@ -86,3 +87,55 @@ async def test_streams_whose_clients_stop_reading_give_their_slots_back(
             for sock in readers:
                 sock.close()
     assert peak - before < 48 * MIB, f"RSS grew {(peak - before) / MIB:.0f} MiB"
+
+
+async def trickle(sock: socket.socket, every_s: float, step: int, stop: asyncio.Event) -> int:
+    """Read ``step`` bytes every ``every_s`` (enough each time for the gateway's send to go on) until the
+    gateway closes the connection or ``stop``; the bytes read."""
+    loop, total = asyncio.get_running_loop(), 0
+    while not stop.is_set():
+        got = 0
+        while got < step:
+            data = await loop.sock_recv(sock, step - got)
+            if not data:
+                return total
+            got += len(data)
+        total += got
+        await asyncio.sleep(every_s)
+    return total
+
+
+async def test_a_client_that_reads_a_little_at_a_time_is_cut_and_its_slot_given_back(
+    tmp_path: Path, redis_url: str, prefix: str, engines: list[str], http: httpx.AsyncClient
+) -> None:
+    """Finding 6c: a client that took a little before each send timed out (every 29 s at the defaults)
+    held its slot for the whole generation. Scaled to loopback's socket buffers: reading 1 MiB every
+    0.5 s (2 MB/s) lets every send go on within the 1 s write timeout, so before the minimum rate the
+    46 MB stream ran to its end at the client's pace (about 23 s); against a minimum of 4 MB/s while the
+    stream waits for it, the client is cut within a few windows, counted, and its slot is back (one slot
+    in all: the next request is served)."""
+    await register(redis_url, prefix, "m", engines[0], "m-0", concurrency=1)
+    limits = {"stream_write_timeout_s": 1.0, "stream_min_rate_bytes_s": 4_000_000, "health_interval_s": 60}
+    async with serve_gateway(tmp_path, FLEET, redis_url, prefix, **limits) as gw:
+        host, port = gw.removeprefix("http://").split(":")
+        sock = await never_reading(host, int(port), max_tokens=200_000)
+        stop = asyncio.Event()
+        reader = asyncio.ensure_future(trickle(sock, 0.5, MIB, stop))
+        try:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+
+            async def cut() -> bool:
+                return stalled((await http.get(f"{gw}/metrics")).text) == 1
+
+            await until(cut, 20.0, "the trickling reader cut")
+            assert loop.time() - started < 8.0
+            assert await asyncio.wait_for(reader, 5.0) < 40 * MIB  # the gateway closed it mid-stream
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+            r = await http.post(f"{gw}/v1/chat/completions", json=body)
+            assert r.status_code == 200, r.text
+        finally:
+            stop.set()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            sock.close()

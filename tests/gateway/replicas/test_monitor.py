@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 
-from contract.registry import ReplicaRecord
+from contract.registry import ReplicaRecord, ReplicaState
 from gateway.metrics import GatewayMetrics
 from gateway.replicas.ejection import Ejection
 from gateway.replicas.monitor import Monitor
@@ -63,3 +63,19 @@ async def test_a_replicas_cache_size_is_the_engines_own_in_both_index_modes(tmp_
     assert policy.view(exact).exact and policy.view(exact).capacity == 4 * 64  # the pending placements
     unscraped = Endpoint(ep.record)
     assert policy.view(unscraped).capacity == capacity_keys(65536, 512, 8)  # only until the first scrape
+
+
+async def test_a_draining_replica_with_requests_in_flight_is_still_scraped(tmp_path: Path) -> None:
+    """Its scrapes are the stall evidence of the streams still on it (gateway/replicas/progress.py); an
+    idle draining one is left alone."""
+    with running(start_fake_engine(tmp_path)) as engine:
+        table = ReplicaTable(["m"])
+        busy, idle = (
+            ReplicaRecord(id=i, model="m", url=engine.url, state=ReplicaState.DRAINING) for i in ("a", "b")
+        )
+        table.sync("m", [busy, idle])
+        with_work, without = table.pool("m").endpoints
+        with_work.inflight = 1
+        async with httpx.AsyncClient() as client:
+            await Monitor(client, table, Ejection(), GatewayMetrics()).load_tick()
+    assert with_work.progress.scraped_at > 0 and without.progress.scraped_at == 0

@@ -84,3 +84,16 @@ def test_device_sizes() -> None:
     assert device_sizes([80.0, 40.0], None) == {0: 80 * mem.GIB, 1: 40 * mem.GIB}
     with pytest.raises(ValueError, match="--gpus 3"):
         device_sizes([80.0, 40.0], 3)
+
+
+def test_a_scaling_maximum_the_devices_cannot_hold_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _fleet(tmp_path, 0.30)
+    path.write_text(path.read_text() + "    scaling: {min_replicas: 1, max_replicas: 2}\n")
+    rc = main(["--fleet", str(path), "--config-dir", str(CONFIGS)])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    before, _, after = out.partition("At every model's scaling.max_replicas")
+    assert "Verdict: the fleet fits." in before and "gemma-7b#1" in after
+    assert "device 0 is oversubscribed" in after
