@@ -6,6 +6,7 @@ bench/faults/checks.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 from dataclasses import dataclass, field
@@ -150,27 +151,53 @@ class Load:
 async def slow_uploads(
     url: str, n: int, deadline_s: float, chunk: int = 1024, every_s: float = 1.0
 ) -> list[Outcome]:
-    """``n`` uploads without a key, a body of 1 MiB declared and ``chunk`` bytes sent every ``every_s``: each
-    must end with an answer or a clear error (401, 408, 413) within ``deadline_s``, else it is lost."""
-
-    async def trickle() -> Any:
-        yield b'{"model": "' + CHAT.encode() + b'", "messages": [{"role": "user", "content": "'
-        while True:  # until the server answers or the deadline cancels it
-            await asyncio.sleep(every_s)
-            yield b"x" * chunk
-
-    async def post(client: httpx.AsyncClient) -> Outcome:
-        headers = {"content-type": "application/json", "content-length": str(1 << 20)}
-        r = await client.post(url + "/v1/chat/completions", content=trickle(), headers=headers)
-        return Outcome("slow-upload", False, *judge_whole(r.status_code, r.content))
+    """``n`` uploads without a key, a body of 1 MiB declared and ``chunk`` bytes sent every ``every_s``,
+    on raw sockets that read what the server answers while they send (an HTTP client that writes first
+    would miss an answer sent before the body ended): each must end with an answer or a clear error (401,
+    408, 413) within ``deadline_s``, else it is lost; a connection closed without an answer is cut."""
+    host, _, port = url.removeprefix("http://").partition(":")
 
     async def one() -> Outcome:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(deadline_s, connect=5.0)) as client:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        head = f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+        writer.write(f"{head}content-length: {1 << 20}\r\n\r\n".encode() + b'{"model": "' + CHAT.encode())
+        try:
+            return await asyncio.wait_for(trickle(reader, writer), deadline_s)
+        except TimeoutError:
+            return Outcome("slow-upload", False, LOST, f"no answer within {deadline_s:g} s")
+        finally:
+            writer.close()
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Outcome:
+        got = b""
+        while not got:
             try:
-                return await asyncio.wait_for(post(client), deadline_s)
+                got = await asyncio.wait_for(reader.read(65536), every_s)
             except TimeoutError:
-                return Outcome("slow-upload", False, LOST, f"no answer within {deadline_s:g} s")
-            except httpx.HTTPError as exc:
-                return Outcome("slow-upload", False, CUT, f"{type(exc).__name__}: {exc}")
+                with contextlib.suppress(ConnectionError):
+                    writer.write(b"x" * chunk)
+                    await writer.drain()
+                continue
+            except ConnectionError as exc:
+                return Outcome("slow-upload", False, CUT, f"{type(exc).__name__} before any answer")
+            if not got:
+                return Outcome("slow-upload", False, CUT, "closed before any answer")
+        while b"\r\n\r\n" in got and not answer_complete(got):
+            more = await reader.read(65536)
+            if not more:
+                break
+            got += more
+        status, _, body = got.partition(b"\r\n\r\n")
+        return Outcome("slow-upload", False, *judge_whole(int(status.split()[1]), body))
 
     return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
+def answer_complete(data: bytes) -> bool:
+    """A response head and as much body as its Content-Length says."""
+    head, _, body = data.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) >= int(value)
+    return True
