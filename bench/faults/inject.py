@@ -6,97 +6,21 @@ of a Redis outage, a gateway killed, extra outcomes of its own requests)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 
-from bench.faults.checks import ANSWERED, Exit, Outcome
+from bench.faults.checks import ANSWERED
+from bench.faults.ctx import DOWN_S, PAUSE_S, Ctx, freeze, prompt_request, replica_urls, set_knob
+from bench.faults.inject_redis import redis_hup, redis_kill9, redis_pause_all, sentinel_failover
 from bench.faults.stack import CRASH_PROMPT, RESET_PROMPT, registry_whole
-from bench.faults.workload import CHAT, ON_DEMAND, Load, Request, mix, send, slow_uploads, with_prompt
-from contract.redis_keys import RedisKeys
+from bench.faults.workload import ON_DEMAND, Request, mix, send, slow_uploads
 from testing.poll import until
-from tools.stack.redis_topology import SERVICE, Node, cli
 from tools.stack.stack import Stack
-from workers.life.adopt import StateFile, pid_alive
-
-PAUSE_S = 4.0  # a SIGSTOP lasts this long (past the gateways' 5 s chunk timeout only with the load's own)
-DOWN_S = 2.0  # a killed Redis or gateway stays down this long
-
-
-@dataclass
-class Strike:
-    """What a fault did, for the checkers."""
-
-    note: str = ""
-    cuts: dict[Path, int] = field(default_factory=dict)
-    exits: list[Exit] = field(default_factory=list)
-    gateway_killed: bool = False
-    outage_end: float | None = None
-    """When a Redis outage ended (monotonic): the registry must be whole within 10 s of it."""
-    outcomes: list[Outcome] = field(default_factory=list)
-    not_injected: str = ""
-
-
-@dataclass
-class Ctx:
-    stack: Stack
-    load: Load
-    strike: Strike = field(default_factory=Strike)
-
-    @property
-    def state_file(self) -> Path:
-        return self.stack.config.run_dir / "workers-state.json"
-
-    def replica_pids(self, model: str = CHAT) -> list[tuple[str, int]]:
-        return sorted(
-            (e.id, e.pid) for e in StateFile(self.state_file).load() if e.spec().model.name == model
-        )
-
-    def replica_log(self, replica_id: str) -> Path:
-        return self.stack.logs / f"{replica_id}.log"
-
-    async def dead(self, pid: int, deadline_s: float = 10.0) -> None:
-        await until(lambda: not pid_alive(pid), deadline_s, f"pid {pid} dead", interval_s=0.05)
-
-    async def kill_replica(self, replica_id: str, pid: int, sig: int = signal.SIGKILL) -> bool:
-        """Signal the replica's group; when it dies, its log is cut there (its runs ended with it)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
-        with contextlib.suppress(AssertionError):
-            await self.dead(pid, 3.0 if sig != signal.SIGKILL else 10.0)
-        if pid_alive(pid):
-            return False
-        path = self.replica_log(replica_id)
-        self.strike.cuts[path] = path.stat().st_size
-        return True
-
-    async def service_signal(self, name: str, sig: int, *, restart_after_s: float | None = None) -> str:
-        """Signal a stack service's group; if it died, note its exit, start it again (same command line,
-        same id) after ``restart_after_s`` (or at once)."""
-        svc = self.stack.service(name)
-        svc.signal_group(sig)
-        with contextlib.suppress(AssertionError):
-            await until(lambda: not svc.alive, 3.0 if sig != signal.SIGKILL else 10.0, name, interval_s=0.05)
-        if svc.alive:
-            return f"{name} lives on after {signal.Signals(sig).name}"
-        code = svc.returncode()
-        self.strike.exits.append(Exit(name, code if code is not None else 0, asked=sig == signal.SIGKILL))
-        await asyncio.sleep(restart_after_s or 0.0)
-        await self.stack.restart(name)
-        return f"{name} exited ({code}) on {signal.Signals(sig).name}; started again under the same id"
-
-    def redis_nodes(self) -> list[Node]:
-        topo = self.stack.topology
-        return [n for n in topo.nodes if n.role != "sentinel"] if topo is not None else []
-
+from workers.life.adopt import pid_alive
 
 # ---- replicas (engines) -------------------------------------------------------------------------
 
@@ -116,31 +40,10 @@ async def engine_hup(c: Ctx) -> str:
     return await engine_signal(c, signal.SIGHUP)
 
 
-async def freeze(pids: list[int], pause_s: float) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGSTOP)
-    try:
-        await asyncio.sleep(pause_s)
-    finally:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGCONT)
-
-
 async def engine_stop(c: Ctx) -> str:
     rid, pid = c.replica_pids()[0]
     await freeze([pid], PAUSE_S)
     return f"replica {rid} SIGSTOP for {PAUSE_S:g} s, then SIGCONT"
-
-
-async def prompt_request(c: Ctx, prompt: str, req: Request) -> Outcome:
-    """One request of ours holding ``prompt`` (counted with the load's ids), through nginx."""
-    tenant = c.load.tenants[0]
-    async with httpx.AsyncClient(timeout=c.load.timeout_s) as client:
-        out = await send(client, c.load.url, with_prompt(req, prompt), c.load.next_id(), tenant)
-    c.strike.outcomes.append(out)
-    return out
 
 
 async def crash_on_prompt(c: Ctx) -> str:
@@ -167,19 +70,6 @@ async def reset_after_write(c: Ctx) -> str:
     return f"{len(outs)} requests whose connection closed once received: " + ", ".join(
         f"{n} {k}" for k, n in ends.most_common()
     )
-
-
-async def set_knob(urls: list[str], path: str) -> None:
-    """A FAKE ENGINE's run-time fault (``/fault/...?ms=N``) on each of ``urls``."""
-    async with httpx.AsyncClient(timeout=5.0) as client:
-        for url in urls:
-            with contextlib.suppress(httpx.HTTPError):
-                await client.get(url + path)
-
-
-def replica_urls(c: Ctx, model: str = CHAT) -> list[str]:
-    entries = StateFile(c.state_file).load()
-    return sorted(f"http://{e.host}:{e.port}" for e in entries if e.spec().model.name == model)
 
 
 async def slow_health(c: Ctx) -> str:
@@ -308,73 +198,6 @@ async def supervisor_dies_in_wake(c: Ctx) -> str:
     return (
         f"wake of {ON_DEMAND}; supervisor killed -9 while it started it: {note}; the request: {out.outcome}"
     )
-
-
-# ---- Redis ----------------------------------------------------------------------------------------
-
-
-async def redis_kill9(c: Ctx) -> str:
-    """single: kill -9, started again empty after 2 s; Sentinel and Cluster: the master of the chat
-    model's registry key killed -9 (the others fail over), started again as it was 2 s later."""
-    topo = c.stack.topology
-    if topo is None:
-        note = await c.service_signal("redis", signal.SIGKILL, restart_after_s=DOWN_S)
-    else:
-        port = topo.master_port(RedisKeys().registry(CHAT))
-        node = topo.node(port)
-        node.kill(signal.SIGKILL)
-        await asyncio.sleep(DOWN_S)
-        restart_node(node)
-        note = f"master {port} killed -9, started again after {DOWN_S:g} s"
-    c.strike.outage_end = time.monotonic()
-    return note
-
-
-def restart_node(node: Node) -> None:
-    """The same redis-server command line again, in its own folder (it rejoins as it was configured)."""
-    argv = [str(a) for a in node.popen.args]  # type: ignore[union-attr]
-    folder = Path(argv[argv.index("--dir") + 1]) if "--dir" in argv else Path.cwd()
-    with (folder / "redis.log").open("ab") as out:
-        node.popen = subprocess.Popen(
-            argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder
-        )
-
-
-async def redis_pause_all(c: Ctx) -> str:
-    """Every data node SIGSTOPped for 4 s at once (a whole-cluster pause; single: the one server)."""
-    if c.stack.topology is None:
-        svc = c.stack.service("redis")
-        assert svc.pid is not None
-        pids = [svc.pid]
-    else:
-        pids = [n.popen.pid for n in c.redis_nodes()]
-    await freeze(pids, PAUSE_S)
-    c.strike.outage_end = time.monotonic()
-    return f"{len(pids)} Redis data node(s) SIGSTOP for {PAUSE_S:g} s, then SIGCONT"
-
-
-async def redis_hup(c: Ctx) -> str:
-    if c.stack.topology is None:
-        note = await c.service_signal("redis", signal.SIGHUP)
-    else:
-        for n in c.redis_nodes():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(n.popen.pid, signal.SIGHUP)
-        note = "SIGHUP to every Redis data node"
-    c.strike.outage_end = time.monotonic()
-    return note
-
-
-async def sentinel_failover(c: Ctx) -> str:
-    topo = c.stack.topology
-    assert topo is not None
-    sentinel = next(n.port for n in topo.nodes if n.role == "sentinel")
-    before = topo.master_port()
-    cli(sentinel, "SENTINEL", "FAILOVER", SERVICE)
-    with contextlib.suppress(AssertionError):
-        await until(lambda: topo.master_port() != before, 20.0, "failover", interval_s=0.2)
-    c.strike.outage_end = time.monotonic()
-    return f"SENTINEL FAILOVER: master {before} -> {topo.master_port()}"
 
 
 async def no_fault(c: Ctx) -> str:

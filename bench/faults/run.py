@@ -29,12 +29,13 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bench.faults import checks
-from bench.faults.inject import FAULTS, REDIS_FAULTS, Ctx, back_to_strength, not_injected
+from bench.faults.ctx import Ctx
+from bench.faults.inject import FAULTS, REDIS_FAULTS, back_to_strength, not_injected
+from bench.faults.report import COLUMNS, MUST_ANSWER, Cell, row, table
 from bench.faults.stack import (
     MARKER,
     descendants_of,
@@ -53,10 +54,6 @@ from tools.stack.stack import REPO, Stack
 from workers.life.adopt import StateFile
 
 log = logging.getLogger("llmgw.faults")
-REGISTRY_TARGET_S = 10.0
-MUST_ANSWER = frozenset({"none", "slow-health", "reset-before-write", "stop-supervisor", "hup-supervisor",
-                         "kill9-supervisor"})  # fmt: skip
-"""Faults off the request path: the replicas serve on, so every request must be answered (but 429s)."""
 
 
 @dataclass(frozen=True)
@@ -69,59 +66,6 @@ class Plan:
     settle_s: float = 17.0
     """Capacity still held this long after the load stopped counts: past the lease TTL (15 s), which gives
     back a lease whose release was lost, so what is left is held beyond every bound of the design."""
-
-
-@dataclass
-class Cell:
-    """One fault on one topology: what the checkers found (lists: the offending items, described)."""
-
-    fault: str
-    topology: str
-    seed: int
-    note: str = ""
-    sent: int = 0
-    answered: int = 0
-    clear: int = 0
-    at_engines: int = 0
-    rerun_after_kill: int = 0
-    continued: int = 0
-    ran_twice: list[str] = field(default_factory=list)
-    no_answer: list[str] = field(default_factory=list)
-    needless_errors: list[str] = field(default_factory=list)
-    """Clear errors (but 429s) after a fault that must fail no request (:data:`MUST_ANSWER`)."""
-    cut_streams: list[str] = field(default_factory=list)
-    capacity_held: list[str] = field(default_factory=list)
-    task_failures: dict[str, float] = field(default_factory=dict)
-    task_deaths: list[str] = field(default_factory=list)
-    exits: list[str] = field(default_factory=list)
-    """Processes of the stack that exited during the cell (name, status: negative is the signal)."""
-    orphans: list[str] = field(default_factory=list)
-    registry_back_s: float | None = None
-    redis_outage: bool = False
-    clear_errors: dict[str, int] = field(default_factory=dict)
-    not_injected: str = ""
-    problems: list[str] = field(default_factory=list)
-
-    def violations(self) -> dict[str, Any]:
-        """Every target of issue 43 this cell missed (empty: it met them all)."""
-        out: dict[str, Any] = {}
-        for name in (
-            "ran_twice",
-            "no_answer",
-            "needless_errors",
-            "cut_streams",
-            "capacity_held",
-            "task_deaths",
-            "orphans",
-        ):
-            if getattr(self, name):
-                out[name] = getattr(self, name)[:5]
-        late = self.registry_back_s is None or self.registry_back_s > REGISTRY_TARGET_S
-        if self.redis_outage and late:
-            out["registry_back_s"] = self.registry_back_s
-        if self.problems:
-            out["problems"] = self.problems
-        return out
 
 
 async def sample_registry(stack: Stack, min_s: float, until_s: float) -> list[tuple[float, bool]]:
@@ -302,34 +246,6 @@ async def run_matrix(
     for topology in topologies:
         cells += await run_topology(topology, order(faults, seed), seed, plan, tmp)
     return cells
-
-
-COLUMNS = ("fault", "topology", "sent", "answered", "clear", "twice", "no answer", "needless", "cut", "held",
-           "deaths", "orphans", "registry")  # fmt: skip
-
-
-def row(c: Cell) -> str:
-    reg = (
-        "-"
-        if not c.redis_outage
-        else ("never" if c.registry_back_s is None else f"{c.registry_back_s:.1f} s")
-    )
-    cells = [c.fault, c.topology, c.sent, c.answered, c.clear, len(c.ran_twice), len(c.no_answer),
-             len(c.needless_errors), len(c.cut_streams), len(c.capacity_held), len(c.task_deaths),
-             len(c.orphans), reg]  # fmt: skip
-    status = "NOT INJECTED" if c.not_injected else ("ok" if not c.violations() else "FAIL")
-    return " | ".join(str(x) for x in cells) + f" | {status} | {c.note}"
-
-
-def table(cells: list[Cell], seed: int, date: str) -> str:
-    """The table as Markdown (docs/measurements), with the details of each failing cell under it."""
-    lines = [f"seed {seed}, {date}", "", "| " + " | ".join([*COLUMNS, "verdict", "what happened"]) + " |",
-             "|" + "---|" * (len(COLUMNS) + 2)]  # fmt: skip
-    lines += ["| " + row(c) + " |" for c in cells]
-    for c in cells:
-        if c.violations():
-            lines.append(f"- {c.fault} ({c.topology}): {json.dumps(c.violations())[:600]}")
-    return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from bench.faults.run import Cell, Plan, run_topology
+from bench.faults.report import Cell
+from bench.faults.run import Plan, run_topology
 
 SEED = 43
 FINDING = "issue 43 finding {}: {}"
