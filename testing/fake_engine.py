@@ -38,7 +38,15 @@ with token ids, deterministic so that a continuation equals an undisturbed run (
 stop with a stalled engine); ``GET /fault/health-delay?ms=N`` makes every ``/health`` answer N ms late.
 With ``--api-key`` it guards ``/v1/*`` as vLLM's ``--api-key`` does (401 without ``Authorization: Bearer``);
 ``/stats`` reports the Authorization header of the last GET (health, metrics) it saw.
-``--enable-log-requests`` (vLLM's flag): ``Received request <X-Request-Id>`` on stderr per generation.
+``--enable-log-requests`` (vLLM's flag): ``Received request <X-Request-Id>`` on stderr per generation, on
+every API that runs the model (chat, completions, embeddings, Responses, Messages, rerank, score, pooling,
+classify), so that a fault suite counts each request's generations by id (bench/faults/checks.py).
+For the fault suite (bench/faults), each its own option: ``--exit-on-prompt TEXT`` (a request whose body
+holds TEXT is logged as received, then the whole process exits 1: a replica that crashes on one given
+prompt after it began it; ``--crash-on`` closes only the connection), ``--idle-close-ms N`` (a keep-alive
+connection idle for N ms is closed, as uvicorn's keep-alive timeout does: the next request on it finds it
+closed before it was written), ``GET /fault/idle-close?ms=N`` (the same at run time) and
+``GET /fault/latency?ms=N`` (``--latency-ms`` at run time: a busy replica).
 A slow start as vLLM's (supervisor-death tests): ``--start-delay-s`` waits before listening;
 ``--engine-core`` forks a child in the engine's process group that lives until killed, as vLLM's engine
 core (which holds the GPU memory) outlives an API server killed alone.
@@ -51,6 +59,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -116,6 +125,7 @@ class Config:
     log_requests: bool = False  # vLLM's --enable-log-requests: "Received request <id>" per generation
     split_tail: bool = False  # the usage event and [DONE] each their own write, --delay-ms apart
     crash_on: str = ""  # a POST whose body holds this text: counted, then the connection closes unanswered
+    faults: FaultConfig = field(default_factory=lambda: FaultConfig())
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -172,6 +182,58 @@ def event_template(cfg: Config, chat: bool, rid: str) -> bytes:
     return b"data: " + json.dumps(payload).replace("%", "%%").replace('"\\u0000"', "%b").encode() + b"\n\n"
 
 
+@dataclass(frozen=True)
+class FaultConfig:
+    """The fault suite's options (bench/faults): a prompt that ends the process once received, and the
+    idle time after which a keep-alive connection is closed (0: never)."""
+
+    exit_on_prompt: str = ""
+    idle_close_ms: float = 0.0
+
+
+@dataclass
+class Knobs:
+    """What the fault suite changes at run time, per engine: after how long an idle keep-alive connection
+    is closed (0: ``--idle-close-ms``), and how long a generation waits once received before it answers
+    (as ``--latency-ms``: a busy replica)."""
+
+    idle_close_ms: float = 0.0
+    latency_ms: float = 0.0
+
+
+KNOBS = {"/fault/idle-close?ms=": "idle_close_ms", "/fault/latency?ms=": "latency_ms"}
+GENERATING = frozenset({"/v1/responses", "/v1/messages", "/v1/rerank", "/v1/score", "/rerank", "/score",
+                        "/v2/rerank", "/pooling", "/classify"})  # fmt: skip
+
+
+def log_generation(cfg: Config, path: str, headers: dict[str, str]) -> None:
+    """``Received request <id>`` for a request to an API that runs the model (with --enable-log-requests):
+    chat, completions and embeddings log in :meth:`FakeEngine.generate`, the others here."""
+    if cfg.log_requests and path in GENERATING:
+        print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
+
+
+def exit_on_prompt(cfg: FaultConfig, body: bytes) -> None:
+    """With ``--exit-on-prompt TEXT``, a request (received and logged) whose body holds TEXT ends the
+    process at once, as a crash does."""
+    if cfg.exit_on_prompt and cfg.exit_on_prompt.encode() in body:
+        os._exit(1)
+
+
+def set_knob(knobs: Knobs, path: str) -> tuple[int, bytes] | None:
+    """``GET /fault/idle-close?ms=N``: keep-alive connections idle N ms are closed (0: the start flag's);
+    ``GET /fault/latency?ms=N``: each generation waits N ms once received. None: not a knob's path."""
+    prefix, _, value = path.partition("=")
+    name = KNOBS.get(prefix + "=")
+    if name is None:
+        return None
+    try:
+        setattr(knobs, name, float(value))
+    except ValueError:
+        return 400, b'{"error":"not a number"}'
+    return 200, b"{}"
+
+
 class FakeEngine(asyncio.Protocol):
     def __init__(
         self,
@@ -180,8 +242,10 @@ class FakeEngine(asyncio.Protocol):
         apis: FakeApis,
         sleep: FakeSleep | None = None,
         cache: PrefixCache | None = None,
+        knobs: Knobs | None = None,
     ) -> None:
         self.cfg, self.stats, self.apis, self.cache = cfg, stats, apis, cache
+        self.knobs = knobs or Knobs()
         self.sleep = sleep or FakeSleep(SleepConfig())
         self.buf = b""
         self.transport: asyncio.Transport | None = None
@@ -216,9 +280,24 @@ class FakeEngine(asyncio.Protocol):
         assert self.transport is not None
         self.transport.write(data)
 
+    async def next_request(self) -> tuple[str, str, dict[str, str], bytes] | None:
+        """The next request on this connection; None when ``--idle-close-ms`` passed without one."""
+        idle_ms = self.knobs.idle_close_ms or self.cfg.faults.idle_close_ms
+        if not idle_ms:
+            return await self.queue.get()
+        try:
+            return await asyncio.wait_for(self.queue.get(), idle_ms / 1000)
+        except TimeoutError:
+            return None
+
     async def serve(self) -> None:
         while True:
-            method, path, headers, body = await self.queue.get()
+            got = await self.next_request()
+            if got is None:  # idle past --idle-close-ms: closed, as uvicorn's keep-alive timeout does
+                assert self.transport is not None
+                self.transport.close()
+                return
+            method, path, headers, body = got
             if not await self.handle(method, path, headers, body):
                 assert self.transport is not None
                 self.transport.close()
@@ -237,6 +316,8 @@ class FakeEngine(asyncio.Protocol):
     async def handle(self, method: str, path: str, headers: dict[str, str], body: bytes) -> bool:
         if not self.authorized(path, headers):
             return self.send(401, b'{"error":"Unauthorized"}')
+        if method == "GET" and (answer := set_knob(self.knobs, path)) is not None:
+            return self.send(*answer)
         if self.sleep.handles(path):
             return self.send(*self.sleep.handle(method, path, body))
         if method == "POST" and self.cfg.crash_on and self.cfg.crash_on.encode() in body:
@@ -269,6 +350,8 @@ class FakeEngine(asyncio.Protocol):
             return self.send(*self.apis.unload_lora(json.loads(body or b"{}")))
         self.stats.enter(headers.get("x-request-id", "fake"))
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
+        log_generation(self.cfg, path, headers)
+        exit_on_prompt(self.cfg.faults, body)
         try:
             return await self.answer(path, headers, body)
         finally:
@@ -410,8 +493,9 @@ class FakeEngine(asyncio.Protocol):
             await asyncio.sleep(float(fault.removeprefix("slow-first-")) / 1000)
         if self.cfg.log_requests:
             print(f"Received request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
-        if self.cfg.latency_ms:
-            await asyncio.sleep(self.cfg.latency_ms / 1000)
+        exit_on_prompt(self.cfg.faults, body)
+        if self.cfg.latency_ms or self.knobs.latency_ms:
+            await asyncio.sleep((self.cfg.latency_ms or self.knobs.latency_ms) / 1000)
         if self.cache is not None:
             blocks, hits = self.cache.admit(prompt_text(req))
             await asyncio.sleep((blocks - hits) * self.cfg.prefill_ms_per_block / 1000)
@@ -556,13 +640,26 @@ async def serve(cfg: Config, host: str, port: int, count: int = 1) -> None:
         apis = FakeApis(cfg.model, tag=str(p), lora=cfg.lora)
         sleep = FakeSleep(cfg.sleep)
         cache = PrefixCache(cfg.prefix_cache_blocks) if cfg.prefix_cache_blocks else None
+        knobs = Knobs()
         servers.append(
             await loop.create_server(
-                lambda s=stats, a=apis, z=sleep, c=cache: FakeEngine(cfg, s, a, z, c),  # type: ignore[misc]
+                lambda s=stats, a=apis, z=sleep, c=cache, k=knobs: FakeEngine(cfg, s, a, z, c, k),  # type: ignore[misc]
                 host, p, backlog=4096,
             )
         )  # fmt: skip
     await asyncio.gather(*(s.serve_forever() for s in servers))
+
+
+def add_fault_args(p: argparse.ArgumentParser) -> None:
+    """The fault suite's options (:class:`FaultConfig`)."""
+    p.add_argument("--exit-on-prompt", default="", help="exit 1 once a request holding this is received")
+    p.add_argument(
+        "--idle-close-ms", type=float, default=0.0, help="close keep-alive connections idle this long"
+    )
+
+
+def fault_config(a: argparse.Namespace) -> FaultConfig:
+    return FaultConfig(a.exit_on_prompt, a.idle_close_ms)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -598,6 +695,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--engine-core", action="store_true", help="fork a child in its group (vLLM's engine core)"
     )
+    add_fault_args(p)
     a = p.parse_args(argv)
     if a.engine_core:  # outlives this process when it is killed alone, as vLLM's engine core does
         subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"], stdin=subprocess.DEVNULL)
@@ -609,7 +707,7 @@ def main(argv: list[str] | None = None) -> None:
         a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
         prefix_cache_blocks=a.prefix_cache_blocks, prefill_ms_per_block=a.prefill_ms_per_block,
         multibyte=a.multibyte, max_model_len=a.max_model_len, log_requests=a.enable_log_requests,
-        split_tail=a.split_tail, crash_on=a.crash_on,
+        split_tail=a.split_tail, crash_on=a.crash_on, faults=fault_config(a),
     )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))

@@ -6,18 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.chaos import (
-    ANSWERED,
-    CLEAR,
-    LOG_REQUESTS,
-    LOST,
-    PhaseResult,
-    Tally,
-    count_engine_runs,
-    judge_stream,
-    judge_whole,
-    with_request_logs,
-)
+from bench.chaos import LOG_REQUESTS, PhaseResult, Tally, with_request_logs
+from bench.faults.checks import ANSWERED, CLEAR, LOST, count_engine_runs, judge_stream, judge_whole
 
 ERROR = json.dumps(
     {"error": {"message": "replica failed", "type": "server_error", "param": None, "code": "x"}}

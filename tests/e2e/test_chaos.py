@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.chaos import CUT, LOST, Plan, run_chaos
+from bench.chaos import Plan, run_chaos
+from bench.faults.checks import CUT, LOST
 from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
