@@ -142,7 +142,7 @@ class RedisAuth:
         """Leave the change channel and close the rate limiter's Redis client (the key store's client
         belongs to the gateway's lifespan)."""
         await self.changes.close()
-        await self.limiter.redis.aclose()
+        await self.limiter.aclose()
 
     async def authenticate(self, headers: Mapping[str, str]) -> Caller:
         key = await self._lookup(bearer(headers))
