@@ -14,8 +14,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
+from contract.redis_url import connect
 from gateway.auth.key_changes import KeyChanges
-from gateway.auth.keys import ApiKey, KeyStore, new_secret
+from gateway.auth.keys import ApiKey, KeyStore, hash_secret, new_secret
 from gateway.auth.ratelimit import RateLimiter
 from gateway.auth.redis_auth import RedisAuth
 from gateway.errors import Unauthorized
@@ -23,6 +24,7 @@ from gateway.metrics import GatewayMetrics
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.poll import until
 from testing.procs import Proc, start_fake_engine, start_redis
+from tests.conftest import Topologies
 
 ADMIN = "admin-key-of-sixteen-chars-or-more"
 FLEET = fleet_yaml([{"name": "m", "source": {"path": "/nonexistent"}, "policy": "round_robin"}])
@@ -119,6 +121,27 @@ async def test_a_revoke_is_seen_by_the_next_lookup(own_store: KeyStore) -> None:
             await auth.authenticate(headers)
     finally:
         await changes.close()
+
+
+@pytest.mark.parametrize("kind", ["sentinel", "cluster"])
+async def test_a_revoke_reaches_the_cache_on_every_topology(topologies: Topologies, kind: str) -> None:
+    client = connect(topologies.get(kind).url)
+    store = KeyStore(client, RedisKeys(f"t{uuid.uuid4().hex[:8]}"))
+    key_id, secret = new_secret()
+    await store.create(ApiKey(key_id, "acme"), secret)
+    auth, changes = await watched(store, Clock())
+    headers = {"authorization": f"Bearer {secret}"}
+    try:
+        await auth.authenticate(headers)
+        assert auth.cache.fresh(hash_secret(secret), 1000.0) is not None
+        epoch = auth.cache.epoch
+        assert await store.revoke(key_id)
+        await until(lambda: stepped(changes, lambda: auth.cache.epoch > epoch), 5, "the change", interval_s=0)
+        with pytest.raises(Unauthorized):
+            await auth.authenticate(headers)
+    finally:
+        await changes.close()
+        await client.aclose()
 
 
 async def test_without_a_subscription_every_lookup_reads_the_store(own_store: KeyStore) -> None:
