@@ -4,7 +4,10 @@ The FAKE ENGINE (testing/fake_engine.py) stands in for vLLM.  The proxy under te
 core 0; the engine and this load generator share core 1.  For each target (direct to the engine,
 nginx alone, the gateway with admission off and on, and, over two fake replicas with admission off,
 ``rr-2`` round robin against ``prefix-2`` the default policy with its shared prefix index in Redis; and
-``gateway-no-migration``, the gateway with mid-stream migration off: what recording token ids costs),
+``gateway-no-migration``, the gateway with mid-stream migration off: what recording token ids costs;
+``production``, the defaults users run: API keys on with a key that has rpm/tpm limits carried by every
+request, Redis admission on, migration on, tracing off; ``production+tracing``, the same with tracing on,
+its spans sent to a loopback OTLP receiver in this process),
 and vLLM Router (the Rust router of the ``vllm-router`` package) as the peer: round robin over one engine,
 round robin over two, its default cache_aware over two, and each shape (non-streamed 16 tokens, streamed
 64 tokens) at concurrency 1, 32 and 256 it prints requests/s, p50/p99 latency and TTFT, the added p50 over
@@ -32,9 +35,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
+import redis.asyncio as aioredis
 
 from bench.loadgen import Result, Target, percentile, run
 from bench.routing_workloads import chat_messages, document, question
+from contract.redis_keys import RedisKeys
+from gateway.auth.keys import ApiKey, KeyStore, new_secret
+from testing.otlp import trace_receiver
 from testing.poll import wait_until
 from testing.procs import REPO, Proc, free_port, http_ok, port_open, spawn
 from tools.stack.redis import redis_server_argv
@@ -56,6 +63,10 @@ ROUTERS = {
     "vllm-router-cache-2": ("cache_aware", 2),
 }
 PEER = {"rr-2": "vllm-router-rr-2", "prefix-2": "vllm-router-cache-2"}
+PRODUCTION = {"production": False, "production+tracing": True}
+"""The production defaults' targets, each with whether tracing is on."""
+RPM, TPM = 10**9, 10**12
+"""The benchmark key's limits: real limits, checked by the script on every request, never reached."""
 
 
 @dataclass
@@ -180,8 +191,10 @@ def start_gateway(
     policy: str = "round_robin",
     migration: bool = True,
     source: str = "",
+    settings: dict[str, str] | None = None,
 ) -> Proc:
-    """``source``: another checkout's gateway (its directory first on PYTHONPATH), e.g. main's."""
+    """``source``: another checkout's gateway (its directory first on PYTHONPATH), e.g. main's;
+    ``settings``: more LLMGW_* variables. Its Redis prefix is ``bench<port>``."""
     port = free_port()
     fleet = tmp / f"fleet-bench-{port}.yaml"
     urls = ", ".join(f"{{url: '{e.url}', auth: none}}" for e in engines)
@@ -196,6 +209,7 @@ def start_gateway(
         "LLMGW_REDIS_URL": f"redis://127.0.0.1:{redis.port}/0",
         "LLMGW_REDIS_PREFIX": f"bench{port}",
         "LLMGW_LOG_LEVEL": "WARNING",
+        **(settings or {}),
     }
     argv = pinned(
         PROXY_CORE,
@@ -238,12 +252,14 @@ def row_of(name: str, shape: str, concurrency: int, runs: list[tuple[Result, flo
     )
 
 
-def bench_target(name: str, proc: Proc | None, port: int, args: argparse.Namespace) -> list[Row]:
+def bench_target(
+    name: str, proc: Proc | None, port: int, args: argparse.Namespace, api_key: str = ""
+) -> list[Row]:
     rows = []
     for shape in args.shapes:
         stream, tokens = SHAPES[shape]
         body = chat_body(stream, tokens, shape)
-        target = Target("127.0.0.1", port, "/v1/chat/completions", body, stream, tokens)
+        target = Target("127.0.0.1", port, "/v1/chat/completions", body, stream, tokens, api_key)
         for conc in args.concurrency:
             n = requests_for(stream, conc, args.scale)
             asyncio.run(run(target, min(conc, 32), min(n, 200), 30))  # warm-up
@@ -339,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             "gateway",
             "gateway-no-migration",
             "gateway+admission",
+            *PRODUCTION,
             "rr-2",
             "prefix-2",
         ],
@@ -394,6 +411,8 @@ def bench_one(
             more = [extra.enter_context(started(start_engine(tmp))) for _ in range(count - 1)]
             with started(start_router(tmp, [engine, *more], policy)) as router:
                 return bench_target(name, router, router.port, args)
+    if name in PRODUCTION:
+        return bench_production(name, tmp, engine, redis, args)
     if name in TWO_REPLICAS:
         with started(start_engine(tmp)) as second:
             gateway = start_gateway(tmp, [engine, second], redis, admission=False, policy=TWO_REPLICAS[name])
@@ -418,6 +437,35 @@ def bench_one(
             notes.append(soak(gw, args.soak))
             say(notes[-1])
         return rows
+
+
+def bench_key(redis: Proc, prefix: str) -> str:
+    """A key with rpm/tpm limits (:data:`RPM`, :data:`TPM`) created in the gateway's key store; its secret."""
+
+    async def create() -> str:
+        client = aioredis.Redis.from_url(f"redis://127.0.0.1:{redis.port}/0")
+        try:
+            key_id, secret = new_secret()
+            await KeyStore(client, RedisKeys(prefix)).create(
+                ApiKey(key_id, "bench", rpm=RPM, tpm=TPM), secret
+            )
+            return secret
+        finally:
+            await client.aclose()
+
+    return asyncio.run(create())
+
+
+def bench_production(name: str, tmp: Path, engine: Proc, redis: Proc, args: argparse.Namespace) -> list[Row]:
+    """The production defaults (keys with limits, Redis admission, migration on) with tracing off, or on
+    (``production+tracing``, spans to a loopback OTLP receiver)."""
+    with contextlib.ExitStack() as stack:
+        settings = {"LLMGW_AUTH": "true", "LLMGW_TRACING": str(PRODUCTION[name]).lower()}
+        if PRODUCTION[name]:
+            receiver = stack.enter_context(trace_receiver())
+            settings["LLMGW_OTLP_TRACES_ENDPOINT"] = receiver.endpoint
+        gw = stack.enter_context(started(start_gateway(tmp, [engine], redis, True, settings=settings)))
+        return bench_target(name, gw, gw.port, args, api_key=bench_key(redis, f"bench{gw.port}"))
 
 
 if __name__ == "__main__":

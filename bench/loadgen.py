@@ -45,10 +45,13 @@ class Target:
     body: bytes
     stream: bool
     tokens: int
+    api_key: str = ""
+    """Sent as ``Authorization: Bearer`` when set (a gateway with keys on)."""
 
     def request(self) -> bytes:
+        auth = f"authorization: Bearer {self.api_key}\r\n" if self.api_key else ""
         head = (
-            f"POST {self.path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
+            f"POST {self.path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n{auth}"
             "content-type: application/json\r\n"
             f"content-length: {len(self.body)}\r\n\r\n"
         )

@@ -127,6 +127,12 @@ class RedisKeys:
     def api_key_index(self) -> str:
         return f"{self.prefix}:{{apikeys}}"
 
+    @property
+    def api_key_changes(self) -> str:
+        """Pub/sub on the key store: a key's hash is published here when it is revoked or replaced; every
+        gateway drops its cached keys at once (gateway/auth/key_changes.py)."""
+        return f"{self.prefix}:api_key_changes"
+
     def rate(self, key_hash: str) -> str:
         """One key's rate-limit counters: a hash of ``rpm:<window>`` and ``tpm:<window>`` (the window
         from Redis' own clock), under the key's hash tag."""

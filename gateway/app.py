@@ -19,7 +19,7 @@ from contract.redis_keys import RedisKeys
 from gateway.admin.routes import add_admin_routes
 from gateway.admission import build_admission
 from gateway.auth.keys import KeyStore
-from gateway.auth.redis_auth import build_auth
+from gateway.auth.redis_auth import RedisAuth, build_auth
 from gateway.edge.fastpath import GatewayApp
 from gateway.edge.routes import add_routes
 from gateway.errors import (
@@ -129,6 +129,8 @@ def start_background(gw: Gateway, discovery: Discovery, notices: ReadyNotices) -
     cards = CardFetcher(gw.cards, gw.client, gw.table, gw.credentials_http)
     bg.start(s.registry_poll_s, cards.tick, "model_cards")
     bg.start(0.0, notices.step, "ready_notices")
+    if isinstance(gw.auth, RedisAuth):
+        bg.start(0.0, gw.auth.changes.step, "key_changes")
     return bg
 
 

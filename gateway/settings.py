@@ -174,8 +174,11 @@ class GatewaySettings(BaseSettings):
     """`/docs`, `/redoc` and `/openapi.json`; unset: on with API keys off, off with keys on (the description
     names every path and schema to anyone)."""
     auth_cache_s: Seconds = 5.0
-    """While the key store is unreachable, a key verified within this long still passes; later: 503
-    `key_store_unavailable` with Retry-After (a revoked key stops working on every gateway within it)."""
+    """A verified key is served from the gateway's cache this long with no key-store round trip (while the
+    gateway is subscribed to the store's change channel, which drops the cache at once on every revoke);
+    while the key store is unreachable, a key verified within this long still passes, later: 503
+    `key_store_unavailable` with Retry-After (a revoked key stops working on a gateway cut off from the
+    store within it)."""
     admin_key: SecretStr | None = None
     """The one credential that may manage keys and adapters (`/admin/*`, 16 characters or more); unset: the
     admin endpoints answer 403 `admin_disabled`."""

@@ -137,10 +137,19 @@ class Tracing:
             own = span.get_span_context()
             ctx.traceparent = f"00-{own.trace_id:032x}-{own.span_id:016x}-01"
 
-    def span(self, ctx: RequestContext, name: str, **attributes: Any) -> AbstractContextManager[Span | None]:
+    def span(self, ctx: RequestContext, name: str) -> AbstractContextManager[Span | None]:
         """A child span of the request's for one step; a shared no-op when tracing is off."""
         if ctx.span is None or self._tracer is None:
             return NO_SPAN
+        return self._child(self._tracer, ctx.span, name, {})
+
+    def attempt_span(self, ctx: RequestContext, replica: str) -> AbstractContextManager[Span | None]:
+        """The span of the request's current attempt at ``replica``: ``forward``, ``retry`` after the first,
+        with the replica and attempt as attributes (built only when traced); the shared no-op when off."""
+        if ctx.span is None or self._tracer is None:
+            return NO_SPAN
+        name = "retry" if ctx.attempts > 1 else "forward"
+        attributes = {"llmgw.replica": replica, "llmgw.attempt": ctx.attempts}
         return self._child(self._tracer, ctx.span, name, attributes)
 
     @staticmethod

@@ -164,6 +164,7 @@ GATEWAY_FLOORS: list[tuple[str, tuple[str, ...]]] = [
 ROOM_IMPORTS = {
     "replicas": {"on_demand", "routing", "upstream"},  # discovery: model states, index forget, pool close
     "routing": {"admission"},  # the shared prefix index runs its script over the admission's wire client
+    "auth": {"admission"},  # so do the per-key rate limits
     "migration": {"upstream"},  # a moving stream reads its replica's answer and opens continuations
 }
 MAX_MODULE_LINES = 350

@@ -3,7 +3,8 @@
 A secret reads ``llmgw-<key id>-<random>``: the key id is public (it names the key in listings, logs and
 rate-limit counters); only the random part makes it secret. Records live at ``RedisKeys.api_key(hash)`` as
 JSON; ``RedisKeys.api_key_index()`` maps each key id to its hash, for listing and revoking. Both names share
-one hash tag, so the MULTI that writes a record and its index entry runs on a Redis Cluster too.
+one hash tag, so the MULTI that writes a record and its index entry runs on a Redis Cluster too. Every
+write and revoke is then announced on ``RedisKeys.api_key_changes``, where the gateways' key caches listen.
 """
 
 from __future__ import annotations
@@ -109,9 +110,13 @@ class KeyStore:
             pipe.set(self.keys.api_key(digest), key.to_json())
             pipe.hset(self.keys.api_key_index(), key.key_id, digest)
             await pipe.execute()
+        await self.announce(digest)
 
     async def lookup(self, secret: str) -> ApiKey | None:
-        raw = await self.redis.get(self.keys.api_key(hash_secret(secret)))
+        return await self.lookup_digest(hash_secret(secret))
+
+    async def lookup_digest(self, digest: str) -> ApiKey | None:
+        raw = await self.redis.get(self.keys.api_key(digest))
         return ApiKey.from_json(raw) if raw is not None else None
 
     async def list(self) -> list[ApiKey]:
@@ -131,10 +136,16 @@ class KeyStore:
 
     async def revoke(self, key_id: str) -> bool:
         digest = await self.redis.hget(self.keys.api_key_index(), key_id)
-        if digest is None:
-            return False
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.keys.api_key(text(digest)))
-            pipe.hdel(self.keys.api_key_index(), key_id)
-            await pipe.execute()
-        return True
+        if digest is not None:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.delete(self.keys.api_key(text(digest)))
+                pipe.hdel(self.keys.api_key_index(), key_id)
+                await pipe.execute()
+        await self.announce(text(digest) if digest is not None else "")
+        return digest is not None
+
+    async def announce(self, digest: str) -> None:
+        """Tell every gateway that the key of ``digest`` changed: each drops its cached keys. Also when
+        revoking a key not found, so that running a revoke again repairs an announcement that failed
+        after the key was deleted."""
+        await self.redis.publish(self.keys.api_key_changes, digest)

@@ -19,8 +19,11 @@ from enum import IntEnum
 import redis.asyncio as aioredis
 
 from contract.redis_keys import RedisKeys
+from gateway.admission.redis_cluster_wire import lean_client, socket_timeout
+from gateway.admission.redis_wire import LeanScript
 
 WINDOW_S = 60
+DEFAULT_TIMEOUT_S = 1.0
 
 CHARGE_LUA = """
 -- KEYS: the key's counters hash (fields 'rpm:<window>', 'tpm:<window>'; one Redis Cluster slot per key)
@@ -128,15 +131,25 @@ def seconds_left(now_s: float, window_s: int = WINDOW_S) -> float:
 
 
 class RateLimiter:
+    """The scripts, called over the lean pipelined client (gateway/admission/redis_wire.py) to wherever
+    ``redis`` points (one server, Sentinel's master, a cluster), with its socket timeout: a charge is on
+    every limited request's path, where redis-py's per-call cost showed."""
+
     def __init__(self, redis: aioredis.Redis, keys: RedisKeys, window_s: int = WINDOW_S) -> None:
         self.redis, self.keys, self.window_s = redis, keys, window_s
-        self._charge = redis.register_script(CHARGE_LUA)
-        self._refund = redis.register_script(REFUND_LUA)
+        self.lean = lean_client(redis, socket_timeout(redis, DEFAULT_TIMEOUT_S))
+        self._charge = LeanScript(self.lean, CHARGE_LUA)
+        self._refund = LeanScript(self.lean, REFUND_LUA)
+
+    async def aclose(self) -> None:
+        """Close the lean connection and the redis-py client it was modelled on."""
+        self.lean.close()
+        await self.redis.aclose()
 
     async def charge(self, key_id: str, rpm: int, tpm: int, tokens: int) -> Decision:
         if rpm <= 0 and tpm <= 0:
             return Decision(Verdict.OK, 0.0)
-        args: list[str | int] = [self.window_s, rpm, tpm, max(0, tokens)]
+        args: list[str | int | float] = [self.window_s, rpm, tpm, max(0, tokens)]
         verdict, left_ms, window, requests, tokens_used = await self._charge([self.keys.rate(key_id)], args)
         return Decision(
             Verdict(int(verdict)), int(left_ms) / 1000, int(window), int(requests), int(tokens_used)

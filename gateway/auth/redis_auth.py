@@ -2,12 +2,14 @@
 
 The secret is hashed at once and never logged; log lines name the public key id. A key may raise its
 request's priority with ``x-priority`` up to its ``max_priority``, and shorten (never lengthen) its
-queue wait with ``x-max-wait-s``. Every request looks its key up in the key store (one GET), so a revoked
-key is refused at once by every gateway that reaches the store. While the store is unreachable, keys
-verified within ``cache_s`` (5 s by default) still pass: a revoked key stops working everywhere within that
-bound, even on a gateway cut off from the store; a key not verified lately gets a 503 that says to retry
-(the key may be valid). Rate limits live in the ephemeral Redis; while it is
-unreachable they are not enforced (fail open, logged): serving beats refusing every caller.
+queue wait with ``x-max-wait-s``. A key is looked up in the key store (one GET) and then served from the
+gateway's cache for ``cache_s`` (5 s by default) while the gateway is subscribed to the store's change
+channel, which empties the cache on every revoke (gateway/auth/key_cache.py): a revoked key is refused at
+once by every gateway that reaches the store. While the store is unreachable, keys verified within
+``cache_s`` still pass: a revoked key stops working everywhere within that bound, even on a gateway cut off
+from the store; a key not verified lately gets a 503 that says to retry (the key may be valid). Rate limits
+live in the ephemeral Redis; while it is unreachable they are not enforced (fail open, logged): serving
+beats refusing every caller.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 
 from contract.redis_keys import RedisKeys
 from gateway.auth.base import Authenticator, OpenAuth
+from gateway.auth.key_cache import KeyCache
+from gateway.auth.key_changes import KeyChanges
 from gateway.auth.keys import ApiKey, KeyStore, hash_secret
 from gateway.auth.ratelimit import Decision, RateLimiter, Verdict, limit_headers
 from gateway.errors import InvalidRequest, KeyStoreUnavailable, RateLimited, Unauthorized
@@ -29,7 +33,6 @@ from gateway.settings import GatewaySettings
 from gateway.values import Caller, Charge, TokenCost
 
 log = logging.getLogger("llmgw.auth")
-MAX_CACHED_KEYS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,12 +134,15 @@ class RedisAuth:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store, self.limiter, self.metrics = store, limiter, metrics
-        self.cache_s, self.clock = cache_s, clock
-        self._seen: dict[str, tuple[ApiKey, float]] = {}
+        self.clock = clock
+        self.cache = KeyCache(cache_s)
+        self.changes = KeyChanges(store.redis, store.keys, self.cache)
 
     async def aclose(self) -> None:
-        """Close the rate limiter's Redis client (the key store belongs to the gateway's lifespan)."""
-        await self.limiter.redis.aclose()
+        """Leave the change channel and close the rate limiter's Redis client (the key store's client
+        belongs to the gateway's lifespan)."""
+        await self.changes.close()
+        await self.limiter.aclose()
 
     async def authenticate(self, headers: Mapping[str, str]) -> Caller:
         key = await self._lookup(bearer(headers))
@@ -144,24 +150,26 @@ class RedisAuth:
 
     async def _lookup(self, secret: str) -> ApiKey:
         digest = hash_secret(secret)
+        cached = self.cache.fresh(digest, self.clock())
+        if cached is not None:
+            return cached
+        epoch = self.cache.epoch
         try:
-            key = await self.store.lookup(secret)
+            key = await self.store.lookup_digest(digest)
         except REDIS_DOWN as exc:
-            return self._cached(digest, exc)
+            return self._fallback(digest, exc)
         if key is None:
-            self._seen.pop(digest, None)
+            self.cache.forget(digest)
             log.info("api key refused: unknown or revoked")
             raise Unauthorized("invalid API key: unknown or revoked")
-        if len(self._seen) >= MAX_CACHED_KEYS:
-            self._seen.clear()
-        self._seen[digest] = (key, self.clock())
+        self.cache.put(digest, key, self.clock(), epoch)
         return key
 
-    def _cached(self, digest: str, exc: Exception) -> ApiKey:
-        seen = self._seen.get(digest)
-        if seen is not None and self.clock() - seen[1] <= self.cache_s:
-            log.warning("key store unreachable (%s): key_id=%s accepted from cache", exc, seen[0].key_id)
-            return seen[0]
+    def _fallback(self, digest: str, exc: Exception) -> ApiKey:
+        key = self.cache.fallback(digest, self.clock())
+        if key is not None:
+            log.warning("key store unreachable (%s): key_id=%s accepted from cache", exc, key.key_id)
+            return key
         log.warning("key store unreachable (%s): an API key could not be verified", exc)
         raise KeyStoreUnavailable(
             "the API key could not be verified right now (key store unreachable); retry later",

@@ -75,9 +75,8 @@ async def attempt_on(
     ctx.replica, ctx.attempts = ep, ctx.attempts + 1
     ep.inflight += 1
     policy.on_start(ep, ctx.route)
-    step = "retry" if ctx.attempts > 1 else "forward"
     try:
-        with gw.tracing.span(ctx, step, **{"llmgw.replica": ep.id, "llmgw.attempt": ctx.attempts}) as span:
+        with gw.tracing.attempt_span(ctx, ep.id) as span:
             if ctx.on_gone is not None:
                 ep.watchers.add(ctx.on_gone)
             try:
