@@ -31,8 +31,11 @@ def ticket_of(ctx: RequestContext) -> Ticket:
     )
 
 
-async def admit(gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None]) -> Lease:
-    """The request's lease; leaves the queue at once if the client disconnects (``watch`` ends)."""
+async def admit(
+    gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None], eta: Eta | None = None
+) -> Lease:
+    """The request's lease; leaves the queue at once if the client disconnects (``watch`` ends). ``eta``:
+    the hold's ETA when the caller already read it (:func:`held_eta`)."""
     assert ctx.model is not None
     if not pool.candidates():
         failed = [e.record for e in pool.endpoints]
@@ -41,7 +44,7 @@ async def admit(gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asynci
             raise ModelUnavailable(f"model '{ctx.model.name}' is unavailable: every replica failed ({why})")
         if ctx.model.on_demand:
             with gw.tracing.span(ctx, "wake"):
-                return await admit_waking(gw, ctx, pool, watch)
+                return await admit_waking(gw, ctx, pool, watch, eta)
         raise NoReadyReplica(f"no ready replica of model '{ctx.model.name}'; retry later", retry_after=2.0)
     ticket = ticket_of(ctx)
     acquire = gw.admission.acquire(ticket, max(1, pool.capacity))
@@ -56,7 +59,7 @@ async def admit(gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asynci
 
 
 async def admit_waking(
-    gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None]
+    gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None], eta: Eta | None = None
 ) -> Lease:
     """Ask for one wake, wait in the shared queue at capacity zero; once a replica is ready the capacity
     is raised and the queue's head granted. Past ``wake_timeout_s`` without a ready replica: 503 with
@@ -68,7 +71,8 @@ async def admit_waking(
     lease's hold."""
     assert ctx.model is not None
     model, started = ctx.model, time.perf_counter()
-    eta = await held_eta(gw, ctx) if at_zero(model, pool) else None
+    if eta is None and at_zero(model, pool):
+        eta = await held_eta(gw, ctx)
     await gw.wakes.request(model, ctx.request_id)
     base = ticket_of(ctx)
     ticket = dataclasses.replace(base, max_wait_s=model.wake_timeout_s + base.max_wait_s)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -17,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 import redis.asyncio as aioredis
 
 from contract.cold_starts import record_cold_start
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord, publish
+from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from testing.gateway import fleet_yaml, serve_gateway
 from testing.poll import until
 from testing.procs import Proc, start_fake_engine
@@ -30,6 +33,7 @@ from testing.procs import Proc, start_fake_engine
 log = logging.getLogger("test.hold")
 MODEL = "zero"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+MESSAGES: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 SLOW_POLL = {"registry_poll_s": 30.0, "wake_unregistered_s": 0.5}
 
 
@@ -57,8 +61,8 @@ class Scaler:
     def __init__(self, redis: aioredis.Redis, keys: RedisKeys, url: str) -> None:
         self.redis, self.keys, self.url = redis, keys, url
 
-    async def replica_arrives(self) -> None:
-        rec = ReplicaRecord(id=f"{MODEL}-0", model=MODEL, url=self.url, concurrency=2)
+    async def replica_arrives(self, concurrency: int = 2) -> None:
+        rec = ReplicaRecord(id=f"{MODEL}-0", model=MODEL, url=self.url, concurrency=concurrency)
         await publish(self.redis, self.keys, rec, 60)
         await self.redis.publish(self.keys.state_channel, MODEL)
 
@@ -139,3 +143,139 @@ async def test_a_deadline_shorter_than_the_eta_is_a_503_at_once(
         early = 'llmgw_hold_eta_error_seconds_sum{model="zero",side="early"}'
         told = [float(x.split()[-1]) for x in text.splitlines() if x.startswith(early)]
         assert told and 15 < told[0] <= 20, told  # it came about 20 s sooner than told
+
+
+async def raw_stream(c: httpx.AsyncClient, url: str, seen: list[bytes]) -> tuple[int, str]:
+    """Stream a chat completion, keeping every chunk in ``seen`` as it arrives; status and content type."""
+    async with c.stream("POST", f"{url}/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+        async for chunk in r.aiter_raw():
+            seen.append(chunk)
+        return r.status_code, r.headers["content-type"]
+
+
+async def sdk_stream(url: str) -> str:
+    """The same through the real openai SDK: the content its stream parser gives."""
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    try:
+        stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+        return "".join([ch.choices[0].delta.content or "" async for ch in stream if ch.choices])
+    finally:
+        await client.close()
+
+
+async def test_a_held_stream_gets_comments_then_its_whole_answer(
+    tmp_path: Path, redis_url: str, engine: Proc
+) -> None:
+    settings = {**SLOW_POLL, "hold_comment_s": 0.3}
+    async with (
+        scaler(redis_url, engine) as s,
+        serve_gateway(tmp_path, fleet(wake_timeout_s=30), redis_url, s.keys.prefix, **settings) as gw,
+        httpx.AsyncClient(timeout=60) as c,
+    ):
+        await record_cold_start(s.redis, s.keys, MODEL, "cpu", 12.0)
+        seen: list[bytes] = []
+        raw = asyncio.ensure_future(raw_stream(c, gw, seen))
+        sdk = asyncio.ensure_future(sdk_stream(gw))
+        assert await until(lambda: all_queued(s, 2)) == 2  # both held in the shared queue
+        await until(lambda: b"".join(seen).count(b": waiting for") >= 3)  # the head went out, then comments
+        assert not raw.done() and not sdk.done()
+        await s.replica_arrives()
+        assert await raw == (200, "text/event-stream; charset=utf-8")
+        assert await sdk == "tok0 tok1 tok2 "
+        body = b"".join(seen).decode()
+        log.info("held stream: %r", body)
+        comments, events = body.split("data: ", 1)
+        assert comments.startswith(f": waiting for {MODEL}, eta 12 s\n\n")
+        assert all(line.startswith(": waiting for") for line in comments.split("\n\n") if line)
+        assert ("data: " + events).rstrip().endswith("data: [DONE]")
+
+
+async def all_queued(s: Scaler, n: int) -> int:
+    return n if await s.queued() == n else 0
+
+
+async def test_held_requests_drain_in_priority_then_fair_share_order(
+    tmp_path: Path, redis_url: str, engine: Proc
+) -> None:
+    """One replica of concurrency 1 arrives for six held requests: tenant b's (priority 5) go first, then
+    priority 0 in fair share: a's first, c's (it arrived last but had nothing served), a's other two.
+    A key's own deadline (``x-max-wait-s``) shorter than the ETA is refused at once."""
+    async with (
+        scaler(redis_url, engine) as s,
+        serve_gateway(
+            tmp_path,
+            fleet(wake_timeout_s=300, concurrency=1),
+            redis_url,
+            s.keys.prefix,
+            auth=True,
+            **SLOW_POLL,
+        ) as gw,
+        httpx.AsyncClient(timeout=60) as c,
+    ):
+        store, secrets = KeyStore(s.redis, s.keys), {}
+        for tenant, priority in (("a", 0), ("b", 5), ("c", 0)):
+            key_id, secrets[tenant] = new_secret()
+            await store.create(
+                ApiKey(key_id, tenant, priority=priority, max_priority=priority), secrets[tenant]
+            )
+        await record_cold_start(s.redis, s.keys, MODEL, "gpu", 60.0)
+        r = await c.post(
+            f"{gw}/v1/chat/completions", json=CHAT,
+            headers={"authorization": f"Bearer {secrets['a']}", "x-max-wait-s": "5"},
+        )  # fmt: skip
+        assert r.status_code == 503 and r.headers["retry-after"] == "60", r.text
+
+        done: list[str] = []
+
+        async def ask(tag: str) -> int:
+            auth = {"authorization": f"Bearer {secrets[tag[0]]}"}
+            answer = await c.post(f"{gw}/v1/chat/completions", json=CHAT, headers=auth)
+            done.append(tag)
+            return answer.status_code
+
+        reqs = []
+        for n, tag in enumerate(("a1", "a2", "a3", "b1", "c1", "b2"), 1):
+            reqs.append(asyncio.ensure_future(ask(tag)))
+            assert await until(functools.partial(all_queued, s, n)) == n  # their arrival order
+        await s.replica_arrives(concurrency=1)
+        assert await asyncio.gather(*reqs) == [200] * 6
+        assert done == ["b1", "b2", "a1", "c1", "a2", "a3"]
+
+
+async def test_a_held_stream_whose_model_does_not_start_ends_with_an_error_event(
+    tmp_path: Path, redis_url: str, engine: Proc
+) -> None:
+    settings = {**SLOW_POLL, "hold_comment_s": 0.3}
+    async with (
+        scaler(redis_url, engine) as s,
+        serve_gateway(tmp_path, fleet(wake_timeout_s=1), redis_url, s.keys.prefix, **settings) as gw,
+        httpx.AsyncClient(timeout=60) as c,
+    ):
+        seen: list[bytes] = []
+        assert await raw_stream(c, gw, seen) == (200, "text/event-stream; charset=utf-8")
+        body = b"".join(seen).decode()
+        assert body.startswith(f": waiting for {MODEL}, eta unknown\n\n"), body
+        assert '"code":"wake_timeout"' in body and body.endswith("data: [DONE]\n\n"), body
+        assert await s.queued() == 0
+
+
+async def test_a_client_that_leaves_a_held_stream_leaves_the_queue(
+    tmp_path: Path, redis_url: str, engine: Proc
+) -> None:
+    settings = {**SLOW_POLL, "hold_comment_s": 0.3}
+    async with (
+        scaler(redis_url, engine) as s,
+        serve_gateway(tmp_path, fleet(wake_timeout_s=30), redis_url, s.keys.prefix, **settings) as gw,
+        httpx.AsyncClient(timeout=60) as c,
+    ):
+        seen: list[bytes] = []
+        req = asyncio.ensure_future(raw_stream(c, gw, seen))
+        await until(s.queued)
+        await until(lambda: len(seen) >= 2)
+        req.cancel()
+        await asyncio.gather(req, return_exceptions=True)
+        await until(lambda: nothing_queued(s))
+
+
+async def nothing_queued(s: Scaler) -> bool:
+    return await s.queued() == 0
