@@ -123,15 +123,22 @@ async def test_a_deadline_shorter_than_the_eta_is_a_503_at_once(
         r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)  # its deadline: wake_timeout_s (30 s)
         took = time.perf_counter() - started
         log.warning("the 503 for a deadline shorter than the ETA took %.1f ms", took * 1000)
-        print(f"refused in {took * 1000:.1f} ms")
         assert r.status_code == 503, r.text
         assert r.json()["error"]["code"] == "model_starting_from_zero"
         assert r.headers["x-should-retry"] == "true"
         assert r.headers["retry-after"] == "60" and r.headers["retry-after-ms"] == "60000"
-        assert took < 1.0, took  # generous: the target (50 ms) is what the log line shows
+        assert took < 1.0, took  # generous: the target (50 ms) is what the log lines show
         assert await s.queued() == 0
+        times = []
+        for _ in range(50):
+            started = time.perf_counter()
+            r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+            times.append(time.perf_counter() - started)
+            assert r.status_code == 503
+        times.sort()
+        log.warning("50 refusals: p50 %.1f ms, p99 %.1f ms", times[24] * 1000, times[49] * 1000)
         text = (await c.get(f"{gw}/metrics")).text
-        assert metric(text, "llmgw_hold_refused_total") == 1
+        assert metric(text, "llmgw_hold_refused_total") == 51
         # a request that may wait longer than the ETA is held
         await s.redis.delete(s.keys.cold_starts(MODEL))
         await record_cold_start(s.redis, s.keys, MODEL, "gpu", 20.0)
