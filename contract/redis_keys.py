@@ -93,6 +93,12 @@ class RedisKeys:
         dropped by the demand read (contract/demand.py), which KEDA's scaler serves."""
         return f"{self.prefix}:adm:{{{model}}}:waiting_since"
 
+    def cold_starts(self, model: str) -> str:
+        """HASH: the model's measured cold starts (contract/cold_starts.py): ``<device kind>`` -> seconds
+        (a moving average), ``last`` -> the device kind measured last. Written when a replica is ready
+        after a start from nothing; the gateway's ETA for a request held at zero."""
+        return f"{self.prefix}:adm:{{{model}}}:cold_starts"
+
     def seq(self, model: str) -> str:
         return f"{self.prefix}:adm:{{{model}}}:seq"
 

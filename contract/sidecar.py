@@ -4,7 +4,10 @@ processes it runs itself.
 
 Each replica is given as its ReplicaRecord in JSON (``--record``). Every heartbeat the process asks the
 server's ``/health`` and ``/v1/models``; a server that lists its model is published READY with a TTL, one
-that stops answering for a few heartbeats is withdrawn. On SIGTERM (the pod is deleted, the service is
+that stops answering for a few heartbeats is withdrawn. The time from the sidecar's start (or the
+server's last loss) to the server's listing is recorded as the model's cold start on the record's device
+kind (:mod:`contract.cold_starts`: the ETA of requests held while the model is at zero; it leaves out the
+pod's scheduling and image pull). On SIGTERM (the pod is deleted, the service is
 stopped) the replicas are published DRAINING, the process waits until vLLM has nothing running or waiting
 (or the grace period ends), then removes them and exits; SIGHUP is logged and ignored. It serves the
 supervisor's metrics on ``--metrics-port`` so that Prometheus sees replica states and start-up times as it
@@ -32,6 +35,7 @@ import httpx
 from pydantic import ValidationError
 
 from contract.build_info import add_version_flag
+from contract.cold_starts import record_cold_start
 from contract.drain import wait_until_idle
 from contract.kv_feed import KvEndpoints
 from contract.kv_feeds import FeedTarget, KvFeeds
@@ -96,6 +100,11 @@ class Watched:
         return self.state is not before
 
 
+def device_kind(record: ReplicaRecord) -> str:
+    """The kind of the record's ``device`` (``gpu:0`` -> ``gpu``; none given: ``gpu``, a pod's usual)."""
+    return record.device.split(":", 1)[0] or "gpu"
+
+
 class Sidecar:
     """Heartbeats the watched replicas into the registry; drains and withdraws them on SIGTERM."""
 
@@ -141,6 +150,9 @@ class Sidecar:
                 self.show(w)
                 if w.state is ReplicaState.STARTING:
                     await self.registry.remove(w.record())
+                else:  # listed after a start from nothing: the model's next ETA at zero
+                    r = self.registry
+                    await record_cold_start(r.redis, r.keys, w.base.model, device_kind(w.base), w.startup_s)
         if w.state is not ReplicaState.STARTING:
             changed = await self.registry.publish(w.record(self.kv_index(w))) and w.announced is not w.state
             if changed and await self.registry.announce(w.base.model):  # e.g. scaled up from zero by KEDA

@@ -167,6 +167,13 @@ class WakeTimeout(NoReadyReplica):
     code = "wake_timeout"
 
 
+class ColdStartTooLong(NoReadyReplica):
+    """The model is at zero replicas and its measured cold start is longer than the request may wait:
+    answered at once, with the ETA as Retry-After."""
+
+    code = "model_starting_from_zero"
+
+
 class ShuttingDown(GatewayError):
     """The gateway is stopping and ended a request that outlived its grace period; retry it."""
 

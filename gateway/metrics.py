@@ -228,6 +228,28 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.holds = Histogram(
+            "llmgw_hold_wait_seconds",
+            "Time a request for a model at zero replicas (scaling.min_replicas 0, none listed) was held in "
+            "the shared queue until a replica took it.",
+            ["model"],
+            buckets=(0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
+            registry=r,
+        )
+        self.hold_refused = Counter(
+            "llmgw_hold_refused",
+            "Requests for a model at zero answered 503 at once: their deadline was shorter than the ETA.",
+            ["model"],
+            registry=r,
+        )
+        self.hold_eta_error = Histogram(
+            "llmgw_hold_eta_error_seconds",
+            "How far a held request's real wait was from the ETA it was given (the measured cold start "
+            "left): side late when the start took longer than told, early when shorter.",
+            ["model", "side"],
+            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
+            registry=r,
+        )
 
     def series(self, model: str) -> ModelSeries:
         """The model's per-request series (made on first use, then reused)."""

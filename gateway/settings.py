@@ -156,7 +156,11 @@ class GatewaySettings(BaseSettings):
     wake_unregistered_s: Seconds = 5.0
     """A request for an on-demand model of which the registry holds no record at all (no supervisor lists
     it, not even asleep) waits this long for one, then gets 503 `model_unavailable` with Retry-After,
-    instead of waiting the model's whole `wake_timeout_s` for a wake nobody will do."""
+    instead of waiting the model's whole `wake_timeout_s` for a wake nobody will do. Not for a model whose
+    `scaling.min_replicas` is 0: no record means it is at zero, and its requests are held for a start."""
+    hold_comment_s: Seconds = 5.0
+    """A streamed request held for a model at zero replicas gets an SSE comment (`: waiting for <model>,
+    eta <s> s`) this often while it waits, so proxies and clients do not time the stream out."""
     lease_ttl_s: Seconds = 15.0
     """TTL of an admission lease, renewed while the request runs; a crashed gateway's slots come back within
     it."""

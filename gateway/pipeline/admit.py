@@ -9,9 +9,11 @@ import dataclasses
 import logging
 import time
 
+from contract.fleet import Model
 from contract.registry import ReplicaState
 from gateway.admission.base import Lease, Ticket
 from gateway.errors import ClientClosedRequest, GatewayError, ModelUnavailable, NoReadyReplica, WakeTimeout
+from gateway.on_demand.hold import Eta, hold_deadline_s, read_eta, scales_to_zero, too_short
 from gateway.pipeline.watch import watched
 from gateway.replicas.table import ModelPool
 from gateway.state import Gateway
@@ -29,8 +31,11 @@ def ticket_of(ctx: RequestContext) -> Ticket:
     )
 
 
-async def admit(gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None]) -> Lease:
-    """The request's lease; leaves the queue at once if the client disconnects (``watch`` ends)."""
+async def admit(
+    gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None], eta: Eta | None = None
+) -> Lease:
+    """The request's lease; leaves the queue at once if the client disconnects (``watch`` ends). ``eta``:
+    the hold's ETA when the caller already read it (:func:`held_eta`)."""
     assert ctx.model is not None
     if not pool.candidates():
         failed = [e.record for e in pool.endpoints]
@@ -39,7 +44,7 @@ async def admit(gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asynci
             raise ModelUnavailable(f"model '{ctx.model.name}' is unavailable: every replica failed ({why})")
         if ctx.model.on_demand:
             with gw.tracing.span(ctx, "wake"):
-                return await admit_waking(gw, ctx, pool, watch)
+                return await admit_waking(gw, ctx, pool, watch, eta)
         raise NoReadyReplica(f"no ready replica of model '{ctx.model.name}'; retry later", retry_after=2.0)
     ticket = ticket_of(ctx)
     acquire = gw.admission.acquire(ticket, max(1, pool.capacity))
@@ -54,21 +59,25 @@ async def admit(gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asynci
 
 
 async def admit_waking(
-    gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None]
+    gw: Gateway, ctx: RequestContext, pool: ModelPool, watch: asyncio.Future[None], eta: Eta | None = None
 ) -> Lease:
     """Ask for one wake, wait in the shared queue at capacity zero; once a replica is ready the capacity
     is raised and the queue's head granted. Past ``wake_timeout_s`` without a ready replica: 503 with
     Retry-After; sooner, once the registry has held no record of the model for ``wake_unregistered_s``
-    (no supervisor lists it). ``max_queue_wait_s`` starts to count once the model is awake. The granted
+    (no supervisor lists it), unless the model may scale to zero: then no record means it is at zero,
+    and the request is held (gateway/on_demand/hold.py), or refused at once when its deadline is shorter
+    than the model's ETA. ``max_queue_wait_s`` starts to count once the model is awake. The granted
     lease comes back with ``ctx.woken_at`` set: :func:`until_awake` confirms the replica under the
     lease's hold."""
     assert ctx.model is not None
     model, started = ctx.model, time.perf_counter()
+    if eta is None and at_zero(model, pool):
+        eta = await held_eta(gw, ctx)
     await gw.wakes.request(model, ctx.request_id)
     base = ticket_of(ctx)
     ticket = dataclasses.replace(base, max_wait_s=model.wake_timeout_s + base.max_wait_s)
     acquire = asyncio.ensure_future(gw.admission.acquire(ticket, 0))
-    unregistered = gw.settings.wake_unregistered_s
+    unregistered = None if scales_to_zero(model) else gw.settings.wake_unregistered_s
     awake = asyncio.ensure_future(
         gw.wakes.until_ready(pool, model.wake_timeout_s, rewake=model, unregistered_s=unregistered)
     )
@@ -91,7 +100,35 @@ async def admit_waking(
         raise wake_timeout(gw, ctx, started)
     lease, _ = acquire.result()
     ctx.woken_at = started
+    if eta is not None:
+        held_s = time.perf_counter() - started
+        gw.metrics.holds.labels(model.name).observe(held_s)
+        if eta.remaining_s > 0:
+            off = held_s - eta.remaining_s
+            gw.metrics.hold_eta_error.labels(model.name, "late" if off > 0 else "early").observe(abs(off))
     return lease
+
+
+def at_zero(model: Model, pool: ModelPool) -> bool:
+    """The model may run no replica and the registry lists none: its requests are held, not refused."""
+    return scales_to_zero(model) and not pool.endpoints
+
+
+async def held_eta(gw: Gateway, ctx: RequestContext) -> Eta:
+    """The ETA of a request held at zero (0 when no cold start was measured yet); ColdStartTooLong at
+    once when the request's deadline is shorter than the ETA."""
+    assert ctx.model is not None
+    name = ctx.model.name
+    eta = await read_eta(gw.wakes.redis, gw.wakes.keys, name)
+    deadline = hold_deadline_s(ctx.model, ctx.caller)
+    if eta is not None and deadline < eta.remaining_s:
+        gw.metrics.hold_refused.labels(name).inc()
+        log.info("request_id=%s model=%s at zero, ETA %.1f s > its deadline %g s: 503",
+                 ctx.request_id, name, eta.remaining_s, deadline)  # fmt: skip
+        raise too_short(name, eta, deadline)
+    log.info("request_id=%s model=%s at zero replicas: held (ETA %s)", ctx.request_id, name,
+             "unknown" if eta is None else f"{eta.remaining_s:.1f} s")  # fmt: skip
+    return eta if eta is not None else Eta(0.0, 0.0)
 
 
 async def until_awake(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> None:

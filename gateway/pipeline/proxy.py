@@ -5,7 +5,8 @@
 its token cost (settle.py), 4. admit (admit.py), 5. pick and 6. forward (forward.py), 7. finish: relay
 the answer and settle (relay.py, settle.py). Intake (intake.py) reads the request's head before step 1
 and its body, bounded in size and time, after it; the client is watched from step 4 to the answer
-(watch.py). A failure at any step is answered in the API's own shape, never raised.
+(watch.py). A failure at any step is answered in the API's own shape, never raised. A stream for a model
+at zero replicas is answered at once and held within its stream (held_stream.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from gateway.endpoints import Route
 from gateway.errors import GatewayError, InternalError, ModelNotFound, error_response
 from gateway.migration.stream import plan_migration
 from gateway.migration.whole import plan_whole
-from gateway.pipeline.admit import admit
+from gateway.pipeline.admit import admit, at_zero, held_eta
+from gateway.pipeline.held_stream import held_stream
 from gateway.pipeline.intake import read_body, request_id, upstream_id, wanted_headers
 from gateway.pipeline.media import check_media
 from gateway.pipeline.parse import parse
@@ -86,6 +88,9 @@ class Proxy:
         pool = gw.table.find(model.name)
         if pool is None:  # a fleet reload removed the model since it was resolved
             raise ModelNotFound(f"The model '{model.name}' does not exist", param="model")
+        if ctx.stream and at_zero(model, pool):  # held through a start: the head now, comments meanwhile
+            eta = await held_eta(gw, ctx)  # (a deadline shorter than the ETA: the 503, before any head)
+            return self.relayed(ctx, held_stream(gw, ctx, pool, eta), limits)
         with client_watch(receive, gone) as watch:
             lease = await admit(gw, ctx, pool, watch)  # 4
             parts = answer(gw, ctx, pool, lease)  # 5, 6, 7 (the lease is held and released there)

@@ -99,6 +99,8 @@ async def test_publishes_ready_with_ttl_then_drains_on_sigterm(
         metrics = (await asyncio.to_thread(httpx.get, f"{proc.url}/metrics", timeout=5)).text
         ready = f'llmgw_supervisor_replica_state{{model="{MODEL}",replica="{MODEL}-pod-1",state="ready"}} 1.0'
         assert ready in metrics
+        cold = client.hgetall(RedisKeys(prefix).cold_starts(MODEL))  # the start's time: the next ETA at zero
+        assert cold[b"last"] == b"gpu" and 0 < float(cold[b"gpu"]) < 10
 
         stream = stream_in_background(engine.url, 30)  # three seconds of tokens in flight
         await asyncio.to_thread(wait_in_flight, engine)
