@@ -93,6 +93,12 @@ class RedisKeys:
         dropped by the demand read (contract/demand.py), which KEDA's scaler serves."""
         return f"{self.prefix}:adm:{{{model}}}:waiting_since"
 
+    def cold_start(self, model: str) -> str:
+        """Hash: device kind -> the model's cold start (ready from nothing) in seconds, an EWMA, and
+        ``<kind>:count`` -> starts measured; written by the supervisor (contract/cold_start.py), read by
+        the gateways for their ETA."""
+        return f"{self.prefix}:adm:{{{model}}}:cold_start"
+
     def seq(self, model: str) -> str:
         return f"{self.prefix}:adm:{{{model}}}:seq"
 
