@@ -86,8 +86,13 @@ class Host:
 
 
 @asynccontextmanager
-async def host(tmp: Path, redis_url: str, models: list[dict[str, Any]]) -> AsyncIterator[Host]:
+async def host(
+    tmp: Path, redis_url: str, models: list[dict[str, Any]], scaler_redis_url: str | None = None
+) -> AsyncIterator[Host]:
+    """The control plane with the scaler's loop; ``scaler_redis_url``: the Redis the scaler reads (an
+    outage of its own), else the same."""
     redis = aioredis.Redis.from_url(redis_url)
+    scaler_redis = aioredis.Redis.from_url(scaler_redis_url or redis_url, socket_timeout=0.5)
     keys = RedisKeys(f"as{uuid.uuid4().hex[:6]}")
     metrics = SupervisorMetrics()
     path = tmp / "fleet.yaml"
@@ -100,12 +105,13 @@ async def host(tmp: Path, redis_url: str, models: list[dict[str, Any]]) -> Async
             sup, keys, lambda: rec.fleet, lambda r: 1 << 30, lambda: 1 << 40, metrics,
             ActivatorOptions(tick_s=0.05), measure=lambda pid: 1 << 30,
         )  # fmt: skip
-        auto = Autoscaler(rec, redis, keys, metrics, every_s=0.05)
+        auto = Autoscaler(rec, scaler_redis, keys, metrics, every_s=0.05)
         try:
             async with control_loops(sup, rec, act, auto):
                 yield Host(sup, auto, redis, keys, metrics)
         finally:
             await redis.aclose()
+            await scaler_redis.aclose()
 
 
 def ticket(rid: str, model: str) -> Ticket:
@@ -183,3 +189,16 @@ async def test_a_model_at_zero_starts_one_replica_for_a_waiting_request_and_reco
         await h.gateway().leave("z", ticket_id("gw-a", "0"), False, 0)  # the request goes: idle
         await until(lambda: h.listed("z") == [], deadline_s=30)  # back to zero after the delay
         assert h.gauge(h.metrics.replicas_desired, "z") == 0
+
+
+async def test_a_redis_outage_is_logged_counted_and_leaves_the_replicas(
+    tmp_path: Path, redis_url: str
+) -> None:
+    rule = {"min_replicas": 1, "max_replicas": 2, "target_per_replica": 1, "scale_down_delay_s": 0}
+    dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens: every demand read fails
+    async with host(tmp_path, redis_url, [{"name": "m", "replicas": 2, "scaling": rule}], dead) as h:
+        await until(lambda: h.ids("m") == ["m-0", "m-1"])
+        failed = h.metrics.actions.labels("autoscale", "", "failed")
+        await until(lambda: failed._value.get() >= 2)  # the loop goes on, after the one back-off
+        assert h.ids("m") == ["m-0", "m-1"]  # no demand read: nothing scaled down
+        assert not h.auto.rec.sup.stopping.is_set()
