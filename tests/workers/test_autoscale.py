@@ -202,3 +202,11 @@ async def test_a_redis_outage_is_logged_counted_and_leaves_the_replicas(
         await until(lambda: failed._value.get() >= 2)  # the loop goes on, after the one back-off
         assert h.ids("m") == ["m-0", "m-1"]  # no demand read: nothing scaled down
         assert not h.auto.rec.sup.stopping.is_set()
+
+
+async def test_a_model_whose_rule_is_gone_runs_the_fleets_count_again(tmp_path: Path, redis_url: str) -> None:
+    async with host(tmp_path, redis_url, [{"name": "m", "replicas": 1}]) as h:
+        await until(lambda: h.ids("m") == ["m-0"])
+        h.auto.rec.counts.update({"m": 2, "gone": 1})  # left by rules the fleet file no longer has
+        await h.auto.tick()
+        assert h.auto.rec.counts == {}

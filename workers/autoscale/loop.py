@@ -91,10 +91,13 @@ class Autoscaler:
     async def tick(self) -> None:
         """One decision per model with a scaling rule, acted on."""
         fleet = self.rec.fleet
-        for m in fleet.models if fleet is not None else []:
-            rule = scaling_rule(m)
-            if m.managed and not rule.fixed:
-                await self.model(m, rule)
+        models = fleet.models if fleet is not None else []
+        scaled = {m.name: rule for m in models if m.managed and not (rule := scaling_rule(m)).fixed}
+        for name in [n for n in self.rec.counts if n not in scaled]:  # its rule is gone: the fleet's count
+            del self.rec.counts[name]
+        for m in models:
+            if m.name in scaled:
+                await self.model(m, scaled[m.name])
 
     def scaler(self, name: str, rule: ScalingRule) -> ModelScaler:
         """The model's scaler; a new one when its rule changed."""
