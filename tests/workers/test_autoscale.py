@@ -131,7 +131,7 @@ async def test_demand_grows_a_model_to_two_and_idleness_returns_it_to_one_draini
             await scripts.acquire(ticket(f"r{i}", "m"), t, 8)
         await until(lambda: h.ids("m") == ["m-0", "m-1"], deadline_s=30)
         assert h.gauge(h.metrics.replicas_desired, "m") == 2
-        assert h.gauge(h.metrics.replicas_actual, "m") == 2
+        await until(lambda: h.gauge(h.metrics.replicas_actual, "m") == 2)  # set once the start returned
 
         # the leases end; what runs by the gateway's shares: 2 on m-0, 1 on m-1 (3: one replica's
         # worth); m-1, the idlest, goes after the delay, its request in flight answered
