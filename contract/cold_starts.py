@@ -30,9 +30,10 @@ def averaged(previous: float | None, seconds: float) -> float:
 
 async def record_cold_start(
     redis: aioredis.Redis, keys: RedisKeys, model: str, device_kind: str, seconds: float
-) -> None:
-    """Fold one measured start from nothing into the model's average for ``device_kind``. Two hosts
-    recording at once may each average from the same old value (one measurement then counts less)."""
+) -> float | None:
+    """Fold one measured start from nothing into the model's average for ``device_kind`` and return the
+    new average (None when Redis is unreachable: the measurement is lost, logged). Two hosts recording
+    at once may each average from the same old value (one measurement then counts less)."""
     key = keys.cold_starts(model)
     try:
         raw = await redis.hget(key, device_kind)
@@ -40,20 +41,23 @@ async def record_cold_start(
         await redis.hset(key, mapping={device_kind: f"{value:.3f}", LAST: device_kind})
     except REDIS_DOWN as exc:
         log.warning("model=%s cold start of %.1f s not recorded: %s", model, seconds, exc)
-        return
+        return None
     log.info("model=%s cold start on %s took %.1f s (average %.1f s)", model, device_kind, seconds, value)
+    return value
 
 
-async def read_cold_start(redis: aioredis.Redis, keys: RedisKeys, model: str) -> float | None:
-    """The average cold start (seconds) on the device kind the model was measured on last; None when
-    none was measured or Redis is unreachable."""
+async def read_cold_start(
+    redis: aioredis.Redis, keys: RedisKeys, model: str, device_kind: str | None = None
+) -> float | None:
+    """The average cold start (seconds) on ``device_kind``, or on the kind the model was measured on
+    last when none is named; None when none was measured or Redis is unreachable."""
     try:
         found = await redis.hgetall(keys.cold_starts(model))
     except REDIS_DOWN:
         return None
     fields = {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in found.items()}
     last = fields.get(LAST)
-    kind = last.decode() if isinstance(last, bytes) else last
+    kind = device_kind or (last.decode() if isinstance(last, bytes) else last)
     raw = fields.get(kind) if kind is not None else None
     try:
         return float(raw) if raw is not None else None

@@ -109,6 +109,31 @@ class SupervisorMetrics:
             ["model", "replica"],
             registry=r,
         )
+        self.replicas_desired = Gauge(
+            "llmgw_supervisor_replicas_desired",
+            "Replicas the model's scaling rule and demand ask for (the supervisor as the scaler).",
+            ["model"],
+            registry=r,
+        )
+        self.replicas_actual = Gauge(
+            "llmgw_supervisor_replicas_actual",
+            "Replicas of the model the supervisor runs now (listed: starting, ready, asleep, draining).",
+            ["model"],
+            registry=r,
+        )
+        self.scale_refused = Counter(
+            "llmgw_supervisor_scale_refused",
+            "Times the demand asked for one more replica of the model and it did not fit the host's memory.",
+            ["model"],
+            registry=r,
+        )
+        self.cold_starts = Histogram(
+            "llmgw_supervisor_cold_start_seconds",
+            "Cold starts: from the scaler's start of a model at zero replicas to its first one READY.",
+            ["model"],
+            buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600),
+            registry=r,
+        )
 
     def forget(self, model: str, replica: str) -> None:
         """Drop a retired replica's series (its id will not come back)."""

@@ -11,7 +11,9 @@ pod's scheduling and image pull). On SIGTERM (the pod is deleted, the service is
 stopped) the replicas are published DRAINING, the process waits until vLLM has nothing running or waiting
 (or the grace period ends), then removes them and exits; SIGHUP is logged and ignored. It serves the
 supervisor's metrics on ``--metrics-port`` so that Prometheus sees replica states and start-up times as it
-does under `make run`.
+does under `make run`. In a Kubernetes pod it keeps the pod's ``controller.kubernetes.io/pod-deletion-cost``
+at the requests its servers run and queue (:mod:`contract.deletion_cost`), so that a scale-down removes
+the idlest pod first.
 
 The heartbeat is supervised: a Redis outage (any topology) is a failed write that the next beat retries;
 a beat that raises is logged, counted (``llmgw_supervisor_actions_total{outcome="failed"}``) and tried
@@ -36,6 +38,7 @@ from pydantic import ValidationError
 
 from contract.build_info import add_version_flag
 from contract.cold_starts import record_cold_start
+from contract.deletion_cost import DeletionCost
 from contract.drain import wait_until_idle
 from contract.kv_feed import KvEndpoints
 from contract.kv_feeds import FeedTarget, KvFeeds
@@ -45,7 +48,7 @@ from contract.redis_url import connect
 from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, new_instance_id
 from contract.replica_metrics import SupervisorMetrics, serve_metrics
 from contract.supervision import EXIT_TASK_DIED, TaskGroup, every
-from contract.vllm_probe import listed, probe_client
+from contract.vllm_probe import listed, probe_client, requests_in_engine
 
 log = logging.getLogger("llmgw.register")
 
@@ -121,6 +124,8 @@ class Sidecar:
         self.draining = asyncio.Event()
         self.feeds: KvFeeds | None = None
         """Set by :func:`serve` when some replica publishes KV events."""
+        self.deletion_cost: DeletionCost | None = None
+        """Set by :func:`serve` in a Kubernetes pod: the pod's deletion cost follows its load."""
 
     def kv_targets(self) -> list[FeedTarget]:
         """The feeds of the answering replicas with a ``--kv-events`` endpoint (a new start: a new feed)."""
@@ -170,6 +175,18 @@ class Sidecar:
             self.feeds.sync(self.kv_targets())
             self.feeds.show(self.metrics)
         await asyncio.gather(*(self.tick(w) for w in self.watched))
+        if self.deletion_cost is not None and not self.draining.is_set():
+            await self.follow_load(self.deletion_cost)
+
+    async def follow_load(self, cost: DeletionCost) -> None:
+        """The pod's deletion cost = requests its vLLM servers run and queue (unknown: left as it is); a
+        failed patch is counted (``deletion_cost``) and retried next beat."""
+        loads = await asyncio.gather(*(requests_in_engine(self.client, w.base.url) for w in self.watched))
+        if any(n is None for n in loads):
+            return
+        await cost.follow(sum(n for n in loads if n is not None))
+        if cost.failing:
+            self.metrics.failed("deletion_cost", cost.pod)
 
     async def drain(self) -> None:
         """Publish DRAINING, then wait until vLLM is idle, within the grace period."""
@@ -289,6 +306,7 @@ async def serve(args: argparse.Namespace) -> int:
         reg = Sidecar([Watched(r) for r in args.record], registry, client, metrics, options)
         if options.kv_events:
             reg.feeds = KvFeeds.from_env(redis, registry.keys)
+        reg.deletion_cost = DeletionCost.from_env()
         for w in reg.watched:
             reg.show(w)
         tasks = TaskGroup(metrics.failed)

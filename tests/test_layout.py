@@ -56,7 +56,7 @@ def test_gateway_image_carries_the_gateway_and_the_contract_only() -> None:
 
 # --- the workers' rooms and the contract (issue 26) ------------------------------------------------------
 
-WORKERS_ROOMS = ("replica", "life", "converge", "ondemand", "host", "planner", "scale")
+WORKERS_ROOMS = ("replica", "life", "converge", "ondemand", "host", "planner", "scale", "autoscale")
 """The rooms of the control plane; a file at workers/ top level is the CLI or the wiring."""
 WORKERS_TOP = {"__init__.py", "cli.py", "wiring.py"}
 ROOM_MAY_IMPORT = {
@@ -67,6 +67,7 @@ ROOM_MAY_IMPORT = {
     "converge": {"replica", "life", "host", "planner"},
     "ondemand": {"replica", "life", "host", "converge"},
     "scale": set(),  # KEDA's external scaler: the contract's demand and rules only
+    "autoscale": {"replica", "life", "host", "planner", "converge"},  # the supervisor as the scaler
 }
 """Which rooms each room may import (besides itself and ``contract``): the arrows only run down."""
 OFFLINE_TOOLS = ("models", "deploy", "stack")

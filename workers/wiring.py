@@ -1,12 +1,13 @@
 """The one wiring of the control plane: the owner of the replicas (``Supervisor``), the reconcile loop,
-the activator, their metrics and the state file, built by :func:`build_control_plane` and run by
-:func:`running` with one start and one shutdown order. ``llmgw-workers`` (and through it the embedded
-stack), the tests and the benchmarks all run it this way.
+the activator, the scaler (:mod:`workers.autoscale`), their metrics and the state file, built by
+:func:`build_control_plane` and run by :func:`running` with one start and one shutdown order.
+``llmgw-workers`` (and through it the embedded stack), the tests and the benchmarks all run it this way.
 
 Every long-lived task runs in one :class:`contract.supervision.TaskGroup`: one that ends while the
 control plane runs is logged and counted, and ``llmgw-workers`` exits non-zero. The shutdown order: the
-activator is told to close, the activator's and the reconciler's loops are cancelled, the owner drains
-every replica (within the grace period) and stops them, its own loop ends, the state file is emptied.
+activator is told to close, the activator's, the reconciler's and the scaler's loops are cancelled, the
+owner drains every replica (within the grace period) and stops them, its own loop ends, the state file
+is emptied.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from contract.kv_feeds import KvFeeds
 from contract.registry import RegistryWriter
 from contract.replica_metrics import SupervisorMetrics
 from contract.supervision import TaskGroup
+from workers.autoscale.loop import Autoscaler
 from workers.converge.loop import HeadroomProbe, LaunchFor, Reconciler
 from workers.host.gpu import GpuReader, MemoryProbe, nvidia_smi_probe, nvidia_smi_reading
 from workers.life.adopt import StateFile, check_entries
@@ -41,6 +43,7 @@ class ControlPlane:
     metrics: SupervisorMetrics
     state: StateFile | None = None
     tasks: TaskGroup = field(default_factory=TaskGroup)
+    auto: Autoscaler | None = None
 
 
 def build_control_plane(
@@ -81,7 +84,8 @@ def build_control_plane(
         sup, keys, lambda: rec.fleet, estimate, free_bytes, metrics, activator or ActivatorOptions(),
         gpu_reading=gpu_reading, weights=weights,
     )  # fmt: skip
-    return ControlPlane(sup, rec, act, metrics, state, TaskGroup(metrics.failed))
+    auto = Autoscaler(rec, registry.redis, keys, metrics)
+    return ControlPlane(sup, rec, act, metrics, state, TaskGroup(metrics.failed), auto)
 
 
 @asynccontextmanager
@@ -94,6 +98,8 @@ async def running(plane: ControlPlane) -> AsyncIterator[TaskGroup]:
     tasks.spawn("supervisor", plane.sup.run())
     tasks.spawn("reconciler", plane.rec.run())
     tasks.spawn("activator", plane.act.run())
+    if plane.auto is not None:
+        tasks.spawn("autoscaler", plane.auto.run())
     try:
         yield tasks
     finally:
@@ -104,7 +110,7 @@ async def shutdown(plane: ControlPlane) -> None:
     """The one shutdown order (module doc)."""
     tasks = plane.tasks
     plane.act.close()
-    await tasks.close("activator", "reconciler")
+    await tasks.close("activator", "reconciler", *(["autoscaler"] if plane.auto is not None else []))
     tasks.expect_end("supervisor")
     await plane.sup.drain()
     await tasks.join("supervisor")
@@ -114,8 +120,11 @@ async def shutdown(plane: ControlPlane) -> None:
 
 
 @asynccontextmanager
-async def control_loops(sup: Supervisor, rec: Reconciler, act: Activator) -> AsyncIterator[TaskGroup]:
-    """:func:`running` for parts built apart (tests, benchmarks): the same tasks and shutdown order."""
-    plane = ControlPlane(sup, rec, act, sup.metrics, None, TaskGroup(sup.metrics.failed))
+async def control_loops(
+    sup: Supervisor, rec: Reconciler, act: Activator, auto: Autoscaler | None = None
+) -> AsyncIterator[TaskGroup]:
+    """:func:`running` for parts built apart (tests, benchmarks): the same tasks and shutdown order
+    (``auto``: the scaler's loop, when given)."""
+    plane = ControlPlane(sup, rec, act, sup.metrics, None, TaskGroup(sup.metrics.failed), auto)
     async with running(plane) as tasks:
         yield tasks

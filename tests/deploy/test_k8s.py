@@ -454,3 +454,24 @@ def test_vllm_pods_reach_out_to_dns_and_the_state_redis_only(objects: list[Obj])
 def test_nginx_service_keeps_the_clients_address(objects: list[Obj]) -> None:
     svc = of_kind(objects, "Service")["nginx"]
     assert svc["spec"]["type"] == "LoadBalancer" and svc["spec"]["externalTrafficPolicy"] == "Local"
+
+
+def test_model_pods_keep_their_deletion_cost_with_a_token_only_their_sidecar_mounts(
+    objects: list[Obj],
+) -> None:
+    """The sidecar patches its pod's ``controller.kubernetes.io/pod-deletion-cost``
+    (contract/deletion_cost.py): the pods' account may get and patch pods; vLLM gets no token."""
+    [rule] = of_kind(objects, "Role")["llmgw-model"]["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}
+    binding = of_kind(objects, "RoleBinding")["llmgw-model"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "llmgw-model", "namespace": "llmgw"}]
+    assert of_kind(objects, "ServiceAccount")["llmgw-model"]["automountServiceAccountToken"] is False
+    models = {n: d for n, d in of_kind(objects, "Deployment").items() if n.startswith("vllm-")}
+    assert models
+    for d in models.values():
+        pod = d["spec"]["template"]["spec"]
+        assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == ("llmgw-model", False)
+        vllm, sidecar = pod["containers"]
+        token_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+        assert token_dir not in [m["mountPath"] for m in vllm.get("volumeMounts", [])]
+        assert token_dir in [m["mountPath"] for m in sidecar["volumeMounts"]]

@@ -25,6 +25,7 @@ from tests.deploy.test_k8s import KUBECTL, VERSIONS, admitted
 from tests.deploy.test_render import default_fleet, render_to
 from tools.deploy.common import MODELS_MOUNT, REPO, slug
 from tools.deploy.k8s import network_policies
+from tools.deploy.k8s_model_rbac import token_mount
 from workers.replica.weights import weights_for
 
 Obj = dict[str, Any]
@@ -101,10 +102,12 @@ def test_kubernetes_pod_publishes_on_its_loopback_to_its_sidecar(rendered: tuple
         vllm, sidecar = d["spec"]["template"]["spec"]["containers"]
         if name != f"vllm-{slug(model.name)}":
             assert "--kv-events-config" not in vllm["args"] and "--kv-events" not in sidecar["args"]
-            assert "volumeMounts" not in sidecar
+            assert sidecar["volumeMounts"] == [token_mount()]  # no models volume: its API token only
             continue
         assert engine_config(vllm["args"]) == bind_config()
-        assert sidecar["volumeMounts"] == [{"name": "models", "mountPath": "/models", "readOnly": True}]
+        models = {"name": "models", "mountPath": "/models", "readOnly": True}
+        assert sidecar["volumeMounts"] == [models, token_mount()]
+        assert "volumeMounts" not in vllm or token_mount() not in vllm["volumeMounts"]
         assert sidecar["securityContext"]["readOnlyRootFilesystem"] is True
         args = [a.replace("$(POD_NAME)", "vllm-x-1") for a in sidecar["args"][2:]]  # -m contract.sidecar
         opts = options_from(parse_args(args))

@@ -89,3 +89,12 @@ def test_renderers_write_the_planners_budget() -> None:
     services = yaml.safe_load(render_compose(f, o=ComposeOptions(sizing=sizing))["compose.yaml"])["services"]
     shared = planned_budgets(f, {0: H200}, make_config_loader())[("llama", 1)].gpu_memory_utilization
     assert services["vllm-llama-1"]["command"][-1] == f"{shared:.3f}"
+
+
+def test_a_scaled_model_is_budgeted_at_its_maximum() -> None:
+    """The scaler's replicas in slots above ``replicas`` have their budget; the running one leaves room."""
+    data = fleet(replicas=1).model_dump(mode="json", exclude_none=True)
+    data["models"][0]["scaling"] = {"min_replicas": 1, "max_replicas": 2}
+    planned = planned_budgets(Fleet.model_validate(data), {0: H200}, make_config_loader())
+    assert set(planned) == {("llama", 0), ("llama", 1)}
+    assert planned[("llama", 0)].gpu_memory_utilization < 0.45  # shares the card with the second one

@@ -202,3 +202,27 @@ def test_retired_ids_and_busy_ports_are_not_handed_out_again() -> None:
     again = plan(fleet(), running, 2, retired=["a-1"], is_free=lambda p: p != 8101)
     assert len(again) == 1 and isinstance(again[0], Start)
     assert (again[0].spec.id, again[0].slot, again[0].spec.port) == ("a-2", 1, 8103)
+
+
+SCALED = """
+defaults: {base_port: 8100}
+models:
+  - name: s
+    source: {path: /s}
+    replicas: 1
+    activation: on_demand
+    scaling: {min_replicas: 0, max_replicas: 3, target_per_replica: 2}
+"""
+
+
+def test_the_scalers_count_starts_in_the_lowest_free_slot_and_keeps_the_running_ones() -> None:
+    f = fleet(SCALED)
+    one = converge(f, [])
+    assert [(r.id, r.slot) for r in one] == [("s-0", 0)]
+    three = apply(one, plan(f, one, 1, counts={"s": 3}))
+    assert sorted((r.id, r.slot) for r in three) == [("s-0", 0), ("s-1", 1), ("s-2", 2)]
+    after_idlest_went = [r for r in three if r.id != "s-0"]  # the scaler retired slot 0's replica
+    assert plan(f, after_idlest_went, 1, counts={"s": 2}) == []
+    assert plan(f, after_idlest_went, 1, counts={"s": 9}) != []  # clamped to the maximum: one start
+    assert [a.slot for a in plan(f, after_idlest_went, 1, counts={"s": 9}) if isinstance(a, Start)] == [0]
+    assert plan(f, [], 1, counts={"s": 0}) == []

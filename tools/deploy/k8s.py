@@ -46,6 +46,7 @@ from tools.deploy.common import (
     to_yaml,
     to_yaml_docs,
 )
+from tools.deploy.k8s_model_rbac import MODEL_ACCOUNT, model_rbac, token_mount, token_volume
 from tools.deploy.nginx import container_nginx_conf
 
 Obj = dict[str, Any]
@@ -207,6 +208,7 @@ def sidecar_container(model: Model, o: K8sOptions) -> Obj:
         *kv_args,
     ]  # fmt: skip
     field = {"POD_NAME": "metadata.name", "POD_IP": "status.podIP"}
+    mounts = [*kv_more.pop("volumeMounts", []), token_mount()]  # the API token: its deletion cost
     return {
         "name": "register",
         "image": o.project_image,
@@ -229,6 +231,7 @@ def sidecar_container(model: Model, o: K8sOptions) -> Obj:
             "capabilities": {"drop": ["ALL"]},
         },
         **kv_more,
+        "volumeMounts": mounts,
     }
 
 
@@ -237,6 +240,8 @@ def deployment(model: Model, o: K8sOptions) -> Obj:
     shm = {"medium": "Memory", "sizeLimit": f"{o.shm_per_gpu_gib * gpus}Gi"}
     pod = {
         "terminationGracePeriodSeconds": o.termination_grace_s,
+        "serviceAccountName": MODEL_ACCOUNT,
+        "automountServiceAccountToken": False,  # the sidecar alone mounts it (tools/deploy/k8s_model_rbac.py)
         "enableServiceLinks": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
@@ -244,6 +249,7 @@ def deployment(model: Model, o: K8sOptions) -> Obj:
         "volumes": [
             {"name": "shm", "emptyDir": shm},
             {"name": "models", "persistentVolumeClaim": {"claimName": o.models_claim, "readOnly": True}},
+            token_volume(),
         ],
     }
     return {
@@ -430,6 +436,8 @@ def render_k8s(fleet: Fleet, fleet_text: str, o: K8sOptions | None = None) -> di
             continue
         what = f"model {m.name}: Deployment, PodDisruptionBudget, KEDA ScaledObject"
         out[f"{MODELS_DIR}/{slug(m.name)}.yaml"] = header(what) + to_yaml_docs(model_manifests(m, o))
+    what = "the model pods' ServiceAccount and Role: the sidecar keeps the pod's deletion cost"
+    out[f"{MODELS_DIR}/rbac.yaml"] = header(what) + to_yaml_docs(model_rbac())
     files = [p.split("/", 1)[1] for p in out]
     out[f"{MODELS_DIR}/kustomization.yaml"] = header("the models of the fleet") + to_yaml(
         models_kustomization(files)

@@ -4,7 +4,10 @@ that converge them: start, stop (a drain, then a stop) and replace.
 Rules:
 
 * a running replica keeps its id, port and device whatever else changes in the fleet;
-* each model's replicas fill *slots* ``0 .. replicas-1``; a slot's devices are the one placement's
+* each model's replicas fill *slots* ``0 .. max-1`` (``max``: its scaling rule's maximum, ``replicas``
+  without a rule), ``count`` of them (``counts``: the supervisor's scaler's desired count, else
+  ``replicas``): the replicas kept are the running ones of the lowest slots, a missing one starts in the
+  lowest free slot; a slot's devices are the one placement's at the rules' maxima
   (:func:`workers.replica.placement.place_replicas`, slot = replica index); a replica whose launch-relevant
   configuration (:func:`fingerprint`) or placed device differs from the fleet's is replaced;
 * new ports come from a ledger of the ports in use (:class:`PortLedger`): the lowest free one from the
@@ -19,11 +22,13 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from contract.fleet import Fleet, Model
 from contract.registry import ReplicaState
+from contract.scaling import scaling_rule
+from workers.planner.scaling import at_maximum
 from workers.replica.launch import ReplicaSpec
 from workers.replica.placement import place_replicas
 
@@ -122,11 +127,14 @@ def plan(
     refused: Iterable[Refusal] = (),
     is_free: Callable[[int], bool] = always_free,
     retired: Iterable[str] = (),
+    counts: Mapping[str, int] | None = None,
 ) -> list[Action]:
     """Every action that moves ``running`` toward ``fleet``, in fleet order (stops of removed models
-    last).  ``retired``: ids of replicas stopped before, never given again (a gateway may still hold the
-    old one).  Pure: the same inputs give the same actions."""
+        last).  ``retired``: ids of replicas stopped before, never given again (a gateway may still hold the
+        old one).  ``counts``: replicas wanted per model (the scaler's; within the model's rule), else
+    ``replicas``.  Pure: the same inputs give the same actions."""
     planner = _Planner(fleet, running, n_devices, frozenset(refused), is_free, frozenset(retired))
+    planner.counts = counts or {}
     for model in fleet.models:
         if model.managed:
             planner.model(model)
@@ -150,26 +158,34 @@ class _Planner:
         self.fleet, self.running, self.refused, self.retired = fleet, running, refused, retired
         self.n_devices = max(1, n_devices)
         self.ports = PortLedger(fleet.defaults.base_port, {r.spec.port for r in running}, is_free)
-        self.placement = place_replicas(fleet.models, range(self.n_devices))
+        self.placement = place_replicas((at_maximum(fleet) or fleet).models, range(self.n_devices))
         self.actions: list[Action] = []
+        self.counts: Mapping[str, int] = {}
+
+    def count(self, model: Model) -> tuple[int, int]:
+        """(replicas wanted, slots there are) for ``model``: the scaler's count within its rule."""
+        rule = scaling_rule(model)
+        wanted = self.counts.get(model.name, model.replicas)
+        return max(rule.min_replicas, min(rule.max_replicas, wanted)), max(rule.max_replicas, model.replicas)
 
     def model(self, model: Model) -> None:
         mine = sorted((r for r in self.running if r.model == model.name), key=lambda r: (r.slot, r.id))
         indices = {r.spec.index for r in mine} | {
             int(rid.rsplit("-", 1)[1]) for rid in self.retired if rid.rsplit("-", 1)[0] == model.name
         }
+        count, slots = self.count(model)
         by_slot: dict[int, Running] = {}
         for r in mine:
-            if r.slot < model.replicas and r.slot not in by_slot:
+            if r.slot < slots and r.slot not in by_slot and len(by_slot) < count:
                 by_slot[r.slot] = r
             else:
-                self.actions.append(Stop(r.id, f"surplus: {model.name} wants {model.replicas} replicas"))
+                self.actions.append(Stop(r.id, f"surplus: {model.name} wants {count} replicas"))
+        free = [slot for slot in range(slots) if slot not in by_slot]
+        for slot in free[: count - len(by_slot)]:
+            self.start(model, slot, indices, count)
         replaced = False
-        for slot in range(model.replicas):
-            current = by_slot.get(slot)
-            if current is None:
-                self.start(model, slot, indices)
-            elif not replaced:
+        for current in by_slot.values():
+            if not replaced:
                 replaced = self.replace(model, current, indices)
 
     def spec(
@@ -183,9 +199,9 @@ class _Planner:
         budget = model.budget.fixed_gpu_memory_utilization
         return ReplicaSpec(model, index, self.ports.allocate(), devices, d.host, d.device, budget)
 
-    def start(self, model: Model, slot: int, indices: set[int]) -> None:
+    def start(self, model: Model, slot: int, indices: set[int], count: int) -> None:
         spec = self.spec(model, slot, indices)
-        self.actions.append(Start(spec, slot, f"{model.name} wants {model.replicas} replicas (slot {slot})"))
+        self.actions.append(Start(spec, slot, f"{model.name} wants {count} replicas (slot {slot})"))
 
     def replace(self, model: Model, current: Running, indices: set[int]) -> bool:
         """Append a Replace when ``current`` differs from the fleet; True when it did."""

@@ -87,6 +87,11 @@ class Reconciler:
         self.retired_ports: set[int] = set()
         self.fleet: Fleet | None = None
         self.passes = 0
+        self.counts: dict[str, int] = {}
+        """Replicas per model the supervisor's scaler wants (:mod:`workers.autoscale`); else ``replicas``.
+        A model the scaler set starts its on-demand replicas at once (demand is there), not ASLEEP."""
+        self.lock = asyncio.Lock()
+        """One convergence at a time: the fleet's, or the scaler's."""
 
     async def run(self) -> None:
         """Read the fleet whenever the watch says so and converge to it, until the supervisor stops."""
@@ -104,8 +109,24 @@ class Reconciler:
             await asyncio.gather(poller, return_exceptions=True)
 
     async def apply(self, fleet: Fleet) -> None:
-        await self.forget_failures()
-        await self.converge(fleet)
+        async with self.lock:
+            await self.forget_failures()
+            await self.converge(fleet)
+
+    async def scale_to(self, model: str, count: int) -> None:
+        """Converge ``model`` (and whatever else differs) to ``count`` replicas (the scaler's)."""
+        async with self.lock:
+            self.counts[model] = count
+            if self.fleet is not None:
+                await self.converge(self.fleet)
+
+    async def scale_down(self, r: Replica, count: int) -> None:
+        """Drain and retire ``r`` (the idlest, the scaler's pick), leaving its model ``count`` replicas."""
+        async with self.lock:
+            self.counts[r.spec.model.name] = count
+            log.info("autoscale action=stop replica=%s (the idlest): %d left", r.spec.id, count)
+            await self.retire(r)
+            self.count("scale_down", r.spec.model.name, "ok")
 
     def failed(self, action: str, model: str) -> None:
         self.count(action, model, "failed")
@@ -164,8 +185,9 @@ class Reconciler:
             if self.sup.stopping.is_set():
                 return
             actions = plan(
-                fleet, self.running(), self.n_devices, self.refused, self.port_free(fleet), self.retired_ids
-            )
+                fleet, self.running(), self.n_devices, self.refused, self.port_free(fleet), self.retired_ids,
+                self.counts,
+            )  # fmt: skip
             if not actions:
                 return
             self.passes += 1
@@ -195,12 +217,7 @@ class Reconciler:
         for a in lane:
             if self.sup.stopping.is_set():
                 return
-            model = (
-                a.spec.model.name
-                if isinstance(a, Start | Replace)
-                else self.replica(a.replica).spec.model.name
-            )
-            if not await guarded(a.kind, self.act(a), self.failed, model):
+            if not await guarded(a.kind, self.act(a), self.failed, self.model_of(a)):
                 await self.fail(a)
 
     def model_of(self, a: Action) -> str:
@@ -249,7 +266,7 @@ class Reconciler:
     async def bring_up(self, r: Replica) -> bool:
         """Start a replica the loop just made; on failure it stays listed FAILED (no restart storm). An
         on-demand model's replica is listed ASLEEP instead: the activator starts it when asked."""
-        if r.spec.model.on_demand:
+        if r.spec.model.on_demand and r.spec.model.name not in self.counts:
             await self.sup.park(r)
             log.info("replica=%s asleep until a request wakes it (activation on_demand)", r.spec.id)
             return True

@@ -13,6 +13,7 @@ from typing import Any
 from contract.fleet import Fleet, Model
 from workers.host.gpu import gib
 from workers.planner import Plan, ReplicaPlan, plan_fleet
+from workers.planner.scaling import at_maximum
 
 ConfigLoader = Callable[[Model], Mapping[str, Any]]
 PlannedBudgets = dict[tuple[str, int], ReplicaPlan]
@@ -27,9 +28,11 @@ def needs_plan(fleet: Fleet) -> bool:
 
 
 def planned_budgets(fleet: Fleet, device_bytes: Mapping[int, int], loader: ConfigLoader) -> PlannedBudgets:
-    """(model, replica index) -> the planner's replica plan, for every supervised replica."""
+    """(model, replica index) -> the planner's replica plan, for every replica the fleet may run: each
+    model at its scaling rule's maximum (:func:`workers.planner.scaling.at_maximum`), so that a replica
+    the supervisor's scaler adds has its budget and the ones running leave room for it."""
     try:
-        plan: Plan = plan_fleet(fleet, device_bytes, loader)
+        plan: Plan = plan_fleet(at_maximum(fleet) or fleet, device_bytes, loader)
     except Exception as exc:  # a missing or unreadable config.json: say which, refuse to guess
         raise BudgetError(f"cannot plan the auto budgets: {exc}") from exc
     if plan.problems:

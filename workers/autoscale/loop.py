@@ -1,0 +1,160 @@
+"""The supervisor as the scaler on one host: each model with a scaling rule (min below max) runs as many
+replicas as its demand needs, the same rule and signal as KEDA's scaler in a cluster.
+
+Every ``every_s`` :class:`Autoscaler` reads, per such model, the demand summed over every gateway
+(:func:`contract.demand.read_demand`) and the gateways' in-flight counts per replica
+(:meth:`RedisKeys.inflight`), and lets :class:`workers.autoscale.decide.ModelScaler` decide:
+
+* up: the reconciler converges the model to the new count (:meth:`Reconciler.scale_to`: the same plan,
+  placement, ports and start as a fleet change; an on-demand model's replicas start at once). The next
+  replica must fit the host's memory as the reconciler's headroom probe reads it; when it does not, the
+  start is not made, the reason logged once (until it fits again) and counted
+  (``llmgw_supervisor_scale_refused_total``). A start from zero replicas is a cold start: its duration
+  (from the decision to READY) is observed and folded into the model's mean in Redis
+  (:func:`contract.cold_starts.record_cold_start`), which the gateways' ETA reads;
+* down: the idlest replica is drained and retired through the owner's one drain
+  (:meth:`Reconciler.scale_down`), so what runs on it finishes.
+
+The loop is supervised (:func:`contract.supervision.every`): a failed tick, a Redis outage included
+(:data:`contract.redis_url.REDIS_DOWN`), is logged and counted and the next one comes after the one
+back-off; the replicas stay as they are meanwhile. A tick waits for the starts and drains it asks for.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+
+from contract.cold_starts import record_cold_start
+from contract.demand import read_demand
+from contract.fleet import Model
+from contract.inflight_share import fresh_counts
+from contract.redis_keys import RedisKeys
+from contract.registry import ReplicaState
+from contract.replica_metrics import SupervisorMetrics
+from contract.scaling import ScalingRule, scaling_rule
+from contract.supervision import every
+from workers.autoscale.decide import ModelScaler
+from workers.converge.actions import Start, plan
+from workers.converge.loop import Reconciler
+from workers.life.owner import Replica
+from workers.replica.launch import ReplicaSpec
+
+log = logging.getLogger("llmgw.autoscale")
+
+
+async def replica_inflight(redis: aioredis.Redis, keys: RedisKeys, model: str) -> Counter[str]:
+    """Requests in flight per replica id, summed over the gateways' fresh shares."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.hvals(keys.inflight(model))
+    pipe.time()
+    shares, (seconds, micros) = await pipe.execute()
+    return fresh_counts(shares, int(seconds) * 1000 + int(micros) // 1000)
+
+
+def next_start(rec: Reconciler, model: str, count: int) -> ReplicaSpec | None:
+    """The replica the reconciler's plan would start first for ``model`` at ``count`` replicas."""
+    fleet = rec.fleet
+    if fleet is None:
+        return None
+    counts = {**rec.counts, model: count}
+    running = rec.running()
+    actions = plan(fleet, running, rec.n_devices, rec.refused, rec.port_free(fleet), rec.retired_ids, counts)
+    return next((a.spec for a in actions if isinstance(a, Start) and a.spec.model.name == model), None)
+
+
+class Autoscaler:
+    """The supervised scaling loop (see the module doc)."""
+
+    def __init__(
+        self,
+        rec: Reconciler,
+        redis: aioredis.Redis,
+        keys: RedisKeys,
+        metrics: SupervisorMetrics,
+        every_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rec, self.redis, self.keys, self.metrics = rec, redis, keys, metrics
+        self.every_s, self.clock = every_s, clock
+        self.scalers: dict[str, ModelScaler] = {}
+        self.refusing: set[str] = set()
+        """Models whose next replica did not fit (logged once until it fits again)."""
+
+    async def run(self) -> None:
+        await every("autoscale", self.every_s, self.tick, self.rec.sup.stopping, self.metrics.failed)
+
+    async def tick(self) -> None:
+        """One decision per model with a scaling rule, acted on."""
+        fleet = self.rec.fleet
+        models = fleet.models if fleet is not None else []
+        scaled = {m.name: rule for m in models if m.managed and not (rule := scaling_rule(m)).fixed}
+        for name in [n for n in self.rec.counts if n not in scaled]:  # its rule is gone: the fleet's count
+            del self.rec.counts[name]
+        for m in models:
+            if m.name in scaled:
+                await self.model(m, scaled[m.name])
+
+    def scaler(self, name: str, rule: ScalingRule) -> ModelScaler:
+        """The model's scaler; a new one when its rule changed."""
+        held = self.scalers.get(name)
+        if held is None or held.rule != rule:
+            held = self.scalers[name] = ModelScaler(rule)
+        return held
+
+    def listed(self, name: str) -> list[Replica]:
+        mine = [r for r in self.rec.sup.replicas if r.spec.model.name == name and not r.retired]
+        return sorted(mine, key=lambda r: r.spec.index)
+
+    async def model(self, m: Model, rule: ScalingRule) -> None:
+        """Read the model's demand, decide, act; nothing while the reconciler converges (a fleet change
+        or a start under way: the count is not settled)."""
+        demand = await read_demand(self.redis, self.keys, m.name)
+        inflight = await replica_inflight(self.redis, self.keys, m.name)
+        if self.rec.lock.locked():
+            return
+        ids = [r.spec.id for r in self.listed(m.name)]
+        scaler = self.scaler(m.name, rule)
+        total = max(demand.total, 1 if demand.waiting_at_zero else 0)
+        fits = scaler.auto.needed(total) <= len(ids) or await self.fits(m.name, len(ids) + 1)
+        d = scaler.decide(demand.total, demand.waiting_at_zero, ids, inflight, self.clock(), fits)
+        self.metrics.replicas_desired.labels(m.name).set(d.desired)
+        self.metrics.replicas_actual.labels(m.name).set(len(ids))
+        if d.remove is not None:
+            await self.rec.scale_down(self.rec.sup.find(d.remove), len(ids) - 1)
+        elif d.start:
+            await self.grow(m.name, len(ids), len(ids) + d.start)
+        self.metrics.replicas_actual.labels(m.name).set(len(self.listed(m.name)))
+
+    async def fits(self, name: str, count: int) -> bool:
+        """Whether the next replica of ``name`` fits the host's memory (the reconciler's headroom probe);
+        a refusal is logged once until it fits again, and counted."""
+        spec = next_start(self.rec, name, count)
+        if spec is None:
+            return True
+        room = await self.rec.headroom(spec)
+        if room.fits:
+            self.refusing.discard(name)
+            return True
+        if name not in self.refusing:
+            self.refusing.add(name)
+            self.metrics.scale_refused.labels(name).inc()
+            log.warning("autoscale model=%s wants replica %d, which does not fit: %s", name, count,
+                        room.describe())  # fmt: skip
+        return False
+
+    async def grow(self, name: str, before: int, count: int) -> None:
+        """Converge ``name`` to ``count`` replicas; from zero, record the cold start once one is READY."""
+        log.info("autoscale model=%s replicas %d -> %d", name, before, count)
+        started = self.clock()
+        await self.rec.scale_to(name, count)
+        ready = [r for r in self.listed(name) if r.state is ReplicaState.READY]
+        if before == 0 and ready:
+            seconds = self.clock() - started
+            self.metrics.cold_starts.labels(name).observe(seconds)
+            mean = await record_cold_start(self.redis, self.keys, name, ready[0].spec.device_kind, seconds)
+            log.info("autoscale model=%s cold start %.2f s (mean %s s)", name, seconds, mean)
