@@ -175,6 +175,10 @@ class RegistryWriter:
     async def run_id(self) -> str | None:
         return await redis_run_id(self.redis)
 
+    async def follow_master(self) -> bool:
+        """On Sentinel, write to the master the Sentinels name now (:func:`follow_master`)."""
+        return await follow_master(self.redis)
+
     async def announce(self, model: str) -> bool:
         """Tell every gateway that a replica of ``model`` changed state (ready, draining), so none waits
         for its next registry poll; False when Redis is unreachable (the poll then tells them)."""
