@@ -24,7 +24,7 @@ import redis.asyncio as aioredis
 import redis.cluster
 import redis.sentinel
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import RedisClusterException, RedisError
 
 SENTINEL, CLUSTER = "redis+sentinel", "redis+cluster"
@@ -111,6 +111,23 @@ def connect(url: str, **kwargs: Any) -> aioredis.Redis:
     kwargs.pop("max_connections", None)
     startup = [ClusterNode(h, p) for h, p in target.nodes]
     return cast(aioredis.Redis, RedisCluster(startup_nodes=startup, **auth, **kwargs))
+
+
+async def follow_master(client: aioredis.Redis) -> bool:
+    """For a Sentinel-managed client: ask the Sentinels where the master is now and, when it moved,
+    close the pool's idle connections, so the next command goes to the new master. Without it redis-py
+    asks only at a reconnect, and a master left by ``SENTINEL FAILOVER`` keeps its connections and takes
+    writes (then lost) until the Sentinels turn it into a replica, up to 10 s later. True when the master
+    moved; False when it did not, for the other topologies, and when the Sentinels do not answer."""
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, SentinelConnectionPool):
+        return False
+    known = pool.master_address
+    try:
+        now = await pool.get_master_address()  # type: ignore[no-untyped-call]
+    except REDIS_DOWN:
+        return False
+    return known is not None and tuple(now) != tuple(known)
 
 
 def connect_sync(url: str, **kwargs: Any) -> redis.Redis:

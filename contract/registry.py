@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contract.redis_keys import RedisKeys
-from contract.redis_url import REDIS_DOWN
+from contract.redis_url import REDIS_DOWN, follow_master
 from contract.stamps import decoded, run, stamp
 
 log = logging.getLogger("llmgw.registry")
@@ -148,8 +148,10 @@ async def read_registry(redis: aioredis.Redis, keys: RedisKeys) -> list[ReplicaR
 
 
 async def redis_run_id(redis: aioredis.Redis) -> str | None:
-    """The Redis server's ``run_id`` (INFO server): a new one means a new, possibly empty, server.
-    None when Redis is unreachable."""
+    """The Redis server's ``run_id`` (INFO server): a new one means a new, possibly empty, server. On
+    Sentinel, of the master the Sentinels name now (:func:`follow_master`: a failover is followed at
+    once, not when the old master is demoted). None when Redis is unreachable."""
+    await follow_master(redis)
     try:
         info = await redis.info("server")
     except REDIS_DOWN:
@@ -172,6 +174,10 @@ class RegistryWriter:
 
     async def run_id(self) -> str | None:
         return await redis_run_id(self.redis)
+
+    async def follow_master(self) -> bool:
+        """On Sentinel, write to the master the Sentinels name now (:func:`follow_master`)."""
+        return await follow_master(self.redis)
 
     async def announce(self, model: str) -> bool:
         """Tell every gateway that a replica of ``model`` changed state (ready, draining), so none waits

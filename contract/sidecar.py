@@ -171,6 +171,7 @@ class Sidecar:
 
     async def beat(self) -> None:
         """Probe and publish every watched replica (a Redis outage: a failed write, the next beat retries)."""
+        await self.registry.follow_master()  # after a Sentinel failover: the new master, not the old one
         if self.feeds is not None:
             self.feeds.sync(self.kv_targets())
             self.feeds.show(self.metrics)

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 
 from contract.inflight_share import fresh_counts
 from contract.redis_keys import RedisKeys
+from contract.stamps import run
 from contract.vllm_probe import requests_in_engine
 from workers.life.process import StartFailed
 from workers.life.replica import Replica
@@ -33,15 +34,17 @@ def is_wake_request(value: bytes | str | None) -> bool:
 
 async def requested(redis: aioredis.Redis, keys: RedisKeys, model: str, replicas: Sequence[str] = ()) -> bool:
     """Requests running or waiting for ``model`` in the shared queue, in flight on one of ``replicas``
-    through a gateway, or a wake asked for."""
+    through a gateway, or a wake asked for. The keys share the model's hash tag (one Cluster slot); the
+    shares' age is judged on the clock of the node that holds them, read by a keyed script (a Cluster
+    client refuses the keyless TIME in a pipeline)."""
     pipe = redis.pipeline(transaction=False)
     pipe.zcard(keys.leases(model))
     pipe.zcard(keys.queue(model))
     pipe.get(keys.wake_request(model))
     pipe.hvals(keys.inflight(model))
-    pipe.time()
-    leases, queued, asked, shares, (seconds, micros) = await pipe.execute()
-    inflight = fresh_counts(shares, int(seconds) * 1000 + int(micros) // 1000)
+    leases, queued, asked, shares = await pipe.execute()
+    now_ms = int(await run(redis, "clock", [keys.inflight(model)], []))
+    inflight = fresh_counts(shares, now_ms)
     return bool(leases or queued or is_wake_request(asked) or any(inflight[r] for r in replicas))
 
 
