@@ -185,7 +185,8 @@ async def test_a_model_at_zero_starts_one_replica_for_a_waiting_request_and_reco
         await until(lambda: h.ids("z") == ["z-0"], deadline_s=30)
         mean = await until(lambda: read_cold_start(h.redis, h.keys, "z", "cpu"))
         assert isinstance(mean, float) and 0 < mean < 30
-        assert h.metrics.cold_starts.labels("z")._sum.get() == pytest.approx(mean)
+        # the first start is the mean itself, stored to the millisecond (contract/cold_starts.py)
+        assert h.metrics.cold_starts.labels("z")._sum.get() == pytest.approx(mean, abs=1e-3)
         await h.gateway().leave("z", ticket_id("gw-a", "0"), False, 0)  # the request goes: idle
         await until(lambda: h.listed("z") == [], deadline_s=30)  # back to zero after the delay
         assert h.gauge(h.metrics.replicas_desired, "z") == 0
