@@ -1,5 +1,7 @@
 """kill -9 of one vLLM replica while requests flow: the supervisor restarts it, and every request
-either succeeds or gets a clear error; none hangs."""
+either succeeds or gets a clear error; none hangs. A request the killed replica had begun moves on
+token-exactly where it can (docs/gateway/migration.md); one it held before its first token is not sent
+again (at most one generation per request, decision 0006): a clear 502 that tells the SDK not to retry."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ async def one_request(client: httpx.AsyncClient, url: str, i: int) -> str:
         raw = (await r.aread()).decode()
     if r.status_code != 200:
         assert set(json.loads(raw)["error"]) == {"message", "type", "param", "code"}, raw
-        return f"error {r.status_code}"
+        return f"error {r.status_code} x-should-retry={r.headers.get('x-should-retry')}"
     if not stream:
         assert json.loads(raw)["choices"][0]["message"]["content"] is not None
         return "ok"
