@@ -73,9 +73,11 @@ async def test_kill_9_replica_under_load(stack: Stack) -> None:
         pid = replica_pid(port)
         os.killpg(os.getpgid(pid), signal.SIGKILL)
         await asyncio.wait_for(asyncio.gather(*flows), 150)  # nothing hangs
-        non_streamed_errors = [o for o in outcomes if o.startswith("error")]
+        errors = [o for o in outcomes if o.startswith("error")]
         assert outcomes and outcomes.count("ok") >= len(outcomes) - 4, outcomes
-        assert not non_streamed_errors, outcomes
+        # only what the killed replica held before its first token (one request per flow at most): a
+        # clear 502 after its write, never sent again; everything else is answered or moves on
+        assert all(o == "error 502 x-should-retry=false" for o in errors), outcomes
 
         async def both_ready() -> bool:
             return await ready_replicas(client, stack) >= 2
