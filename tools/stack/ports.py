@@ -26,18 +26,6 @@ def bindable(port: int) -> bool:
         return True
 
 
-def listenable(port: int) -> bool:
-    """Whether a server could listen on ``port`` now, as servers bind (SO_REUSEADDR: connections of a
-    server that just stopped, in TIME_WAIT, do not count; another process listening there does)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-        return True
-
-
 def ephemeral_low() -> int:
     """The lowest port the kernel hands to outgoing connections (ip_local_port_range)."""
     try:

@@ -19,11 +19,12 @@ from contract.fleet import Fleet
 from contract.fleet_file import read_fleet
 from contract.vllm_probe import API_KEY_ENV
 from tools.stack.keeper import KeepPolicy, keep
-from tools.stack.ports import listenable
+from tools.stack.ports import HOST
 from tools.stack.redis import redis_server_argv
 from tools.stack.redis_topology import Topology, start
 from tools.stack.render import nginx_conf, prometheus_conf
 from tools.stack.services import Service, http_probe, tcp_probe
+from workers.host.ports import port_taken
 
 log = logging.getLogger("llmgw.stack")
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +83,7 @@ class StackConfig:
         return [
             f"port {port} ({name}) is in use by another process on this host: pick another with {flag}"
             for name, port, flag in wanted
-            if not listenable(port)
+            if port_taken(HOST, port)
         ]
 
 
