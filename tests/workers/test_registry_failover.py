@@ -46,7 +46,10 @@ def failover(topo: Topology) -> int:
     """``SENTINEL FAILOVER``; returns the new master's port once the Sentinels name it. The command is
     asked again (every 3 s, for 45 s at most) while the Sentinels refuse it: within ``failover-timeout`` of
     an earlier failover of the test run's shared topology, or before its demoted master has synced as a
-    replica, they answer an error (INPROG, NOGOODSLAVE) and do nothing."""
+    replica, they answer an error (INPROG, NOGOODSLAVE) and do nothing. A data node an earlier test killed
+    (the admission failover test kills the master) is started again first: without a replica the
+    Sentinels have nothing to promote."""
+    topo.revive()
     sentinel = next(n.port for n in topo.nodes if n.role == "sentinel" and n.popen.poll() is None)
     before = topo.master_port()
     deadline = time.monotonic() + 45

@@ -66,6 +66,8 @@ class Node:
     port: int
     popen: subprocess.Popen[bytes]
     role: str
+    argv: list[str] = field(default_factory=list)
+    log: Path | None = None
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal the node's process group; one that outlives a SIGTERM by 5 s gets SIGKILL."""
@@ -132,6 +134,20 @@ class Topology:
             return all(serving(n.port) for n in live)
         return all("cluster_state:ok" in cli(n.port, "CLUSTER", "INFO") for n in live)
 
+    def revive(self) -> None:
+        """Restart every dead data node on its port and files (a Sentinel topology's as a replica of the
+        master now), then wait until each serves and is in sync: a test that killed a master leaves the
+        next one a whole topology (a Sentinel failover needs a replica to promote)."""
+        dead = [n for n in self.nodes if n.role != "sentinel" and n.popen.poll() is not None]
+        for n in dead:
+            argv = n.argv
+            if self.kind == "sentinel":
+                argv = [*without_replicaof(argv), "--replicaof", HOST, str(self.master_port())]
+            assert n.log is not None, "a node spawn() started"
+            n.popen = spawn(argv, n.log, n.role, n.port).popen
+        poll(self.settled, 30, "revived nodes serving")
+        poll(lambda: all(synced(n.port) for n in dead), 30, "revived nodes in sync")
+
     def stop(self) -> None:
         """Stop every node (a dead node's group too: a child it left behind). Safe to call twice."""
         for node in self.nodes:
@@ -143,7 +159,15 @@ def spawn(argv: list[str], log: Path, role: str, port: int) -> Node:
         popen = subprocess.Popen(
             argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True, cwd=log.parent
         )
-    return Node(port, popen, role)
+    return Node(port, popen, role, argv, log)
+
+
+def without_replicaof(argv: list[str]) -> list[str]:
+    """``argv`` less its ``--replicaof host port``."""
+    if "--replicaof" not in argv:
+        return argv
+    at = argv.index("--replicaof")
+    return argv[:at] + argv[at + 3 :]
 
 
 def data_node(tmp: Path, role: str, extra: list[str]) -> Node:
