@@ -29,6 +29,7 @@ EXPECTED = {
     "LLMGWReplicaRestarting": (">", 1.0, "0s", "warning"),
     "LLMGWFleetChangeFailed": (">", 0.0, "0s", "warning"),
     "LLMGWWakeFailed": (">", 0.0, "0s", "warning"),
+    "LLMGWScaleShort": (">", 0.0, "10m", "warning"),
     "LLMGWTargetDown": ("<", 1.0, "2m", "warning"),
 }
 
