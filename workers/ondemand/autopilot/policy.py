@@ -1,0 +1,146 @@
+"""The autopilot's decision for one device (pure): the moves that serve the waiting requests, put the
+idle models to sleep and keep headroom, in this order:
+
+1. **Waiting requests.** A model that is not awake with requests waiting wakes (or starts). When it does not
+   fit, idle models of lower or equal priority go to sleep first, lowest predicted demand first (least
+   recently used among equals): the at-the-moment eviction, at the level whose sleep is fastest (the
+   request waits for it). A model that cannot fit is left asleep.
+2. **Idle timeout.** An awake model idle for its ``idle_timeout_s`` sleeps, at the level whose wake is
+   fastest (level 1 while its weights fit in the host budget, else level 2, else it stops).
+3. **Headroom.** The next likely wake (the highest predicted demand among the models not awake) must need
+   no sleep first: when it would, the idle awake model of lowest predicted demand (idle for at least
+   ``min_idle_s``) sleeps now, in the background, at the level whose wake is fastest. When there is room
+   for it and for the one after it, it is woken ahead (``prewake``).
+
+A model with a request in flight, or a move in progress, is never moved; no move leaves the GPU or the
+host-RAM budget exceeded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from workers.ondemand.autopilot.costs import CostedMove, CostTable, wake_move
+from workers.ondemand.autopilot.forecast import predicted
+from workers.ondemand.autopilot.moves import Move, MoveKind, wake_kind
+from workers.ondemand.autopilot.plan import Plan
+from workers.ondemand.autopilot.snapshot import DeviceSnapshot, ModelView
+
+SLEEP_COST: Mapping[MoveKind, CostedMove] = {
+    "sleep1": "sleep1", "sleep2": "sleep2", "stop": "stop", "wake": "wake1", "start": "start"
+}  # fmt: skip
+"""The costed move of a sleep (a wake's depends on the level it wakes from: :func:`wake_move`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AutopilotOptions:
+    alpha: float = 0.5
+    """Weight of the newest rate window in the predicted demand."""
+    min_idle_s: float = 5.0
+    """An awake model idle for less than this is not put to sleep for headroom."""
+    min_rate: float = 1e-9
+    """A model not awake is a likely wake only with a predicted demand above this (requests/s)."""
+    headroom: bool = True
+    prewake: bool = True
+
+
+def decide(
+    snap: DeviceSnapshot, costs: CostTable, options: AutopilotOptions = AutopilotOptions()
+) -> list[Move]:
+    """The moves for ``snap``, in the order to carry them out (a wake after the sleeps that make its room)."""
+    plan = Plan(snap)
+    demand = {m.name: predicted(m.rates, m.queued, options.alpha) for m in snap.models}
+    for m in sorted(waiting(plan), key=lambda m: (-m.priority, -m.queued, m.name)):
+        serve(plan, m, demand, costs)
+    for m in snap.models:
+        if free_to_move(plan, m) and plan.states[m.name] == "awake" and m.idle_s >= m.idle_timeout_s:
+            level = rest_level(plan, m, costs, urgent=False)
+            plan.apply(Move(m.name, level, f"idle {m.idle_s:.0f} s >= idle timeout {m.idle_timeout_s:.0f} s"))
+    if options.headroom:
+        keep_headroom(plan, demand, costs, options)
+    return plan.moves
+
+
+def free_to_move(plan: Plan, m: ModelView) -> bool:
+    """Nothing in flight or queued, no move in progress, none decided yet."""
+    return not (m.busy or m.moving or plan.moved(m.name))
+
+
+def waiting(plan: Plan) -> list[ModelView]:
+    return [m for m in plan.snap.models if m.queued and not m.moving and plan.states[m.name] != "awake"]
+
+
+def rest_level(plan: Plan, m: ModelView, costs: CostTable, urgent: bool) -> MoveKind:
+    """How ``m`` goes to sleep now: among level 1 (while its weights fit in host RAM) and level 2 (when
+    they can be reloaded), the fastest sleep when a request waits for it, else the fastest wake; else stop."""
+    options: list[tuple[MoveKind, CostedMove, CostedMove]] = []
+    if plan.host_fits(m):
+        options.append(("sleep1", "sleep1", "wake1"))
+    if m.reloadable:
+        options.append(("sleep2", "sleep2", "wake2"))
+    if not options:
+        return "stop"
+    return min(options, key=lambda o: costs.cost(m.name, o[1] if urgent else o[2]))[0]
+
+
+def victims(
+    plan: Plan, m: ModelView, demand: Mapping[str, float], costs: CostTable, urgent: bool, min_idle_s: float
+) -> Plan | None:
+    """``plan`` with sleeps that make room for ``m`` to wake (idle models of priority <= its own, lowest
+    predicted demand first); None when they cannot."""
+    out = plan.copy()
+    candidates = sorted(
+        (
+            v for v in plan.snap.models
+            if v.name != m.name and free_to_move(plan, v) and plan.states[v.name] == "awake"
+            and v.priority <= m.priority and v.idle_s >= min_idle_s
+        ),
+        key=lambda v: (demand[v.name], -v.idle_s, v.name),
+    )  # fmt: skip
+    for v in candidates:
+        if out.need(m) <= out.gpu_free():
+            break
+        level = rest_level(out, v, costs, urgent)
+        cost = costs.cost(v.name, SLEEP_COST[level])
+        why = f"room for {m.name}: lowest predicted demand {demand[v.name]:.3f}/s, {level} in {cost:.2f} s"
+        out.apply(Move(v.name, level, why, urgent))
+    return out if out.need(m) <= out.gpu_free() else None
+
+
+def serve(plan: Plan, m: ModelView, demand: Mapping[str, float], costs: CostTable) -> None:
+    """Wake ``m`` for its waiting requests, making room at the moment if it must."""
+    room = victims(plan, m, demand, costs, urgent=True, min_idle_s=0.0)
+    if room is None:
+        return
+    made = room.moves[len(plan.moves) :]
+    took = sum(costs.cost(v.model, SLEEP_COST[v.kind]) for v in made)
+    took += costs.cost(m.name, wake_move(plan.states[m.name]))
+    for mv in made:
+        plan.apply(mv)
+    why = f"{m.queued} waiting; ready in ~{took:.2f} s"
+    plan.apply(Move(m.name, wake_kind(plan.states[m.name]), why, True))
+
+
+def keep_headroom(
+    plan: Plan, demand: Mapping[str, float], costs: CostTable, options: AutopilotOptions
+) -> None:
+    """Room for the next likely wake, made now; or that wake made ahead when there is room for two."""
+    likely = sorted(
+        (m for m in plan.snap.models if plan.states[m.name] != "awake" and not m.moving
+         and not plan.moved(m.name) and demand[m.name] > options.min_rate),
+        key=lambda m: (-demand[m.name], -m.priority, m.name),
+    )  # fmt: skip
+    if not likely:
+        return
+    first = likely[0]
+    if plan.need(first) > plan.gpu_free():
+        room = victims(plan, first, demand, costs, urgent=False, min_idle_s=options.min_idle_s)
+        head = f"headroom for {first.name} (predicted {demand[first.name]:.3f}/s): "
+        for mv in room.moves[len(plan.moves) :] if room else []:
+            plan.apply(Move(mv.model, mv.kind, head + mv.reason.split(": ", 1)[1]))
+        return
+    after = plan.need(first) + (plan.need(likely[1]) if len(likely) > 1 else 0)
+    if options.prewake and after <= plan.gpu_free():
+        kind = wake_kind(plan.states[first.name])
+        why = f"ahead: predicted {demand[first.name]:.3f}/s, room left for the next"
+        plan.apply(Move(first.name, kind, why))
