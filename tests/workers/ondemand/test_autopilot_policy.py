@@ -94,13 +94,23 @@ def test_host_ram_counts_the_sleepers_already_at_level_1() -> None:
     assert kinds(moves) == [("a", "sleep2")]
 
 
+def test_a_waking_level_1_sleeper_keeps_its_host_ram_until_its_wake_ends() -> None:
+    s = snap(
+        model("a", "asleep1", queued=1),
+        model("c", "asleep1"),
+        model("b", "awake", idle_s=400, idle_timeout_s=300),
+        host=2 * H200.host1 + GIB,
+    )
+    assert kinds(decide(s, CostTable(), QUIET)) == [("a", "wake"), ("b", "sleep2")]
+
+
 def test_headroom_the_next_likely_wake_gets_its_room_ahead_in_the_background() -> None:
     s = snap(
         model("a", "awake", rates=(3.0,), idle_s=60),
         model("b", "awake", rates=(1.0,), idle_s=60),
         model("c", "awake", rates=(0.2,), idle_s=60),
         model("d", "asleep1", rates=(0.5,)),
-        model("e", "asleep1", rates=(0.0,)),
+        model("e", "asleep1", rates=(0.05,)),
     )
     moves = decide(s, CostTable())
     assert kinds(moves) == [("c", "sleep1")]
@@ -112,10 +122,10 @@ def test_headroom_spares_a_model_used_moments_ago() -> None:
     assert decide(s, CostTable(), AutopilotOptions(min_idle_s=5)) == []
 
 
-def test_with_room_for_two_the_likeliest_sleeper_wakes_ahead() -> None:
+def test_with_room_the_likely_sleepers_wake_ahead() -> None:
     s = snap(model("a", "asleep2", rates=(0.5,)), model("b", "asleep1", rates=(0.1,)), model("c", "asleep1"))
     moves = decide(s, CostTable())
-    assert kinds(moves) == [("a", "wake")] and not moves[0].urgent
+    assert kinds(moves) == [("a", "wake"), ("b", "wake")] and not moves[0].urgent  # c: nobody asks
     assert decide(s, CostTable(), AutopilotOptions(prewake=False)) == []
 
 

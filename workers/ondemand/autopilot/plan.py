@@ -24,22 +24,24 @@ class Plan:
         return next(m for m in self.snap.models if m.name == name)
 
     def gpu_used(self) -> int:
-        return sum(m.footprint.gpu(self.states[m.name]) for m in self.snap.models)
+        return sum(m.gpu(self.states[m.name]) for m in self.snap.models)
 
     def host_used(self) -> int:
-        return sum(m.footprint.host(self.states[m.name]) for m in self.snap.models)
+        """Host RAM of the level-1 sleepers: a model leaving level 1 in this plan still counts (its copy is
+        given back only when its wake ends, after other moves of the plan may have begun)."""
+        return sum(max(m.host(self.states[m.name]), m.host(m.state)) for m in self.snap.models)
 
     def gpu_free(self) -> int:
         return self.snap.gpu_budget - self.gpu_used()
 
     def need(self, m: ModelView) -> int:
         """GPU bytes ``m`` would add by waking from its planned state."""
-        return m.footprint.awake - m.footprint.gpu(self.states[m.name])
+        return m.footprint.awake - m.gpu(self.states[m.name])
 
     def host_fits(self, m: ModelView) -> bool:
         """True when ``m``'s weights fit in host RAM beside the planned level-1 sleepers'."""
-        held = 0 if self.states[m.name] == "asleep1" else self.host_used()
-        return held + m.footprint.host1 <= self.snap.host_budget
+        others = self.host_used() - max(m.host(self.states[m.name]), m.host(m.state))
+        return others + m.footprint.host1 <= self.snap.host_budget
 
     def moved(self, name: str) -> bool:
         return any(mv.model == name for mv in self.moves)

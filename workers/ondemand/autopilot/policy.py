@@ -121,26 +121,77 @@ def serve(plan: Plan, m: ModelView, demand: Mapping[str, float], costs: CostTabl
     plan.apply(Move(m.name, wake_kind(plan.states[m.name]), why, True))
 
 
+def awake_set(plan: Plan, demand: Mapping[str, float], options: AutopilotOptions) -> tuple[set[str], str]:
+    """The models to keep awake: those that cannot move, then the likeliest, while they fit on the GPU
+    with room left for the likeliest sleeper outside the set (the headroom; none when nobody is likely);
+    and that headroom model's name ("" when none)."""
+    models = plan.snap.models
+    ranked = sorted(models, key=lambda m: (-demand[m.name], -m.priority, m.name))
+    chosen = [m for m in models if plan.states[m.name] == "awake" and not free_to_move(plan, m)]
+    base = plan.snap.gpu_budget - sum(m.footprint.asleep1 for m in models)
+
+    def extra(m: ModelView) -> int:
+        return m.footprint.awake - m.footprint.asleep1
+
+    def headroom(exclude: list[ModelView]) -> ModelView | None:
+        return next(
+            (m for m in ranked if m not in exclude and plan.states[m.name] != "awake"
+             and demand[m.name] > options.min_rate),
+            None,
+        )  # fmt: skip
+
+    for m in ranked:
+        if m in chosen:
+            continue
+        room = headroom([*chosen, m])
+        if sum(extra(x) for x in chosen) + extra(m) + (extra(room) if room else 0) > base:
+            break
+        chosen.append(m)
+    room = headroom(chosen)
+    return {m.name for m in chosen}, room.name if room else ""
+
+
 def keep_headroom(
     plan: Plan, demand: Mapping[str, float], costs: CostTable, options: AutopilotOptions
 ) -> None:
-    """Room for the next likely wake, made now; or that wake made ahead when there is room for two."""
-    likely = sorted(
-        (m for m in plan.snap.models if plan.states[m.name] != "awake" and not m.moving
-         and not plan.moved(m.name) and demand[m.name] > options.min_rate),
-        key=lambda m: (-demand[m.name], -m.priority, m.name),
+    """Toward the awake set (:func:`awake_set`): the awake models outside it sleep in the background,
+    lowest predicted demand first, once idle ``min_idle_s``; the sleepers inside it wake ahead while the
+    headroom stays free."""
+    keep, room_for = awake_set(plan, demand, options)
+    head = f"headroom for {room_for} (predicted {demand[room_for]:.3f}/s)" if room_for else "headroom"
+    spare = sorted(
+        (m for m in plan.snap.models if plan.states[m.name] == "awake" and m.name not in keep
+         and free_to_move(plan, m) and m.idle_s >= options.min_idle_s),
+        key=lambda m: (demand[m.name], -m.idle_s, m.name),
     )  # fmt: skip
-    if not likely:
+    for m in spare:
+        level = rest_level(plan, m, costs, urgent=False)
+        cost = costs.cost(m.name, SLEEP_COST[level])
+        plan.apply(Move(m.name, level, f"{head}: lowest predicted demand {demand[m.name]:.3f}/s, "
+                        f"idle {m.idle_s:.0f} s, {level} in {cost:.2f} s"))  # fmt: skip
+    reserve = plan.view(room_for).footprint.awake if room_for else 0
+    for m in sorted(plan.snap.models, key=lambda m: (-demand[m.name], m.name)):
+        if m.name not in keep or plan.states[m.name] == "awake" or m.moving or plan.moved(m.name):
+            continue
+        if demand[m.name] <= options.min_rate:
+            break
+        if options.prewake and plan.need(m) + reserve <= plan.gpu_free():
+            why = f"ahead: predicted {demand[m.name]:.3f}/s, {head} kept"
+            plan.apply(Move(m.name, wake_kind(plan.states[m.name]), why))
+    promote(plan, demand, reserve, options)
+
+
+def promote(plan: Plan, demand: Mapping[str, float], reserve: int, options: AutopilotOptions) -> None:
+    """The likeliest level-2 sleeper wakes ahead when host RAM has room for its weights and the GPU for it
+    beside the headroom: it goes back to sleep at level 1 once idle (a 0.3 s wake next time, not 2.5 s)."""
+    for m in sorted(plan.snap.models, key=lambda m: (-demand[m.name], m.name)):
+        if plan.states[m.name] != "asleep2" or m.moving or plan.moved(m.name) or not plan.host_fits(m):
+            continue
+        if (
+            options.prewake
+            and demand[m.name] > options.min_rate
+            and plan.need(m) + reserve <= plan.gpu_free()
+        ):
+            why = f"to level 1 by way of a wake: predicted {demand[m.name]:.3f}/s, host RAM has room"
+            plan.apply(Move(m.name, "wake", why))
         return
-    first = likely[0]
-    if plan.need(first) > plan.gpu_free():
-        room = victims(plan, first, demand, costs, urgent=False, min_idle_s=options.min_idle_s)
-        head = f"headroom for {first.name} (predicted {demand[first.name]:.3f}/s): "
-        for mv in room.moves[len(plan.moves) :] if room else []:
-            plan.apply(Move(mv.model, mv.kind, head + mv.reason.split(": ", 1)[1]))
-        return
-    after = plan.need(first) + (plan.need(likely[1]) if len(likely) > 1 else 0)
-    if options.prewake and after <= plan.gpu_free():
-        kind = wake_kind(plan.states[first.name])
-        why = f"ahead: predicted {demand[first.name]:.3f}/s, room left for the next"
-        plan.apply(Move(first.name, kind, why))

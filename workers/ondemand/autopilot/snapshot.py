@@ -46,9 +46,21 @@ class ModelView:
     idle_timeout_s: float = 300.0
     priority: int = 50
     moving: bool = False
-    """A move of it is in progress: it is left alone (and given in the state that holds more memory)."""
+    """A move of it is in progress: it is left alone."""
+    previous: State | None = None
+    """While a move is in progress, the state it leaves (``state`` is the one it goes to): until the move
+    ends the model holds the larger of both states' GPU and host bytes."""
     reloadable: bool = True
     """Its weights can be reloaded from disk (level 2 possible; not with ``load_format: dummy``)."""
+
+    def gpu(self, state: State) -> int:
+        """GPU bytes it holds in ``state`` (the larger of both while it moves from ``previous``)."""
+        held = self.footprint.gpu(state)
+        return held if self.previous is None else max(held, self.footprint.gpu(self.previous))
+
+    def host(self, state: State) -> int:
+        held = self.footprint.host(state)
+        return held if self.previous is None else max(held, self.footprint.host(self.previous))
 
     @property
     def busy(self) -> bool:
