@@ -47,12 +47,27 @@ def test_no_room_the_lowest_demand_idle_model_sleeps_at_the_fastest_level_first(
         model("hot", "awake", rates=(2.0, 3.0), idle_s=1),
         model("cold", "awake", rates=(0.1, 0.0), idle_s=1),
         model("busy", "awake", in_flight=1),
-        model("w", "asleep1", queued=1),
+        model("w", "asleep1", queued=1, rates=(0.1,)),
     )
     moves = decide(s, CostTable(), QUIET)
     assert kinds(moves) == [("cold", "sleep2"), ("w", "wake")]
     assert all(m.urgent for m in moves)
     assert "ready in ~0.39 s" in moves[1].reason  # level-2 sleep 0.055 s + level-1 wake 0.33 s
+
+
+def test_an_eviction_at_the_moment_spares_a_model_far_likelier_than_the_waking_one() -> None:
+    def device(spared_rate: float) -> DeviceSnapshot:
+        return snap(
+            model("a", "awake", rates=(spared_rate,), idle_s=1),
+            model("b", "awake", in_flight=1),
+            model("c", "awake", in_flight=1),
+            model("w", "asleep1", queued=1, rates=(0.1,)),
+        )
+
+    assert decide(device(0.5), CostTable(), QUIET) == []  # 0.5/s > 4 x 0.1/s: w waits for room
+    assert kinds(decide(device(0.3), CostTable(), QUIET)) == [("a", "sleep2"), ("w", "wake")]
+    anyone = AutopilotOptions(headroom=False, spare_above=float("inf"))
+    assert kinds(decide(device(0.5), CostTable(), anyone)) == [("a", "sleep2"), ("w", "wake")]
 
 
 def test_a_model_with_a_request_in_flight_is_never_moved() -> None:

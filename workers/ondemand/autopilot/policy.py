@@ -36,12 +36,15 @@ SLEEP_COST: Mapping[MoveKind, CostedMove] = {
 class AutopilotOptions:
     alpha: float = 0.5
     """Weight of the newest rate window in the predicted demand."""
-    min_idle_s: float = 5.0
+    min_idle_s: float = 15.0
     """An awake model idle for less than this is not put to sleep for headroom."""
     min_rate: float = 1e-9
     """A model not awake is a likely wake only with a predicted demand above this (requests/s)."""
     headroom: bool = True
     prewake: bool = True
+    spare_above: float = 4.0
+    """An at-the-moment eviction spares the models whose predicted demand is above this many times the
+    waking model's (its request waits for the headroom instead)."""
 
 
 def decide(
@@ -51,7 +54,7 @@ def decide(
     plan = Plan(snap)
     demand = {m.name: predicted(m.rates, m.queued, options.alpha) for m in snap.models}
     for m in sorted(waiting(plan), key=lambda m: (-m.priority, -m.queued, m.name)):
-        serve(plan, m, demand, costs)
+        serve(plan, m, demand, costs, options)
     for m in snap.models:
         if free_to_move(plan, m) and plan.states[m.name] == "awake" and m.idle_s >= m.idle_timeout_s:
             level = rest_level(plan, m, costs, urgent=False)
@@ -84,16 +87,22 @@ def rest_level(plan: Plan, m: ModelView, costs: CostTable, urgent: bool) -> Move
 
 
 def victims(
-    plan: Plan, m: ModelView, demand: Mapping[str, float], costs: CostTable, urgent: bool, min_idle_s: float
+    plan: Plan,
+    m: ModelView,
+    demand: Mapping[str, float],
+    costs: CostTable,
+    urgent: bool,
+    min_idle_s: float,
+    ceiling: float = float("inf"),
 ) -> Plan | None:
-    """``plan`` with sleeps that make room for ``m`` to wake (idle models of priority <= its own, lowest
-    predicted demand first); None when they cannot."""
+    """``plan`` with sleeps that make room for ``m`` to wake (idle models of priority <= its own and
+    predicted demand <= ``ceiling``, lowest first); None when they cannot."""
     out = plan.copy()
     candidates = sorted(
         (
             v for v in plan.snap.models
             if v.name != m.name and free_to_move(plan, v) and plan.states[v.name] == "awake"
-            and v.priority <= m.priority and v.idle_s >= min_idle_s
+            and v.priority <= m.priority and v.idle_s >= min_idle_s and demand[v.name] <= ceiling
         ),
         key=lambda v: (demand[v.name], -v.idle_s, v.name),
     )  # fmt: skip
@@ -107,9 +116,14 @@ def victims(
     return out if out.need(m) <= out.gpu_free() else None
 
 
-def serve(plan: Plan, m: ModelView, demand: Mapping[str, float], costs: CostTable) -> None:
-    """Wake ``m`` for its waiting requests, making room at the moment if it must."""
-    room = victims(plan, m, demand, costs, urgent=True, min_idle_s=0.0)
+def serve(
+    plan: Plan, m: ModelView, demand: Mapping[str, float], costs: CostTable, options: AutopilotOptions
+) -> None:
+    """Wake ``m`` for its waiting requests, making room at the moment if it must (sparing the models far
+    likelier than ``m``: ``spare_above``)."""
+    base = predicted(m.rates, 0, options.alpha)
+    ceiling = options.spare_above * base if options.spare_above != float("inf") else options.spare_above
+    room = victims(plan, m, demand, costs, urgent=True, min_idle_s=0.0, ceiling=ceiling)
     if room is None:
         return
     made = room.moves[len(plan.moves) :]
