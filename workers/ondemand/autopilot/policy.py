@@ -141,28 +141,24 @@ def awake_set(plan: Plan, demand: Mapping[str, float], options: AutopilotOptions
     and that headroom model's name ("" when none)."""
     models = plan.snap.models
     ranked = sorted(models, key=lambda m: (-demand[m.name], -m.priority, m.name))
-    chosen = [m for m in models if plan.states[m.name] == "awake" and not free_to_move(plan, m)]
+    chosen = {m.name for m in models if plan.states[m.name] == "awake" and not free_to_move(plan, m)}
     base = plan.snap.gpu_budget - sum(m.footprint.asleep1 for m in models)
+    extra = {m.name: m.footprint.awake - m.footprint.asleep1 for m in models}
+    likely = [m.name for m in ranked if plan.states[m.name] != "awake" and demand[m.name] > options.min_rate]
 
-    def extra(m: ModelView) -> int:
-        return m.footprint.awake - m.footprint.asleep1
+    def headroom(exclude: set[str]) -> str:
+        return next((n for n in likely if n not in exclude), "")
 
-    def headroom(exclude: list[ModelView]) -> ModelView | None:
-        return next(
-            (m for m in ranked if m not in exclude and plan.states[m.name] != "awake"
-             and demand[m.name] > options.min_rate),
-            None,
-        )  # fmt: skip
-
+    used = sum(extra[n] for n in chosen)
     for m in ranked:
-        if m in chosen:
+        if m.name in chosen:
             continue
-        room = headroom([*chosen, m])
-        if sum(extra(x) for x in chosen) + extra(m) + (extra(room) if room else 0) > base:
+        room = headroom(chosen | {m.name})
+        if used + extra[m.name] + (extra[room] if room else 0) > base:
             break
-        chosen.append(m)
-    room = headroom(chosen)
-    return {m.name for m in chosen}, room.name if room else ""
+        chosen.add(m.name)
+        used += extra[m.name]
+    return chosen, headroom(chosen)
 
 
 def keep_headroom(
