@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator
 
-from gateway.errors import GatewayError, ShuttingDown, sse_error_event
+from gateway.errors import GatewayError, InternalError, ShuttingDown, sse_error_event
 from gateway.on_demand.hold import Eta
 from gateway.pipeline.admit import admit
 from gateway.pipeline.relay import answer, streaming
@@ -87,6 +87,11 @@ async def held_stream(
     except GatewayError as err:
         await ended(gw, ctx, err)
         yield sse_error_event(err, ctx.api.dialect)
+    except Exception:  # the gateway's own defect: the stream still gets its planned end
+        log.exception("request_id=%s model=%s held stream failed", ctx.request_id, model)
+        defect = InternalError("the gateway failed while holding the stream; it was ended")
+        await ended(gw, ctx, defect)
+        yield sse_error_event(defect, ctx.api.dialect)
     finally:
         if held:
             gw.open_requests.close(token)

@@ -9,11 +9,12 @@ event in the API's shape after a complete event.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncGenerator
 
 from gateway.admission.base import Lease
-from gateway.errors import GatewayError, ShuttingDown, sse_error_event
+from gateway.errors import GatewayError, InternalError, ShuttingDown, sse_error_event
 from gateway.pipeline.admit import until_awake
 from gateway.pipeline.forward import EJECT, NONE, done, forward, wait_s
 from gateway.pipeline.migrate import source_for, whole_continued, whole_moving
@@ -24,6 +25,9 @@ from gateway.responses_api.stored import remember
 from gateway.state import Gateway
 from gateway.upstream.client import FAILURES, Retryable, Unanswered, Upstream, classify, next_chunk, read_rest
 from gateway.values import RequestContext
+
+log = logging.getLogger("llmgw.relay")
+RELAY_DEFECT = "the gateway failed while relaying the stream; it was ended"
 
 
 def streaming(ctx: RequestContext) -> bool:
@@ -104,6 +108,11 @@ async def answer(
                 gw.metrics.migrations.labels(ctx.model.name, "not_movable").inc()
             rest = strip.rest() if strip is not None else b""
             yield rest + event_end(tail) + sse_error_event(err, ctx.api.dialect)
+        except Exception:  # the gateway's own defect, not the replica's: the stream still gets its end
+            ok, blame, ctx.error = False, False, RELAY_DEFECT
+            log.exception("request_id=%s model=%s stream relay failed", ctx.request_id, ctx.model.name)
+            gw.metrics.stream_errors.labels(ctx.model.name).inc()
+            yield event_end(tail) + sse_error_event(InternalError(RELAY_DEFECT), ctx.api.dialect)
         finally:
             gw.open_requests.close(token)
             if source is None:

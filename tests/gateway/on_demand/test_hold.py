@@ -286,3 +286,30 @@ async def test_a_client_that_leaves_a_held_stream_leaves_the_queue(
 
 async def nothing_queued(s: Scaler) -> bool:
     return await s.queued() == 0
+
+
+async def test_a_defect_while_a_stream_is_held_ends_it_with_an_error_event(
+    tmp_path: Path, redis_url: str, engine: Proc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway's own defect once the held stream's head went out (the injected one: its relay raises
+    at the start): the stream ends with a server_error event and [DONE], its lease is given back."""
+
+    def defective(*args: object) -> AsyncIterator[bytes]:
+        raise RuntimeError("a defect in the relay")
+
+    monkeypatch.setattr("gateway.pipeline.held_stream.answer", defective)
+    settings = {**SLOW_POLL, "hold_comment_s": 0.3}
+    async with (
+        scaler(redis_url, engine) as s,
+        serve_gateway(tmp_path, fleet(wake_timeout_s=30), redis_url, s.keys.prefix, **settings) as gw,
+        httpx.AsyncClient(timeout=60) as c,
+    ):
+        seen: list[bytes] = []
+        raw = asyncio.ensure_future(raw_stream(c, gw, seen))
+        assert await until(lambda: all_queued(s, 1)) == 1
+        await s.replica_arrives()
+        assert await raw == (200, "text/event-stream; charset=utf-8")
+        body = b"".join(seen).decode()
+        assert '"type":"server_error"' in body and body.endswith("data: [DONE]\n\n"), body
+        leased = await s.redis.zcard(s.keys.leases(MODEL))
+        assert leased == 0
