@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,3 +54,18 @@ def topologies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topologies]
     started = Topologies(tmp_path_factory.mktemp("topologies"))
     yield started
     started.stop()
+
+
+@pytest.fixture(autouse=True)
+def root_logging_kept() -> Iterator[None]:
+    """A test that configures logging (a command's main() run in-process: ``configure_logging`` puts a
+    handler on the sys.stdout of that moment, pytest's capture file) leaves the root logger as it found it:
+    its plain StreamHandlers go and the level comes back. Else every later test logs into a file pytest
+    has closed, and the run's output fills with "--- Logging error ---" tracebacks."""
+    root = logging.getLogger()
+    before, level = set(root.handlers), root.level
+    yield
+    for handler in [h for h in root.handlers if h not in before and type(h) is logging.StreamHandler]:
+        root.removeHandler(handler)
+    root.setLevel(level)
+
