@@ -118,12 +118,14 @@ def test_uvicorn_floor_has_the_protocol_hook_one_write_overrides() -> None:
     assert floor(requirements()["uvicorn"]) >= Version("0.45.0")  # type: ignore[operator]
 
 
-def test_redis_floor_has_aclose() -> None:
-    """Every asyncio client is closed with ``aclose()``, which redis-py has from 5.0.1."""
+def test_redis_floor_has_aclose_and_survives_a_cancelled_waiter() -> None:
+    """Every asyncio client is closed with ``aclose()``, which redis-py has from 5.0.1; on 5.0.1 a cancelled
+    admission waiter hangs (tests/gateway/admission/test_living_grants.py, run on the lowest versions):
+    5.0.2 is the first that passes."""
     import redis.asyncio
 
     assert callable(getattr(redis.asyncio.Redis, "aclose", None))
-    assert floor(requirements()["redis"]) >= Version("5.0.1")  # type: ignore[operator]
+    assert floor(requirements()["redis"]) >= Version("5.0.2")  # type: ignore[operator]
 
 
 def test_pytest_asyncio_floor_reads_the_test_loop_scope_option() -> None:
