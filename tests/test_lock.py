@@ -109,3 +109,14 @@ def test_makefile_torch_is_vllm_cpus_own_pin() -> None:
     pins = [Requirement(r) for r in requires if r.startswith("torch")]
     pins = [r for r in pins if r.name == "torch" and (r.marker is None or r.marker.evaluate(x86))]
     assert [str(r.specifier) for r in pins] == [f"=={torch_version.group(1)}"]
+
+
+def test_lowest_versions_job_resolves_floors_and_names_existing_tests() -> None:
+    """`make lowest` installs each direct dependency at its floor and runs LOWEST_TESTS, which must exist."""
+    makefile = (REPO / "Makefile").read_text()
+    assert "--resolution lowest-direct" in makefile
+    block = re.search(r"^LOWEST_TESTS \?= (.*?)\n(?=\S)", makefile, re.M | re.S)
+    assert block is not None
+    paths = block.group(1).replace("\\", " ").split()
+    assert len(paths) > 5
+    assert [p for p in paths if not (REPO / p).exists()] == []
