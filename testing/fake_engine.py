@@ -45,8 +45,10 @@ For the fault suite (bench/faults), each its own option: ``--exit-on-prompt TEXT
 holds TEXT is logged as received, then the whole process exits 1: a replica that crashes on one given
 prompt after it began it; ``--crash-on`` closes only the connection), ``--idle-close-ms N`` (a keep-alive
 connection idle for N ms is closed, as uvicorn's keep-alive timeout does: the next request on it finds it
-closed before it was written), ``GET /fault/idle-close?ms=N`` (the same at run time) and
-``GET /fault/latency?ms=N`` (``--latency-ms`` at run time: a busy replica).
+closed before it was written), ``GET /fault/idle-close?ms=N`` (the same at run time),
+``GET /fault/latency?ms=N`` (``--latency-ms`` at run time: a busy replica) and ``GET /fault/delay?ms=N``
+(``--delay-ms`` of plain streams at run time: a long fast stream). A generation whose connection closes
+before its end logs ``Aborted request <id>`` (vLLM's line, with ``--enable-log-requests``).
 A slow start as vLLM's (supervisor-death tests): ``--start-delay-s`` waits before listening;
 ``--engine-core`` forks a child in the engine's process group that lives until killed, as vLLM's engine
 core (which holds the GPU memory) outlives an API server killed alone.
@@ -199,9 +201,12 @@ class Knobs:
 
     idle_close_ms: float = 0.0
     latency_ms: float = 0.0
+    delay_ms: float = 0.0
+    """The gap between a stream's events (as ``--delay-ms``; 0: the start flag's)."""
 
 
-KNOBS = {"/fault/idle-close?ms=": "idle_close_ms", "/fault/latency?ms=": "latency_ms"}
+KNOBS = {"/fault/idle-close?ms=": "idle_close_ms", "/fault/latency?ms=": "latency_ms",
+         "/fault/delay?ms=": "delay_ms"}  # fmt: skip
 GENERATING = frozenset({"/v1/responses", "/v1/messages", "/v1/rerank", "/v1/score", "/rerank", "/score",
                         "/v2/rerank", "/pooling", "/classify"})  # fmt: skip
 
@@ -222,7 +227,8 @@ def exit_on_prompt(cfg: FaultConfig, body: bytes) -> None:
 
 def set_knob(knobs: Knobs, path: str) -> tuple[int, bytes] | None:
     """``GET /fault/idle-close?ms=N``: keep-alive connections idle N ms are closed (0: the start flag's);
-    ``GET /fault/latency?ms=N``: each generation waits N ms once received. None: not a knob's path."""
+    ``GET /fault/latency?ms=N``: each generation waits N ms once received; ``GET /fault/delay?ms=N``: a
+    stream's events N ms apart. None: not a knob's path."""
     prefix, _, value = path.partition("=")
     name = KNOBS.get(prefix + "=")
     if name is None:
@@ -339,6 +345,10 @@ class FakeEngine(asyncio.Protocol):
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         try:
             return await self.generate(path, headers, body)
+        except asyncio.CancelledError:  # the connection closed before the end (vLLM aborts the request)
+            if self.cfg.log_requests:
+                print(f"Aborted request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
+            raise
         finally:
             self.stats.leave()
 
@@ -549,7 +559,8 @@ class FakeEngine(asyncio.Protocol):
         usage: bool = False,
     ) -> bool:
         self.write(http_head(200, "text/event-stream", None))
-        delay, template = self.cfg.delay_ms / 1000, event_template(self.cfg, chat, rid)
+        delay = (self.knobs.delay_ms or self.cfg.delay_ms) / 1000
+        template = event_template(self.cfg, chat, rid)
         for i in range(n):
             if i == stall:
                 await asyncio.sleep(3600)
