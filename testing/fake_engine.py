@@ -45,8 +45,11 @@ For the fault suite (bench/faults), each its own option: ``--exit-on-prompt TEXT
 holds TEXT is logged as received, then the whole process exits 1: a replica that crashes on one given
 prompt after it began it; ``--crash-on`` closes only the connection), ``--idle-close-ms N`` (a keep-alive
 connection idle for N ms is closed, as uvicorn's keep-alive timeout does: the next request on it finds it
-closed before it was written), ``GET /fault/idle-close?ms=N`` (the same at run time) and
-``GET /fault/latency?ms=N`` (``--latency-ms`` at run time: a busy replica).
+closed before it was written), ``GET /fault/idle-close?ms=N`` (the same at run time),
+``GET /fault/latency?ms=N`` (``--latency-ms`` at run time: a busy replica), ``GET /fault/delay?ms=N``
+(``--delay-ms`` of streams at run time) and ``GET /fault/event-bytes?n=N`` (their tokens' text padded
+to N bytes): with both, a long fast stream. A generation whose connection closes
+before its end logs ``Aborted request <id>`` (vLLM's line, with ``--enable-log-requests``).
 A slow start as vLLM's (supervisor-death tests): ``--start-delay-s`` waits before listening;
 ``--engine-core`` forks a child in the engine's process group that lives until killed, as vLLM's engine
 core (which holds the GPU memory) outlives an API server killed alone.
@@ -199,9 +202,14 @@ class Knobs:
 
     idle_close_ms: float = 0.0
     latency_ms: float = 0.0
+    delay_ms: float = 0.0
+    """The gap between a stream's events (as ``--delay-ms``; 0: the start flag's)."""
+    event_bytes: float = 0.0
+    """A stream's token text padded to this many bytes (0: none): many bytes a second."""
 
 
-KNOBS = {"/fault/idle-close?ms=": "idle_close_ms", "/fault/latency?ms=": "latency_ms"}
+KNOBS = {"/fault/idle-close?ms=": "idle_close_ms", "/fault/latency?ms=": "latency_ms",
+         "/fault/delay?ms=": "delay_ms", "/fault/event-bytes?n=": "event_bytes"}  # fmt: skip
 GENERATING = frozenset({"/v1/responses", "/v1/messages", "/v1/rerank", "/v1/score", "/rerank", "/score",
                         "/v2/rerank", "/pooling", "/classify"})  # fmt: skip
 
@@ -222,7 +230,9 @@ def exit_on_prompt(cfg: FaultConfig, body: bytes) -> None:
 
 def set_knob(knobs: Knobs, path: str) -> tuple[int, bytes] | None:
     """``GET /fault/idle-close?ms=N``: keep-alive connections idle N ms are closed (0: the start flag's);
-    ``GET /fault/latency?ms=N``: each generation waits N ms once received. None: not a knob's path."""
+    ``GET /fault/latency?ms=N``: each generation waits N ms once received; ``GET /fault/delay?ms=N``: a
+    stream's events N ms apart; ``GET /fault/event-bytes?n=N``: each its text padded to N bytes. None: not
+    a knob's path."""
     prefix, _, value = path.partition("=")
     name = KNOBS.get(prefix + "=")
     if name is None:
@@ -339,6 +349,10 @@ class FakeEngine(asyncio.Protocol):
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         try:
             return await self.generate(path, headers, body)
+        except asyncio.CancelledError:  # the connection closed before the end (vLLM aborts the request)
+            if self.cfg.log_requests:
+                print(f"Aborted request {headers.get('x-request-id', 'fake')}", file=sys.stderr, flush=True)
+            raise
         finally:
             self.stats.leave()
 
@@ -521,6 +535,7 @@ class FakeEngine(asyncio.Protocol):
                     self.cfg.multibyte,
                     self.cfg.tokens,
                     self.cfg.max_model_len,
+                    int(self.knobs.event_bytes),
                 ),
                 fault,
             )
@@ -549,7 +564,8 @@ class FakeEngine(asyncio.Protocol):
         usage: bool = False,
     ) -> bool:
         self.write(http_head(200, "text/event-stream", None))
-        delay, template = self.cfg.delay_ms / 1000, event_template(self.cfg, chat, rid)
+        delay, pad = (self.knobs.delay_ms or self.cfg.delay_ms) / 1000, int(self.knobs.event_bytes)
+        template = event_template(self.cfg, chat, rid)
         for i in range(n):
             if i == stall:
                 await asyncio.sleep(3600)
@@ -561,7 +577,7 @@ class FakeEngine(asyncio.Protocol):
             if delay:
                 await asyncio.sleep(delay)
             self.stats.generated += 1
-            self.write(chunked(template % json.dumps(f"tok{i} ").encode()))
+            self.write(chunked(template % json.dumps(f"tok{i} ".ljust(pad)).encode()))
         if usage:
             self.write(chunked(usage_event(self.cfg, chat, n, rid)))
         self.write(chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
@@ -583,13 +599,14 @@ class FakeEngine(asyncio.Protocol):
         kind, _, after = fault.replace("die-mid-", "die-mid-after-").rpartition("-after-")
         at = int(after) if kind and after.isdigit() else -1
         self.write(http_head(200, "text/event-stream", None))
+        delay = (self.knobs.delay_ms or self.cfg.delay_ms) / 1000
         for j in range(frames.n):
             if j == at:
                 return await self.strike(kind, frames.token(j))
             if j == busy_at:
                 await self.prefill_others(busy_s)
-            if self.cfg.delay_ms:
-                await asyncio.sleep(self.cfg.delay_ms / 1000)
+            if delay:
+                await asyncio.sleep(delay)
             self.stats.generated += 1
             self.write(chunked(frames.token(j)))
         if self.cfg.split_tail:  # the usage event and [DONE] each a read of its own, as vLLM's often are

@@ -53,8 +53,10 @@ class TokenFrames:
         multibyte: bool,
         tokens: int = 16,
         max_model_len: int = 2048,
+        pad: int = 0,
     ) -> None:
-        self.req, self.chat, self.model, self.multibyte = req, chat, model, multibyte
+        """``pad``: a middle token's text padded to this many bytes (the fault suite's long fast stream)."""
+        self.req, self.chat, self.model, self.multibyte, self.pad = req, chat, model, multibyte, pad
         self.prompt = prompt_ids(req, chat)
         self.start = start_of(self.prompt)
         # as vLLM: a chat's max_completion_tokens or max_tokens; a completion's max_tokens only
@@ -102,7 +104,7 @@ class TokenFrames:
         last = j == self.n - 1
         if j > 0 and not last:
             # (ASCII tokens leave the decoder no state: it is needed only for the multibyte ones)
-            text = self.decoder.decode(token_bytes(i, True)) if self.multibyte else f"tok{i} "
+            text = self.decoder.decode(token_bytes(i, True)) if self.multibyte else f"tok{i} ".ljust(self.pad)
             return self.template % (json.dumps(text).encode(), GENERATED + i)
         text = self.decoder.decode(token_bytes(i, self.multibyte))
         choice: dict[str, Any] = {"index": 0}

@@ -19,7 +19,10 @@ driver (bench/faults/run.py) gathers the evidence and prints one row per fault x
   fault did not kill it (a SIGHUP, a SIGSTOP, an outage of Redis must not end one), and a registry that
   never came back while its owner lived and counted no failure (its heartbeat died silently);
 - **orphans**: processes of the run whose parent died and that nobody records;
-- **seconds until the registry is whole** after a Redis outage ended.
+- **seconds until the registry is whole** after a Redis outage ended;
+- **slow readers dropped**: a stream whose client reads too slowly is ended by the gateway, counted in
+  ``llmgw_stream_stalled_total``, and its generation aborted at the engine (``Aborted request <id>``,
+  vLLM's line with ``--enable-log-requests``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ANSWERED, CLEAR, CUT, LOST = "answered", "clear error", "cut", "lost"
+DROPPED = "dropped"
+"""A slow reader's stream ended by the gateway (its defence: no error event can reach a client that does
+not read); judged by :func:`not_dropped`, not as a cut stream."""
 # vLLM's id for a request: an endpoint prefix (chatcmpl-, cmpl-, embd-), the id the gateway passed on
 # (the client's X-Request-Id, '-', 12 hex digits of its own), perhaps a prompt index; a continuation of a
 # migrated generation adds -moveN (the same generation, continued elsewhere); -rerunN is a second run.
@@ -179,15 +185,20 @@ def count_runs(logs: Mapping[str, bytes], prefix: str, cuts: Mapping[str, int]) 
     return out
 
 
-def count_engine_runs(logs: list[Path], prefix: str, cuts: dict[Path, int]) -> EngineRuns:
-    """:func:`count_runs` over log files (a file that cannot be read has no lines)."""
+def read_logs(paths: list[Path]) -> dict[str, bytes]:
+    """Log files by name (stem); a file that cannot be read has no lines."""
     data: dict[str, bytes] = {}
-    for path in logs:
+    for path in paths:
         try:
             data[path.stem] = path.read_bytes()
         except OSError:
             continue
-    return count_runs(data, prefix, {p.stem: n for p, n in cuts.items()})
+    return data
+
+
+def count_engine_runs(logs: list[Path], prefix: str, cuts: dict[Path, int]) -> EngineRuns:
+    """:func:`count_runs` over log files."""
+    return count_runs(read_logs(logs), prefix, {p.stem: n for p, n in cuts.items()})
 
 
 # ---- capacity, tasks, processes, registry -----------------------------------------------------------
@@ -291,3 +302,28 @@ def registry_back_s(samples: Sequence[tuple[float, bool]], outage_end: float) ->
     while first > 0 and samples[first - 1][1]:
         first -= 1
     return max(0.0, samples[first][0] - outage_end)
+
+
+# ---- slow readers ------------------------------------------------------------------------------------
+
+ABORTED_LINE = rb"Aborted request \S*?(%s)-[0-9a-f]{12}\b"
+STALLED = re.compile(r"^llmgw_stream_stalled_total(\{[^}]*\})?\s+([0-9.eE+-]+)$", re.M)
+
+
+def stalled_total(metrics_text: str) -> float:
+    """``llmgw_stream_stalled_total`` summed over its labels (and the texts joined)."""
+    return sum(float(m.group(2)) for m in STALLED.finditer(metrics_text))
+
+
+def not_dropped(ids: Sequence[str], stalled_delta: float, logs: Mapping[str, bytes]) -> list[str]:
+    """What is missing for the slow readers ``ids`` (streams the gateway had to end): the stall counted
+    once each in ``llmgw_stream_stalled_total`` (``stalled_delta``: its rise over the cell), and each
+    one's generation aborted at an engine (``logs``: replica name -> its log)."""
+    out = []
+    if stalled_delta < len(ids):
+        out.append(f"llmgw_stream_stalled_total rose by {stalled_delta:g}, {len(ids)} expected")
+    for rid in ids:
+        pattern = re.compile(ABORTED_LINE % re.escape(rid).encode())
+        if not any(pattern.search(data) for data in logs.values()):
+            out.append(f"{rid}: the engine's generation was not aborted")
+    return out

@@ -35,6 +35,9 @@ class Strike:
     outage_end: float | None = None
     """When a Redis outage ended (monotonic): the registry must be whole within 10 s of it."""
     outcomes: list[Outcome] = field(default_factory=list)
+    stalled: list[str] = field(default_factory=list)
+    """Ids of slow readers' streams: each must be ended by the gateway, counted as stalled, and its
+    generation aborted at its engine (checks.not_dropped)."""
     not_injected: str = ""
 
 

@@ -13,11 +13,17 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
-from bench.faults.checks import ANSWERED
+from bench.faults.checks import ANSWERED, stalled_total
 from bench.faults.ctx import DOWN_S, PAUSE_S, Ctx, freeze, prompt_request, replica_urls, set_knob
 from bench.faults.inject_redis import redis_hup, redis_kill9, redis_pause_all, sentinel_failover
-from bench.faults.stack import CRASH_PROMPT, RESET_PROMPT, registry_whole
-from bench.faults.workload import ON_DEMAND, Request, mix, send, slow_uploads
+from bench.faults.stack import (
+    CRASH_PROMPT,
+    RESET_PROMPT,
+    STREAM_WRITE_TIMEOUT_S,
+    metrics_text,
+    registry_whole,
+)
+from bench.faults.workload import CHAT, ON_DEMAND, Request, mix, send, slow_read, slow_uploads
 from testing.poll import until
 from tools.stack.stack import Stack
 from workers.life.adopt import pid_alive
@@ -142,6 +148,39 @@ async def slow_upload(c: Ctx) -> str:
     return "16 slow uploads without a key to gateway-1: " + ", ".join(sorted({o.outcome for o in outs}))
 
 
+async def slow_reader(c: Ctx) -> str:
+    """A stream of 65536 tokens (the chat replicas' events 1 ms apart and 4 KiB each meanwhile: megabytes
+    a second, past loopback's autotuned socket buffers, about 3 MB, within seconds), straight to
+    gateway-1 (nginx would buffer it and has its own send timeout), read 256 bytes every 0.25 s from a
+    4 KiB receive buffer: 1 KiB/s, under ``stream_min_rate_bytes_s``, never enough to drain the
+    gateway's write buffer. The gateway must end it within a few ``stream_write_timeout_s`` and count
+    it as stalled (the client reads on until then: what the gateway's socket already holds reaches it
+    after the drop), close its upstream (the engine aborts the generation) and give its lease back (the
+    capacity checker)."""
+    urls, port = replica_urls(c), c.stack.config.gateway_ports[0]
+    stream = {"model": CHAT, "messages": [{"role": "user", "content": "Go on."}], "max_tokens": 65536,
+              "stream": True}  # fmt: skip
+    rid = c.load.next_id()
+    c.strike.stalled.append(rid)
+    await set_knob(urls, "/fault/delay?ms=1")
+    await set_knob(urls, "/fault/event-bytes?n=4096")
+    try:
+        url, deadline = f"http://{c.stack.config.host}:{port}", 5.0 * STREAM_WRITE_TIMEOUT_S
+        metrics = [f"{url}/metrics"]
+        before = stalled_total(await metrics_text(metrics))
+
+        async def ended() -> bool:
+            return stalled_total(await metrics_text(metrics)) > before
+
+        out = await slow_read(url, Request("slow-reader", "/v1/chat/completions", stream, True), rid,
+                              c.load.tenants[0], ended, deadline)  # fmt: skip
+    finally:
+        await set_knob(urls, "/fault/delay?ms=0")
+        await set_knob(urls, "/fault/event-bytes?n=0")
+    c.strike.outcomes.append(out)
+    return f"a slow reader (1 KiB/s) of a long stream to gateway-1: {out.outcome}, {out.detail}"
+
+
 # ---- the supervisor -------------------------------------------------------------------------------
 
 
@@ -204,10 +243,6 @@ async def no_fault(c: Ctx) -> str:
     return "no fault (the load alone)"
 
 
-async def not_yet(c: Ctx) -> str:
-    return "not injected yet"
-
-
 Fault = Callable[[Ctx], Awaitable[str]]
 FAULTS: dict[str, Fault] = {
     "none": no_fault,
@@ -222,7 +257,7 @@ FAULTS: dict[str, Fault] = {
     "stop-gateway": gateway_stop,
     "hup-gateway": gateway_hup,
     "slow-upload": slow_upload,
-    "slow-reader": not_yet,
+    "slow-reader": slow_reader,
     "kill9-supervisor": supervisor_kill9,
     "stop-supervisor": supervisor_stop,
     "hup-supervisor": supervisor_hup,
@@ -234,10 +269,8 @@ FAULTS: dict[str, Fault] = {
     "sentinel-failover": sentinel_failover,
 }
 REDIS_FAULTS = frozenset({"kill9-redis", "pause-redis", "hup-redis", "sentinel-failover"})
-NOT_YET = {
-    "slow-reader": "not injected yet: a client that reads a little just inside LLMGW_STREAM_WRITE_TIMEOUT_S "
-    "(30 s) needs a stream of minutes and more than the socket buffers hold (nginx's too)",
-}
+NOT_YET: dict[str, str] = {}
+"""Faults not injected yet, with why (none today)."""
 
 
 def not_injected(fault: str, topology: str) -> str:

@@ -33,6 +33,8 @@ class Cell:
     """Clear errors (but 429s) after a fault that must fail no request (:data:`MUST_ANSWER`)."""
     cut_streams: list[str] = field(default_factory=list)
     capacity_held: list[str] = field(default_factory=list)
+    not_dropped: list[str] = field(default_factory=list)
+    """A slow reader's stream the gateway did not end as it must (checks.not_dropped)."""
     task_failures: dict[str, float] = field(default_factory=dict)
     task_deaths: list[str] = field(default_factory=list)
     exits: list[str] = field(default_factory=list)
@@ -53,6 +55,7 @@ class Cell:
             "needless_errors",
             "cut_streams",
             "capacity_held",
+            "not_dropped",
             "task_deaths",
             "orphans",
         ):

@@ -5,7 +5,8 @@ bench/faults/inject.py one at a time, in an order drawn from ``--seed``. After e
 (bench/faults/checks.py) read the engines' logs, Redis, the metrics and the process table, and the row
 says: generations run twice, requests without an answer or clear error, streams cut without an error
 event (not counted where the fault killed the gateway), capacity held 10 s after the load stopped, silent
-task deaths, orphan processes, seconds until the registry was whole again after a Redis outage. The
+task deaths, orphan processes, a slow reader's stream the gateway did not end (counted as stalled, its
+generation aborted at the engine), seconds until the registry was whole again after a Redis outage. The
 table goes to stdout and, with its date and seed, to ``--out`` (JSON). One cell again:
 
     python -m bench.faults --seed 7 --fault kill9-engine --topology single
@@ -125,7 +126,8 @@ async def run_cell(
     cell = Cell(fault, topology, seed, redis_outage=fault in REDIS_FAULTS)
     load = Load(stack.config.nginx_url, keys, mix(plan.max_tokens), f"flt.{cell_id}.", plan.clients,
                 plan.client_timeout_s, seed=seed)  # fmt: skip
-    before = checks.task_failures(await metrics_text(metrics_urls(stack)))
+    before_text = await metrics_text(metrics_urls(stack))
+    before = checks.task_failures(before_text)
     loader = asyncio.create_task(load.run())
     await asyncio.sleep(plan.warm_s)
     ctx = Ctx(stack, load)
@@ -155,9 +157,8 @@ async def run_cell(
         whole = False
         cell.problems.append(f"not back to strength within 60 s: {type(exc).__name__}: {exc}")
     cell.capacity_held = await settled_capacity(stack, plan.settle_s)
-    cell.task_failures = checks.failures_delta(
-        before, checks.task_failures(await metrics_text(metrics_urls(stack)))
-    )
+    after_text = await metrics_text(metrics_urls(stack))
+    cell.task_failures = checks.failures_delta(before, checks.task_failures(after_text))
     back = whole if cell.registry_back_s is None or not cell.redis_outage else True
     cell.task_deaths = checks.task_deaths(exits, back, bool(cell.task_failures))
     found = [p for p in find_orphans(stack, marker) if p.pid not in seen_orphans]  # the cell's own
@@ -174,6 +175,8 @@ async def run_cell(
     runs = checks.count_engine_runs(replica_logs(stack), f"flt.{cell_id}.", strike.cuts)
     cell.at_engines, cell.ran_twice = len(runs.ids), runs.ran_twice
     cell.rerun_after_kill, cell.continued = len(runs.rerun_after_kill), sum(runs.moved.values())
+    stalled = checks.stalled_total(after_text) - checks.stalled_total(before_text)
+    cell.not_dropped = checks.not_dropped(strike.stalled, stalled, checks.read_logs(replica_logs(stack)))
     cell.not_injected = strike.not_injected
     if report.answered and not runs.ids:
         cell.problems.append(

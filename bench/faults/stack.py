@@ -28,8 +28,12 @@ from tools.stack.stack import Stack, StackConfig
 CRASH_PROMPT, RESET_PROMPT = "FAULTS-CRASH-ON-THIS", "FAULTS-RESET-ON-THIS"
 MARKER = "LLMGW_FAULTS_RUN"
 """Set in the driver's environment for the run: every process the run starts inherits it (orphan scan)."""
-# The gateways' timeouts lowered so that a frozen replica or Redis outlasts them within a short cell.
+STREAM_WRITE_TIMEOUT_S = 3
+"""The gateways' stream write timeout (30 s shipped): a slow reader is dropped within seconds."""
+# The gateways' timeouts lowered so that a frozen replica or Redis outlasts them within a short cell, and
+# a slow reader is dropped within one (the load's clients read at once: never near the write timeout).
 GATEWAY_ENV = {"LLMGW_AUTH": "true", "LLMGW_FIRST_BYTE_TIMEOUT_S": "5", "LLMGW_CHUNK_TIMEOUT_S": "5",
+               "LLMGW_STREAM_WRITE_TIMEOUT_S": str(STREAM_WRITE_TIMEOUT_S),
                "LLMGW_LOG_LEVEL": "WARNING"}  # fmt: skip
 # A replica that fails every start gives up soon; everything else is the shipped supervisor.
 WORKERS_ARGS = ("--restart-give-up-after", "5", "--restart-max-delay", "1")

@@ -8,13 +8,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import random
+import socket
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from bench.faults.checks import CUT, LOST, Outcome, judge_stream, judge_whole
+from bench.faults.checks import CUT, DROPPED, LOST, Outcome, judge_stream, judge_whole
 
 CHAT, EMBED, ON_DEMAND = "fault-chat", "fault-embed", "fault-od"
 TOOLS = [
@@ -191,6 +195,55 @@ async def slow_uploads(
         return Outcome("slow-upload", False, *judge_whole(int(status.split()[1]), body))
 
     return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
+async def slow_read(
+    url: str,
+    req: Request,
+    rid: str,
+    headers: dict[str, str],
+    ended: Callable[[], Awaitable[bool]],
+    deadline_s: float,
+    rcvbuf: int = 4096,
+    take: int = 256,
+    every_s: float = 0.25,
+) -> Outcome:
+    """A stream read by a client that takes ``take`` bytes every ``every_s`` from a raw socket whose
+    receive buffer is ``rcvbuf`` bytes, until ``ended()`` says the server ended it; then the rest at once
+    (a server that drops a connection leaves what its socket holds, megabytes, to be delivered first).
+    Dropped: the connection closed before the stream's last event; lost: still held at ``deadline_s``,
+    no stream, or a stream that ran to its end."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    body = json.dumps(req.body).encode()
+    head = [f"POST {req.path} HTTP/1.1", f"host: {host}", "content-type: application/json",
+            f"x-request-id: {rid}", f"content-length: {len(body)}"]  # fmt: skip
+    head += [f"{k}: {v}" for k, v in headers.items()]
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # before connect: the window it offers
+    sock.setblocking(False)
+    got, started, slow, took = b"", time.monotonic(), b"", 0.0
+    try:
+        await loop.sock_connect(sock, (host, int(port)))
+        await loop.sock_sendall(sock, ("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        while not await ended():
+            if time.monotonic() - started > deadline_s:
+                return Outcome(req.kind, True, LOST, f"still held after {deadline_s:g} s")
+            await asyncio.sleep(every_s)
+            got += await asyncio.wait_for(loop.sock_recv(sock, take), deadline_s)
+        took, slow = time.monotonic() - started, got
+        while more := await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), 10.0):
+            got += more
+    except (ConnectionError, TimeoutError):  # reset, or silent: what came so far is judged
+        slow, took = slow or got, took or time.monotonic() - started
+    finally:
+        sock.close()
+    if b" 200 " not in got.split(b"\r\n", 1)[0]:
+        return Outcome(req.kind, True, LOST, f"no stream: {got[:120]!r}")
+    if not slow or b"[DONE]" in got[-64:]:
+        return Outcome(req.kind, True, LOST, f"not ended by the server ({len(got)} bytes)")
+    return Outcome(req.kind, True, DROPPED, f"ended by the server after {took:.1f} s, {len(slow)} bytes read "
+                   f"slowly, {len(got)} bytes in all")  # fmt: skip
 
 
 def answer_complete(data: bytes) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -21,6 +22,10 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_toke
 
 def logged(log: Path, rid: str) -> bool:
     return f"Received request {rid}\n" in log.read_text()
+
+
+def aborted(log: Path, rid: str) -> bool:
+    return f"Aborted request {rid}\n" in log.read_text()
 
 
 def test_prompt_faults_health_delay_and_idle_close(tmp_path: Path) -> None:
@@ -62,5 +67,29 @@ def test_prompt_faults_health_delay_and_idle_close(tmp_path: Path) -> None:
         wait_until(lambda: proc.popen.poll() is not None, 5, "the engine exits")
         assert proc.popen.returncode == 1
         assert logged(proc.log, "r-crash")
+    finally:
+        proc.stop()
+
+
+def test_a_stream_whose_client_leaves_is_logged_aborted_and_its_pace_is_a_knob(tmp_path: Path) -> None:
+    """vLLM's ``Aborted request <id>`` (with --enable-log-requests) when a stream's connection closes
+    before its end; ``/fault/delay?ms=N`` sets the gap between stream events at run time and
+    ``/fault/event-bytes?n=N`` pads each event's text to N bytes (a long fast stream)."""
+    proc = start_fake_engine(tmp_path, "--model", "m", "--enable-log-requests", "--delay-ms", "200")
+    try:
+        assert httpx.get(f"{proc.url}/fault/delay?ms=1").status_code == 200
+        assert httpx.get(f"{proc.url}/fault/event-bytes?n=4096").status_code == 200
+        for rid, ids in (("r-gone", ""), ("r-ids", ', "return_token_ids": true')):  # plain; token ids
+            body = b'{"model": "m", "messages": [], "max_tokens": 60000, "stream": true%s}' % ids.encode()
+            head = f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-request-id: {rid}\r\n"
+            with socket.create_connection(("127.0.0.1", proc.port)) as s:
+                s.sendall(f"{head}content-length: {len(body)}\r\n\r\n".encode() + body)
+                got, started = b"", time.monotonic()
+                while got.count(b"data:") < 100:  # 100 events well within 200 ms each: the knob's 1 ms
+                    got += s.recv(65536)
+                assert time.monotonic() - started < 5.0
+                assert len(got) > 99 * 4096
+            wait_until(partial(aborted, proc.log, rid), 5, "the abort logged")
+            assert logged(proc.log, rid)
     finally:
         proc.stop()

@@ -8,6 +8,7 @@ from bench.faults.checks import (
     ANSWERED,
     CLEAR,
     CUT,
+    DROPPED,
     LOST,
     Exit,
     KeyState,
@@ -21,8 +22,10 @@ from bench.faults.checks import (
     judge_stream,
     judge_whole,
     needless_errors,
+    not_dropped,
     orphans,
     registry_back_s,
+    stalled_total,
     task_deaths,
     task_failures,
 )
@@ -182,3 +185,20 @@ def test_needless_errors_leave_out_a_tenants_own_limit() -> None:
         Outcome("chat-stream", True, CLEAR, "stream upstream_error"),
     ]
     assert needless_errors(outs) == ["chat: 502 upstream_error", "chat-stream: stream upstream_error"]
+
+
+def test_a_slow_reader_must_be_dropped_counted_and_its_generation_aborted() -> None:
+    logs = {
+        "chat-0": received("flt.1.7") + b"INFO Aborted request chatcmpl-flt.1.7-0123456789ab.\n",
+        "chat-1": received("flt.1.8") + b"Aborted request flt.1.80-0123456789ab\n",  # another id
+    }
+    text = 'llmgw_stream_stalled_total{model="a"} 1.0\nllmgw_stream_stalled_total{model="b"} 2.0\n'
+    assert stalled_total(text) == 3.0
+    assert stalled_total("") == 0.0
+    assert not_dropped(["flt.1.7"], 1.0, logs) == []
+    assert not_dropped(["flt.1.8"], 1.0, logs) == ["flt.1.8: the engine's generation was not aborted"]
+    assert not_dropped(["flt.1.7"], 0.0, logs) == ["llmgw_stream_stalled_total rose by 0, 1 expected"]
+    assert not_dropped([], 0.0, logs) == []
+    # the slow reader's own end: dropped is neither an answer, nor a clear error, nor a cut stream
+    report = client_report([Outcome("slow-reader", True, DROPPED, "after 4 s")], gateway_killed=False)
+    assert (report.sent, report.answered, report.clear, report.cut_streams) == (1, 0, 0, [])
