@@ -110,6 +110,11 @@ class RedisKeys:
     def response(self, model: str, response_id: str) -> str:
         return f"{self.prefix}:resp:{{{model}}}:{response_id}"
 
+    # idempotency keys (gateway/idempotency): one record per tenant and key (its digest), under the
+    # tenant's hash tag: the body's fingerprint, the request that claimed it, then its stored answer
+    def idempotency(self, tenant: str, key_digest: str) -> str:
+        return f"{self.prefix}:idem:{{{tenant}}}:{key_digest}"
+
     # LoRA adapters loaded at run time through the gateway's admin API (gateway/lora.py)
     def lora(self, model: str) -> str:
         return f"{self.prefix}:lora:{{{model}}}"

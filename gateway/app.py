@@ -30,6 +30,7 @@ from gateway.errors import (
     NotFound,
     error_response,
 )
+from gateway.idempotency.store import IdempotencyStore
 from gateway.lora.adapters import AdapterStore
 from gateway.metrics import GatewayMetrics
 from gateway.on_demand.wake import ReadyNotices, Wakes
@@ -108,6 +109,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         credentials=credentials_for(settings, fleet),
         index=index,
         affinity=ResponseAffinity(redis, keys, settings.responses_ttl_s),
+        idempotency=IdempotencyStore(redis, keys, settings.idempotency_ttl_s, settings.request_timeout_s),
         lora=AdapterStore(redis, keys, fleet.models, table),
         tracing=Tracing(settings.tracing, settings.otlp_traces_endpoint, settings.gateway_id),
     )

@@ -22,6 +22,7 @@ WANTED_HEADERS = frozenset(
         b"x-priority",
         b"x-max-wait-s",
         b"x-stainless-retry-count",
+        b"idempotency-key",
         b"traceparent",
         b"tracestate",
     }
