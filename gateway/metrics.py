@@ -175,9 +175,10 @@ class GatewayMetrics:
         )
         self.idempotent = Counter(
             "llmgw_idempotent_requests",
-            "Requests with an Idempotency-Key that ran no generation of their own: attached (waited for the"
-            " running request of their key), replayed (got its stored answer) or refused (422: the key"
-            " reused with another body).",
+            "Requests with an Idempotency-Key that ran no generation of their own: attached (waited for or"
+            " followed the running request of their key), replayed (got its stored answer), resumed (a stream"
+            " after its Last-Event-ID), refused (422: the key reused with another body); and grace_expired:"
+            " keyed streams cancelled unclaimed at the end of their grace period.",
             ["outcome"],
             registry=r,
         )

@@ -47,6 +47,14 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 
 
 @dataclass(frozen=True, slots=True)
+class KeyNames:
+    """The Redis keys of one idempotency key: its record and its stream's events (events.py)."""
+
+    record: str
+    events: str
+
+
+@dataclass(frozen=True, slots=True)
 class Record:
     """A key's record as read: who holds it and, once ``done``, the answer to give again."""
 
@@ -59,17 +67,18 @@ class Record:
     body: bytes = b""
 
 
-def fingerprint(route: str, target: str, body: bytes) -> str:
+def fingerprint(route: str, target: str, body: bytes) -> tuple[str, bool]:
     """sha256 of the endpoint, its target (a path's model or response id) and the canonical body: a JSON
     body with its keys sorted and no spaces (the same request however it is spelled), any other body as
-    sent."""
+    sent; and whether the body asks for a stream (``"stream": true``)."""
     try:
-        canonical = orjson.dumps(orjson.loads(body), option=orjson.OPT_SORT_KEYS)
+        doc = orjson.loads(body)
+        canonical = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONDecodeError:
-        canonical = body
+        doc, canonical = None, body
     digest = hashlib.sha256(f"{route}\n{target}\n".encode())
     digest.update(canonical)
-    return digest.hexdigest()
+    return digest.hexdigest(), isinstance(doc, dict) and doc.get("stream") is True
 
 
 def checked(key: str) -> str:
@@ -104,9 +113,9 @@ class IdempotencyStore:
         self.release_script = redis.register_script(RELEASE)
         self.renew_script = redis.register_script(RENEW)
 
-    def key(self, tenant: str, idempotency_key: str) -> str:
+    def key(self, tenant: str, idempotency_key: str) -> KeyNames:
         digest = hashlib.sha256(idempotency_key.encode("latin-1")).hexdigest()[:40]
-        return self.keys.idempotency(tenant, digest)
+        return KeyNames(self.keys.idempotency(tenant, digest), self.keys.idempotency_events(tenant, digest))
 
     async def claim(self, key: str, fp: str, request_id: str) -> Record | None:
         """None when this request now holds the key; else the record that holds it."""
@@ -128,3 +137,11 @@ class IdempotencyStore:
 
     async def renew(self, key: str, request_id: str) -> None:
         await self.renew_script(keys=[key], args=[request_id, self.running_ttl_ms])
+
+    async def claim_stream(self, key: str) -> None:
+        """A request follows the key's stream: its grace period (kept.py) ends
+        in no cancel."""
+        await self.redis.hset(key, "claimed", 1)
+
+    async def claimed(self, key: str) -> bool:
+        return bool(await self.redis.hexists(key, "claimed"))

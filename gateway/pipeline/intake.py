@@ -23,6 +23,7 @@ WANTED_HEADERS = frozenset(
         b"x-max-wait-s",
         b"x-stainless-retry-count",
         b"idempotency-key",
+        b"last-event-id",
         b"traceparent",
         b"tracestate",
     }

@@ -2,25 +2,27 @@
 is the tenant's, the fingerprint the body's). A request without one never comes here: the proxy's only
 cost for it is one lookup in the headers it already read.
 
-The key is claimed in Redis (store.py). The request that claims it runs as any other, and its answer is
-kept as the key's record: a non-streamed answer's body once read, a stream's bytes once it ended (with
-its SSE error event if it broke: the generation ran, and is not run again). Another request with the
-same key and body, on any gateway, runs nothing: while the first runs (still admitted, routed or
-generating) it waits, polling the record with a deadline, then gets the first one's answer byte for byte
-(``idempotent-replayed: true``); once done it gets it at once. With another body: 422
-``idempotency_key_reused``. A first request that ends before any replica can have run it (a refusal
-that a retry may repeat, a client gone while it waited, a 4xx of the gateway's own) frees its key, and a
-waiting one then claims it; one whose client leaves mid-stream frees it too (its generation is cancelled,
-so the retry runs the only one left).
+The key is claimed in Redis (gateway/idempotency/store.py). The request that claims it runs as any
+other, and its answer is kept as the key's record: a non-streamed answer's body once read; a stream is
+kept as it passes, its events numbered (``id:``) and written to Redis, and runs on for the model's
+``stream_grace_s`` once its client left (gateway/idempotency/kept.py). Another request with the same
+key and body, on any gateway, runs nothing (``idempotent-replayed: true``):
+
+- a stream follows the running one from Redis once its first event is there (from the start, or after
+  its ``Last-Event-ID``), byte for byte, to its end; a finished one is given again whole (or after its
+  ``Last-Event-ID``);
+- a non-streamed request waits, polling the record with a deadline, for the first one's answer.
+
+With another body: 422 ``idempotency_key_reused``. A first request that ends before any replica can have
+run it (a refusal that a retry may repeat, a client gone while it waited, a 4xx of the gateway's own)
+frees its key, and a waiting one then claims it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.responses import Response, StreamingResponse
 
@@ -32,7 +34,9 @@ from gateway.errors import (
     NoReadyReplica,
     error_bytes,
 )
-from gateway.idempotency.store import IdempotencyStore, Record, checked, fingerprint
+from gateway.idempotency.events import last_event_id
+from gateway.idempotency.kept import follow, quietly
+from gateway.idempotency.store import KeyNames, Record, checked, fingerprint
 from gateway.pipeline.replies import WholeResponse
 from gateway.pipeline.settle import finish
 from gateway.redis_clients import REDIS_DOWN
@@ -54,42 +58,53 @@ async def keyed(
     relayed: Relayed,
 ) -> Response:
     """The answer of a keyed request: its own (``serve``), or the one its key already holds."""
-    store = gw.idempotency
-    key = store.key(ctx.caller.tenant, checked(idempotency_key))
-    fp = fingerprint(f"{ctx.api.method} {ctx.api.name}", ctx.path_model or ctx.response_id, ctx.body)
+    keys = gw.idempotency.key(ctx.caller.tenant, checked(idempotency_key))
+    fp, streamed = fingerprint(
+        f"{ctx.api.method} {ctx.api.name}", ctx.path_model or ctx.response_id, ctx.body
+    )
+    after = last_event_id(ctx.headers.get("last-event-id")) if streamed else None
     try:
-        held = await hold(gw, ctx, key, fp, gone)
+        held = await hold(gw, ctx, keys, fp, gone, streamed, after)
+        if held is not None:
+            return await given(gw, ctx, keys, held, after, relayed)
     except REDIS_DOWN:
         raise NoReadyReplica(
             "idempotency keys cannot be checked while Redis is unreachable; retry later", retry_after=1.0
         ) from None
-    if held is not None:
-        return replay(gw, ctx, held, relayed)
     try:
         response = await serve()
     except GatewayError as err:
-        await ended(store, ctx, key, err)
+        await ended(gw, ctx, keys, err)
         raise
     except BaseException:
-        await quietly(store.release(key, ctx.request_id), ctx)
+        await quietly(gw.idempotency.release(keys.record, ctx.request_id), ctx)
         raise
     if isinstance(response, StreamingResponse):
-        response.body_iterator = kept(gw, ctx, key, response.body_iterator)
+        grace = ctx.model.stream_grace_s if ctx.model is not None else 0.0
+        response.body_iterator = gw.kept.keep(ctx, keys, response.body_iterator, grace)
     else:
         body = bytes(response.body)
-        await quietly(store.finish(key, ctx.request_id, ctx.status, ctx.reply_type, False, body), ctx)
+        await quietly(gw.idempotency.finish(keys.record, ctx.request_id, ctx.status, ctx.reply_type, False,
+                                            body), ctx)  # fmt: skip
     return response
 
 
 async def hold(
-    gw: Gateway, ctx: RequestContext, key: str, fp: str, gone: asyncio.Future[None] | None
+    gw: Gateway,
+    ctx: RequestContext,
+    keys: KeyNames,
+    fp: str,
+    gone: asyncio.Future[None] | None,
+    streamed: bool,
+    after: int | None,
 ) -> Record | None:
-    """None once this request holds the key; the finished record of the request that held it (waited
-    for while it runs, up to ``request_timeout_s``); raises on another body."""
+    """None once this request holds the key; else the record of the request that holds it: finished,
+    or (for a stream) once its first event is kept. Waited for up to ``request_timeout_s``; raises on
+    another body."""
     loop = asyncio.get_running_loop()
     deadline, interval, waited_for = loop.time() + gw.settings.request_timeout_s, FIRST_POLL_S, ""
     while True:
-        record = await gw.idempotency.claim(key, fp, ctx.request_id)
+        record = await gw.idempotency.claim(keys.record, fp, ctx.request_id)
         if record is None:
             return None
         if record.fingerprint != fp:
@@ -99,10 +114,16 @@ async def hold(
                 "this Idempotency-Key was already used with another request (another body or endpoint);"
                 " a new request needs a new key"
             )
-        if record.done:
-            outcome = "attached" if waited_for else "replayed"
+        if record.done or (streamed and await gw.kept.events.after(keys.events, 0, count=1)):
+            outcome = (
+                "resumed"
+                if after is not None
+                else "replayed"
+                if record.done and not waited_for
+                else "attached"
+            )
             gw.metrics.idempotent.labels(outcome).inc()
-            log.info("request_id=%s idempotency key %s: answer of request_id=%s", ctx.request_id, outcome,
+            log.info("request_id=%s idempotency key %s: the answer of request_id=%s", ctx.request_id, outcome,
                      record.request_id)  # fmt: skip
             return record
         if not waited_for:
@@ -116,14 +137,21 @@ async def hold(
                 f"the request holding this Idempotency-Key ({record.request_id}) is still running; retry",
                 retry_after=1.0,
             )
-        await asyncio.sleep(interval)
+        await asyncio.sleep(interval)  # polled: the holder's answer, or its key freed
         interval = min(MAX_POLL_S, interval * 2)
 
 
-def replay(gw: Gateway, ctx: RequestContext, record: Record, relayed: Relayed) -> Response:
-    """The held answer again, byte for byte, under this request's id."""
-    ctx.status = record.status
+async def given(
+    gw: Gateway, ctx: RequestContext, keys: KeyNames, record: Record, after: int | None, relayed: Relayed
+) -> Response:
+    """The held answer again, byte for byte, under this request's id: a stream still running (or resumed
+    after an event) followed from Redis, else the stored answer."""
+    ctx.status = record.status or 200
     finish(ctx, gw.metrics)
+    if not record.done or (record.stream and after is not None):
+        await gw.idempotency.claim_stream(keys.record)
+        parts = follow(gw.idempotency, gw.kept.events, keys, after or 0, record.request_id, ctx.api.dialect)
+        return relayed(ctx, parts, (REPLAYED,))
     if record.stream:
         return relayed(ctx, one(record.body), (REPLAYED,))
     extra = (REPLAYED, ("x-should-retry", "false")) if record.status >= 400 else (REPLAYED,)
@@ -134,44 +162,12 @@ async def one(body: bytes) -> AsyncIterator[bytes]:
     yield body
 
 
-async def ended(store: IdempotencyStore, ctx: RequestContext, key: str, err: GatewayError) -> None:
+async def ended(gw: Gateway, ctx: RequestContext, keys: KeyNames, err: GatewayError) -> None:
     """A failed first request: its key freed when nothing can have run it (a retry may run it), else the
     error kept as its answer."""
+    store = gw.idempotency
     if err.retry or ctx.attempts == 0 or isinstance(err, ClientClosedRequest):
-        await quietly(store.release(key, ctx.request_id), ctx)
+        await quietly(store.release(keys.record, ctx.request_id), ctx)
         return
     body = error_bytes(err, ctx.api.dialect)
-    await quietly(store.finish(key, ctx.request_id, err.status, "application/json", False, body), ctx)
-
-
-async def kept(gw: Gateway, ctx: RequestContext, key: str, parts: AsyncIterable[Any]) -> AsyncIterator[bytes]:
-    """The stream as relayed, its bytes kept; stored once it ended, or the key freed when its client
-    left first (the relay's generator, and with it the generation, is closed). The running record is
-    renewed every third of its TTL."""
-    store, sent, complete = gw.idempotency, bytearray(), False
-    renewed, every = time.monotonic(), store.running_ttl_ms / 3000
-    try:
-        async for chunk in parts:
-            sent += chunk
-            yield chunk
-            if time.monotonic() - renewed > every:
-                renewed = time.monotonic()
-                await quietly(store.renew(key, ctx.request_id), ctx)
-        complete = True
-    finally:
-        aclose = getattr(parts, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        if complete:
-            await quietly(store.finish(key, ctx.request_id, 200, "text/event-stream", True, bytes(sent)), ctx)
-        else:
-            await quietly(store.release(key, ctx.request_id), ctx)
-
-
-async def quietly(step: Awaitable[None], ctx: RequestContext) -> None:
-    """A record's update after the answer was decided: Redis failing loses the record (logged), never
-    the answer."""
-    try:
-        await step
-    except REDIS_DOWN as exc:
-        log.warning("request_id=%s idempotency record not updated (Redis: %s)", ctx.request_id, exc)
+    await quietly(store.finish(keys.record, ctx.request_id, err.status, "application/json", False, body), ctx)

@@ -8,43 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack
 from typing import Any
 
 import httpx
-import pytest
 
-from testing.gateway import fleet_yaml, register, serve_gateway
-from testing.procs import Proc, start_fake_engine
+from testing.procs import Proc
 
-FLEET = fleet_yaml([{"name": "m", "source": {"path": "/x"}, "policy": "round_robin"}])
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}
 STREAM = {**CHAT, "stream": True}
 MESSAGES = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6}
-
-
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    proc = start_fake_engine(tmp_path_factory.mktemp("idem"), "--tokens", "6", "--delay-ms", "60")
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture(scope="module")
-async def gateways(
-    tmp_path_factory: pytest.TempPathFactory, redis_url: str, engine: Proc
-) -> AsyncIterator[list[str]]:
-    tmp_path, prefix = tmp_path_factory.mktemp("idem-gw"), f"i{uuid.uuid4().hex[:8]}"
-    await register(redis_url, prefix, "m", engine.url, "m-0")
-    async with AsyncExitStack() as stack:
-        urls = [
-            await stack.enter_async_context(
-                serve_gateway(tmp_path, FLEET, redis_url, prefix, gateway_id=f"gw{i}", health_interval_s=60)
-            )
-            for i in range(2)
-        ]
-        yield urls
 
 
 async def began(c: httpx.AsyncClient, engine: Proc) -> int:

@@ -22,6 +22,12 @@ def test_another_body_endpoint_or_target_is_another_fingerprint() -> None:
     assert fingerprint("POST audio", "", b"--x\r\nraw") != fingerprint("POST audio", "", b"--y\r\nraw")
 
 
+def test_the_fingerprint_says_whether_the_body_asks_for_a_stream() -> None:
+    assert fingerprint("POST chat", "", b'{"stream": true}')[1]
+    assert not fingerprint("POST chat", "", b'{"stream": false}')[1]
+    assert not fingerprint("POST audio", "", b"stream")[1]
+
+
 @pytest.mark.parametrize("key", ["", "x" * 256, "caf\u00e9", "a\nb"])
 def test_a_key_that_is_empty_too_long_or_not_printable_ascii_is_refused(key: str) -> None:
     with pytest.raises(InvalidRequest):
