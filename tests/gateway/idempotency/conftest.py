@@ -1,5 +1,6 @@
 """Two real gateways (one Redis) in front of one FAKE ENGINE (6 tokens, 60 ms each), shared by this
-folder's tests: ``m`` keeps a keyed stream 30 s for its client (the default), ``g`` 0.3 s."""
+folder's tests: ``m`` keeps a keyed stream 30 s for its client (the default), ``g`` 0.3 s, ``z`` not at
+all (cancelled when its client leaves)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ FLEET = fleet_yaml(
     [
         {"name": "m", "source": {"path": "/x"}, "policy": "round_robin"},
         {"name": "g", "source": {"path": "/x"}, "policy": "round_robin", "stream_grace_s": 0.3},
+        {"name": "z", "source": {"path": "/x"}, "policy": "round_robin", "stream_grace_s": 0},
     ]
 )
 
@@ -34,6 +36,7 @@ async def gateways(
     tmp_path, prefix = tmp_path_factory.mktemp("idem-gw"), f"i{uuid.uuid4().hex[:8]}"
     await register(redis_url, prefix, "m", engine.url, "m-0")
     await register(redis_url, prefix, "g", engine.url, "g-0")
+    await register(redis_url, prefix, "z", engine.url, "z-0")
     async with AsyncExitStack() as stack:
         urls = [
             await stack.enter_async_context(

@@ -1,11 +1,13 @@
-"""The pure parts of an idempotency key's record: the body's fingerprint and the key's checks."""
+"""The pure parts of an idempotency key's record: the body's fingerprint, the key's checks and names."""
 
 from __future__ import annotations
 
 import pytest
+import redis.asyncio as aioredis
 
+from contract.redis_keys import RedisKeys
 from gateway.errors import InvalidRequest
-from gateway.idempotency.store import checked, fingerprint
+from gateway.idempotency.store import IdempotencyStore, checked, fingerprint
 
 
 def test_the_fingerprint_is_the_request_however_its_json_is_spelled() -> None:
@@ -32,6 +34,14 @@ def test_the_fingerprint_says_whether_the_body_asks_for_a_stream() -> None:
 def test_a_key_that_is_empty_too_long_or_not_printable_ascii_is_refused(key: str) -> None:
     with pytest.raises(InvalidRequest):
         checked(key)
+
+
+def test_a_key_is_the_tenants_own_and_its_events_share_its_slot() -> None:
+    store = IdempotencyStore(aioredis.Redis(), RedisKeys("p"), 60, 10)
+    a, b = store.key("tenant-a", "k"), store.key("tenant-b", "k")
+    assert a.record != b.record and a.events != b.events
+    assert a.record.startswith("p:idem:{tenant-a}:") and a.events.startswith("p:idem:{tenant-a}:")
+    assert len(store.key("tenant-a", "x" * 255).record) == len(a.record)  # any key: a bounded name
 
 
 def test_a_uuid_key_is_taken_as_sent() -> None:

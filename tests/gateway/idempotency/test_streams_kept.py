@@ -2,7 +2,7 @@
 keyed stream carries an ``id:``; a client cut mid-stream that comes back to the other gateway with its
 key and ``Last-Event-ID`` gets the events after that id, live to the end, byte for byte what the whole
 stream holds, and the engine ran one generation. A stream whose client left and that nobody claims is
-cancelled at the end of its model's grace period, and its key freed."""
+cancelled at the end of its model's grace period (at once with none), and its key freed."""
 
 from __future__ import annotations
 
@@ -73,6 +73,7 @@ async def test_a_stream_nobody_claims_is_cancelled_after_its_grace_and_its_key_f
     gateways: list[str], engine: Proc, http: httpx.AsyncClient
 ) -> None:
     long = {**STREAM, "model": "g", "max_tokens": 40}  # 2.4 s; its grace: 0.3 s
+    await until(lambda: idle(http, engine), 3.0, "the engine idle")
     key, before, began = uuid.uuid4().hex, await stats(http, engine), time.monotonic()
     await cut_after(http, gateways[0], long, key, 1)
 
@@ -86,6 +87,21 @@ async def test_a_stream_nobody_claims_is_cancelled_after_its_grace_and_its_key_f
     assert (await stats(http, engine))["started"] - before["started"] == 1
     again = await cut_after(http, gateways[1], long, key, 1)  # the key is free: this one runs
     assert (await stats(http, engine))["started"] - before["started"] == 2 and b"id: 1\n" in again
+    await until(lambda: idle(http, engine), 2.0, "the second generation aborted after its grace")
+
+
+async def test_with_no_grace_period_a_keyed_stream_is_cancelled_when_its_client_leaves(
+    gateways: list[str], engine: Proc, http: httpx.AsyncClient
+) -> None:
+    long = {**STREAM, "model": "z", "max_tokens": 40}  # 2.4 s
+    await until(lambda: idle(http, engine), 3.0, "the engine idle")
+    key, began = uuid.uuid4().hex, time.monotonic()
+    await cut_after(http, gateways[0], long, key, 1)
+    await until(lambda: idle(http, engine), 1.0, "the engine's generation aborted")
+    assert time.monotonic() - began < 1.5
+    again = await cut_after(http, gateways[1], long, key, 1)  # its key was freed at once
+    assert b"id: 1\n" in again
+    await until(lambda: idle(http, engine), 1.0, "the second generation aborted")
 
 
 async def idle(c: httpx.AsyncClient, engine: Proc) -> bool:
