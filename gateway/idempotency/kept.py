@@ -3,11 +3,12 @@
 
 A producer task reads the relay's generator (gateway/pipeline/relay.py: the lease, the upstream, the
 settle) and hands each batch of framed events to the client's response through a queue, writing them to
-Redis in batches of up to ``BATCH`` events or every ``FLUSH_S``. When the client goes away, the producer
-runs on for the model's ``stream_grace_s``: a request that comes back with the key (and
-``Last-Event-ID``) on any gateway claims it and follows it from Redis; unclaimed by then it is cancelled
-(the relay's generator is closed: upstream aborted, lease released) and the key freed. ``0`` cancels it
-at once, as a stream without a key. At its end the stream's bytes become the key's answer (store.py).
+Redis in batches of up to ``BATCH`` events, each written ``FLUSH_S`` after its first event at the latest
+(one round trip a batch). When the client goes away, the producer runs on for the model's
+``stream_grace_s``: a request that comes back with the key (and ``Last-Event-ID``) on any gateway claims
+it and follows it from Redis; unclaimed by then it is cancelled (the relay's generator is closed:
+upstream aborted, lease released) and the key freed. ``0`` cancels it at once, as a stream without a
+key. At its end the stream's bytes become the key's answer (store.py).
 The producers and their grace timers are tasks of :class:`KeptStreams`, each watched for errors.
 """
 
@@ -78,9 +79,11 @@ class Kept:
     ) -> None:
         self.streams, self.ctx, self.keys, self.parts, self.grace = streams, ctx, keys, parts, grace
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self.client, self.producer = True, None  # type: bool, asyncio.Task[None] | None
+        self.client = True
+        self.producer: asyncio.Task[None] | None = None
 
     async def relay(self) -> AsyncIterator[bytes]:
+        """What the client's response sends: the framed events as the producer hands them over."""
         over = False
         try:
             while (item := await self.queue.get()) is not None:
@@ -113,19 +116,42 @@ class Kept:
         producer.cancel()
 
     async def produce(self) -> None:
+        """Reads the relay to its end (or a cancel), framing, handing over and writing its events: a batch
+        is written once it holds ``BATCH`` events, or ``FLUSH_S`` after its first (also while the replica
+        sends nothing: a client that comes back sees every event the first one got within ``FLUSH_S``)."""
         store, ctx = self.streams.store, self.ctx
-        ids, batch, sent, complete = EventIds(), [], bytearray(), False  # type: EventIds, list[Event], bytearray, bool
+        ids, sent, complete = EventIds(), bytearray(), False
+        batch: list[Event] = []
         loop = asyncio.get_running_loop()
-        flushed = renewed = loop.time()
+        renewed = batch_at = loop.time()
+        chunks = aiter(self.parts)
         try:
-            async for chunk in self.parts:
+            while True:
+                step = asyncio.ensure_future(anext(chunks))
+                try:
+                    if batch:  # written FLUSH_S after its first event, also while the next chunk comes
+                        left = batch_at + FLUSH_S - loop.time()
+                        if left > 0:
+                            await asyncio.wait((step,), timeout=left)
+                        if loop.time() >= batch_at + FLUSH_S:
+                            await self.flush(batch)
+                            batch = []
+                    await asyncio.wait((step,))  # (a cancel of this task stays here: see below)
+                    chunk = step.result()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    if not step.done():  # cancelled while it waited: the relay's read goes with it, and
+                        step.cancel()  # whatever the read made of that cancel, aclose() below ends it
+                        await asyncio.gather(step, return_exceptions=True)
                 framed = ids.feed(chunk)
                 if framed:
                     self.out(framed, sent)
+                    batch_at = batch_at if batch else loop.time()
                     batch += framed
-                if batch and (len(batch) >= BATCH or loop.time() - flushed >= FLUSH_S):
+                if len(batch) >= BATCH:
                     await self.flush(batch)
-                    batch, flushed = [], loop.time()
+                    batch = []
                 if loop.time() - renewed > store.running_ttl_ms / 3000:
                     renewed = loop.time()
                     await quietly(store.renew(self.keys.record, ctx.request_id), ctx)
@@ -199,8 +225,12 @@ async def follow(
 
 
 async def quietly(step: Awaitable[None], ctx: RequestContext) -> None:
-    """A record's or event log's update: Redis failing loses it (logged), never the answer."""
+    """A record's or event log's update: Redis failing loses it (logged), never the answer. A cancel that
+    came meanwhile (redis-py may turn one into a connection error) is raised, never lost."""
     try:
         await step
     except REDIS_DOWN as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError from exc
         log.warning("request_id=%s idempotency record not updated (Redis: %s)", ctx.request_id, exc)

@@ -72,7 +72,7 @@ async def test_a_client_cut_mid_stream_resumes_on_the_other_gateway_byte_identic
 async def test_a_stream_nobody_claims_is_cancelled_after_its_grace_and_its_key_freed(
     gateways: list[str], engine: Proc, http: httpx.AsyncClient
 ) -> None:
-    long = {**STREAM, "model": "g", "max_tokens": 40}  # 2.4 s; its grace: 0.3 s
+    long = {**STREAM, "model": "g", "max_tokens": 80}  # 4.8 s; its grace: 0.3 s
     await until(lambda: idle(http, engine), 3.0, "the engine idle")
     key, before, began = uuid.uuid4().hex, await stats(http, engine), time.monotonic()
     await cut_after(http, gateways[0], long, key, 1)
@@ -81,27 +81,27 @@ async def test_a_stream_nobody_claims_is_cancelled_after_its_grace_and_its_key_f
         text = (await http.get(f"{gateways[0]}/metrics")).text
         return 'llmgw_idempotent_requests_total{outcome="grace_expired"} 1.0' in text
 
-    await until(expired, 2.0, "the grace period ended")
-    await until(lambda: idle(http, engine), 1.0, "the engine's generation aborted")
-    assert time.monotonic() - began < 2.0  # aborted: its 40 tokens take 2.4 s
+    await until(expired, 3.0, "the grace period ended")
+    await until(lambda: idle(http, engine), 3.0, "the engine's generation aborted")
+    assert time.monotonic() - began < 4.0  # aborted: its 80 tokens take 4.8 s
     assert (await stats(http, engine))["started"] - before["started"] == 1
     again = await cut_after(http, gateways[1], long, key, 1)  # the key is free: this one runs
     assert (await stats(http, engine))["started"] - before["started"] == 2 and b"id: 1\n" in again
-    await until(lambda: idle(http, engine), 2.0, "the second generation aborted after its grace")
+    await until(lambda: idle(http, engine), 3.0, "the second generation aborted after its grace")
 
 
 async def test_with_no_grace_period_a_keyed_stream_is_cancelled_when_its_client_leaves(
     gateways: list[str], engine: Proc, http: httpx.AsyncClient
 ) -> None:
-    long = {**STREAM, "model": "z", "max_tokens": 40}  # 2.4 s
+    long = {**STREAM, "model": "z", "max_tokens": 80}  # 4.8 s
     await until(lambda: idle(http, engine), 3.0, "the engine idle")
     key, began = uuid.uuid4().hex, time.monotonic()
     await cut_after(http, gateways[0], long, key, 1)
-    await until(lambda: idle(http, engine), 1.0, "the engine's generation aborted")
-    assert time.monotonic() - began < 1.5
+    await until(lambda: idle(http, engine), 3.0, "the engine's generation aborted")
+    assert time.monotonic() - began < 4.0  # aborted: its 80 tokens take 4.8 s
     again = await cut_after(http, gateways[1], long, key, 1)  # its key was freed at once
     assert b"id: 1\n" in again
-    await until(lambda: idle(http, engine), 1.0, "the second generation aborted")
+    await until(lambda: idle(http, engine), 3.0, "the second generation aborted")
 
 
 async def idle(c: httpx.AsyncClient, engine: Proc) -> bool:
