@@ -110,6 +110,15 @@ class RedisKeys:
     def response(self, model: str, response_id: str) -> str:
         return f"{self.prefix}:resp:{{{model}}}:{response_id}"
 
+    # idempotency keys (gateway/idempotency): one record per tenant and key (its digest), under the
+    # tenant's hash tag: the body's fingerprint, the request that claimed it, then its stored answer
+    def idempotency(self, tenant: str, key_digest: str) -> str:
+        return f"{self.prefix}:idem:{{{tenant}}}:{key_digest}"
+
+    def idempotency_events(self, tenant: str, key_digest: str) -> str:
+        """A keyed stream's events as relayed (a Redis stream, entry ``0-<n>`` for SSE id ``n``)."""
+        return f"{self.prefix}:idem:{{{tenant}}}:{key_digest}:events"
+
     # LoRA adapters loaded at run time through the gateway's admin API (gateway/lora.py)
     def lora(self, model: str) -> str:
         return f"{self.prefix}:lora:{{{model}}}"

@@ -30,6 +30,9 @@ from gateway.errors import (
     NotFound,
     error_response,
 )
+from gateway.idempotency.events import EventLog
+from gateway.idempotency.kept import KeptStreams
+from gateway.idempotency.store import IdempotencyStore
 from gateway.lora.adapters import AdapterStore
 from gateway.metrics import GatewayMetrics
 from gateway.on_demand.wake import ReadyNotices, Wakes
@@ -80,6 +83,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     index = shared_index(settings, keys, metrics, clients)
     policy_for = PolicyFactory(settings, index)
     store = KeyStore(clients.keys, keys)
+    idempotency = IdempotencyStore(redis, keys, settings.idempotency_ttl_s, settings.request_timeout_s)
     return Gateway(
         settings=settings,
         fleet=fleet,
@@ -108,6 +112,8 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         credentials=credentials_for(settings, fleet),
         index=index,
         affinity=ResponseAffinity(redis, keys, settings.responses_ttl_s),
+        idempotency=idempotency,
+        kept=KeptStreams(idempotency, EventLog(redis, settings.idempotency_max_events), metrics),
         lora=AdapterStore(redis, keys, fleet.models, table),
         tracing=Tracing(settings.tracing, settings.otlp_traces_endpoint, settings.gateway_id),
     )
@@ -151,6 +157,7 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
         yield
     finally:
         await gw.open_requests.aclose()
+        await gw.kept.aclose()
         await bg.close()
         await notices.close()
         await gw.inflight.leave()

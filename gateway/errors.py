@@ -125,6 +125,22 @@ class Conflict(GatewayError):
     code = "conflict"
 
 
+class IdempotencyKeyReused(GatewayError):
+    """An ``Idempotency-Key`` sent again with another body (or to another endpoint): refused, never run."""
+
+    status = 422
+    type = "invalid_request_error"
+    code = "idempotency_key_reused"
+
+
+class IdempotencyKeyInUse(Conflict):
+    """The request that holds an ``Idempotency-Key`` still runs past this one's wait: nothing ran for this
+    one, a retry attaches again."""
+
+    code = "idempotency_key_in_use"
+    retry = True
+
+
 class RateLimited(GatewayError):
     status = 429
     type = "rate_limit_error"
@@ -227,6 +243,7 @@ ANTHROPIC_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     413: "request_too_large",
+    422: "invalid_request_error",
     429: "rate_limit_error",
     503: "overloaded_error",
 }

@@ -173,6 +173,15 @@ class GatewayMetrics:
             ["task"],
             registry=r,
         )
+        self.idempotent = Counter(
+            "llmgw_idempotent_requests",
+            "Requests with an Idempotency-Key that ran no generation of their own: attached (waited for or"
+            " followed the running request of their key), replayed (got its stored answer), resumed (a stream"
+            " after its Last-Event-ID), refused (422: the key reused with another body); and grace_expired:"
+            " keyed streams cancelled unclaimed at the end of their grace period.",
+            ["outcome"],
+            registry=r,
+        )
         self.stream_stalled = Counter(
             "llmgw_stream_stalled",
             "Streams ended because their client made no write progress for stream_write_timeout_s, or took "

@@ -191,6 +191,11 @@ class GatewaySettings(BaseSettings):
     with `--api-key` (`VLLM_API_KEY`)."""
     responses_ttl_s: Seconds = 86400.0
     """How long the gateways remember which replica holds a stored Responses-API response."""
+    idempotency_ttl_s: Seconds = 86400.0
+    """How long a request's ``Idempotency-Key`` (per tenant) and its answer are kept: the same key and body
+    within it gets the stored answer again (or waits for the running one), never a second generation."""
+    idempotency_max_events: Annotated[int, Field(gt=0)] = 100000
+    """The most events of one keyed stream kept in Redis for its client to resume from (MAXLEN)."""
     lora_sync_s: Seconds = 1.0
     """How often runtime LoRA adapters are read from Redis."""
     log_level: str = "INFO"

@@ -11,6 +11,8 @@ from contract.redis_keys import RedisKeys
 from gateway.admission.base import Admission
 from gateway.auth.base import Authenticator
 from gateway.auth.keys import KeyStore
+from gateway.idempotency.kept import KeptStreams
+from gateway.idempotency.store import IdempotencyStore
 from gateway.lora.adapters import AdapterStore
 from gateway.metrics import GatewayMetrics
 from gateway.on_demand.wake import Wakes
@@ -52,6 +54,9 @@ class Gateway:
     wakes: Wakes
     open_requests: OpenRequests
     affinity: ResponseAffinity
+    idempotency: IdempotencyStore
+    kept: KeptStreams
+    """The keyed streams this gateway relays (gateway/idempotency/kept.py)."""
     lora: AdapterStore
     key_store: KeyStore
     # The Authorization each replica gets: the workers' key to supervised ones, an endpoint's own to it.

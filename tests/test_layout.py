@@ -150,6 +150,7 @@ GATEWAY_FLOORS: list[tuple[str, tuple[str, ...]]] = [
         (
             "gateway/auth/*", "gateway/admission/*", "gateway/routing/*", "gateway/upstream/*",
             "gateway/on_demand/*", "gateway/responses_api/*", "gateway/lora/*", "gateway/migration/*",
+            "gateway/idempotency/*",
             "gateway/replicas/discovery.py", "gateway/replicas/monitor.py", "gateway/replicas/ejection.py",
             "gateway/replicas/inflight.py", "gateway/replicas/__init__.py", "gateway/pipeline/tokens.py",
             "gateway/replicas/model_cards.py", "gateway/tracing.py",

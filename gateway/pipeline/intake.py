@@ -22,6 +22,8 @@ WANTED_HEADERS = frozenset(
         b"x-priority",
         b"x-max-wait-s",
         b"x-stainless-retry-count",
+        b"idempotency-key",
+        b"last-event-id",
         b"traceparent",
         b"tracestate",
     }

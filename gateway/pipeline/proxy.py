@@ -26,6 +26,7 @@ from gateway.migration.whole import plan_whole
 from gateway.pipeline.admit import admit, at_zero, held_eta
 from gateway.pipeline.held_stream import held_stream
 from gateway.pipeline.intake import read_body, request_id, upstream_id, wanted_headers
+from gateway.pipeline.keyed import keyed
 from gateway.pipeline.media import check_media
 from gateway.pipeline.parse import parse
 from gateway.pipeline.relay import answer, streaming
@@ -64,7 +65,10 @@ class Proxy:
                 ctx.caller = await self.gw.auth.authenticate(headers)
             s = self.gw.settings
             ctx.body = await read_body(receive, s.max_body_bytes, s.body_timeout_s, s.body_min_rate_bytes_s)
-            return await self.serve(ctx, receive, scope.get(GONE))
+            gone, key = scope.get(GONE), headers.get("idempotency-key")
+            if key is None:  # the hot path: nothing more for a request without a key
+                return await self.serve(ctx, receive, gone)
+            return await keyed(self.gw, ctx, key, lambda: self.serve(ctx, receive, gone), gone, self.relayed)
         except GatewayError as err:
             return await self.fail(ctx, err)
         except Exception:
