@@ -73,6 +73,8 @@ class GpuRoom:
         """GPU index -> when its replicas last changed (a reading is booked once they are still)."""
         self.settling: set[str] = set()
         """Replicas whose change is over, waiting for the others to be still before their reading."""
+        self.total: dict[int, int] = {}
+        """GPU index -> the card's total bytes at its last reading."""
 
     def stillness(self, r: Replica) -> Stillness:
         return self.still.setdefault(r.spec.device, Stillness(self.act.options.gpu_settle_s))
@@ -133,6 +135,7 @@ class GpuRoom:
         """nvidia-smi for ``r``'s GPU; refreshes the ledger's baseline (the card beyond our processes)."""
         reading = await asyncio.to_thread(self.act.gpu_reading, r.spec.device)
         if reading is not None:
+            self.total[r.spec.device] = reading.card.total_bytes
             ours = await asyncio.to_thread(self.our_pids)
             self.book(r).baseline = max(0, reading.card.used_bytes - reading.held_by(ours))
         return reading
