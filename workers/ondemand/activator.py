@@ -89,10 +89,8 @@ class Activator:
         self.closing = asyncio.Event()
         """Set by :meth:`close`: the loop ends by it even if a Redis call swallowed a cancellation."""
         self.room = asyncio.Lock()
-        self.busy_models: set[str] = set()
         self.unmeasured: dict[str, str] = {}
         """Woken GPU replicas to measure once announced: replica id -> the step."""
-        """On-demand models with requests in flight or queued, read at the last GPU room decision."""
         self.gpu = GpuRoom(self)
         """The GPU ledgers and their measurements."""
         deadline = sup.options.ready_deadline_s
