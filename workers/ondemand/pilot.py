@@ -128,7 +128,7 @@ def view(s: Seen) -> ModelView | None:
     # without sleep mode there is no level 1 nor 2: its "host RAM" never fits, it cannot reload: it stops
     host1 = s.weights_bytes if s.sleeps_in_place else max(1, s.awake_bytes)
     asleep = s.asleep_bytes if s.sleeps_in_place else 0
-    waiting = s.asked and state != "awake"
+    waiting = (s.asked or s.busy) and state != "awake"  # busy asleep: its requests wait for a wake
     return ModelView(
         s.model.name, state, Footprint(s.awake_bytes, asleep, asleep, host1),
         in_flight=int(s.busy and not waiting), queued=int(waiting), idle_s=s.idle_s,

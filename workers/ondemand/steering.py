@@ -48,6 +48,8 @@ class Steering:
     def __init__(self, act: Activator) -> None:
         self.act = act
         self.pilot = Pilot(act.metrics)
+        self.ahead: set[str] = set()
+        """Models whose wake the policy began ahead of a request (logged once, with that reason)."""
 
     def on(self) -> bool:
         """The fleet's ``defaults.autopilot`` (on without a fleet)."""
@@ -127,6 +129,7 @@ class Steering:
             asleep = [r for r in mine if r.state is ReplicaState.ASLEEP]
             if asleep:
                 self.pilot.carried(device, move)
+                self.ahead.add(move.model)
                 self.act.spawn_wake(move.model, asleep, move.reason)
             return
         awake = [r for r in mine if r.state in ROUTABLE]
@@ -170,11 +173,14 @@ class Steering:
             log.error("replica=%s cannot wake: the autopilot finds no room (idle models of priority <= %d "
                       "asleep would not give back enough)", r.spec.id, act.model(r).priority)  # fmt: skip
             return False
-        device = lane(r)
+        device, ahead = lane(r), r.spec.model.name in self.ahead
+        self.ahead.discard(r.spec.model.name)
         for move in moves:
-            self.pilot.carried(device, move)
             if move.model == r.spec.model.name:
+                if not ahead:  # a wake ahead was logged and counted when it began
+                    self.pilot.carried(device, move)
                 continue
+            self.pilot.carried(device, move)
             for v in self.lanes().get(device, []):
                 if v.spec.model.name == move.model and v.state in ROUTABLE:
                     await act.sleep(v, f"room for {r.spec.id}: {move.reason}", "room", self.level(v, move))

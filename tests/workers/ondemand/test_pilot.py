@@ -45,6 +45,9 @@ def test_a_stopped_cpu_replica_asked_for_is_a_waiting_model_that_can_only_stop(t
     assert v is not None and v.state == "stopped" and v.queued == 1 and v.in_flight == 0
     assert v.footprint.gpu("asleep1") == 0 and not v.reloadable  # no sleep mode: it stops
     assert (v.idle_timeout_s, v.priority) == (60, 7)
+    # requests queued for it before any gateway asked: waiting too (a wake the request path carries out)
+    early = view(seen(replica(tmp_path, ReplicaState.ASLEEP, alive=False), busy=True))
+    assert early is not None and early.queued == 1 and early.in_flight == 0
 
 
 def test_an_awake_busy_replica_has_a_request_in_flight_and_one_moving_is_left_alone(tmp_path: Path) -> None:
