@@ -327,11 +327,8 @@ class FleetError(ValueError):
 
 
 def _describe(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        path = ".".join(str(p) for p in e["loc"]) or "(top)"
-        lines.append(f"  {path}: {e['msg']}")
-    return "\n".join(lines)
+    """One line per error: the field path (``(top)`` for the file itself) and the reason."""
+    return "\n".join(f"  {'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in err.errors())
 
 
 def parse_fleet(text: str, origin: str = "<fleet>") -> Fleet:

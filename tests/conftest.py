@@ -68,4 +68,3 @@ def root_logging_kept() -> Iterator[None]:
     for handler in [h for h in root.handlers if h not in before and type(h) is logging.StreamHandler]:
         root.removeHandler(handler)
     root.setLevel(level)
-
