@@ -79,6 +79,21 @@ async def scaler(redis_url: str, engine: Proc) -> AsyncIterator[Scaler]:
         await redis.aclose()
 
 
+@contextlib.asynccontextmanager
+async def held_streams(
+    tmp_path: Path, redis_url: str, engine: Proc, wake_timeout_s: int
+) -> AsyncIterator[tuple[Scaler, str, httpx.AsyncClient]]:
+    """The scaler, a gateway that sends a comment every 0.3 s while a stream is held, and a client."""
+    settings = {**SLOW_POLL, "hold_comment_s": 0.3}
+    fleet_text = fleet(wake_timeout_s=wake_timeout_s)
+    async with (
+        scaler(redis_url, engine) as s,
+        serve_gateway(tmp_path, fleet_text, redis_url, s.keys.prefix, **settings) as gw,
+        httpx.AsyncClient(timeout=60) as c,
+    ):
+        yield s, gw, c
+
+
 def metric(text: str, name: str) -> float:
     for line in text.splitlines():
         if line.startswith(f'{name}{{model="{MODEL}"}}'):
@@ -173,12 +188,7 @@ async def sdk_stream(url: str) -> str:
 async def test_a_held_stream_gets_comments_then_its_whole_answer(
     tmp_path: Path, redis_url: str, engine: Proc
 ) -> None:
-    settings = {**SLOW_POLL, "hold_comment_s": 0.3}
-    async with (
-        scaler(redis_url, engine) as s,
-        serve_gateway(tmp_path, fleet(wake_timeout_s=30), redis_url, s.keys.prefix, **settings) as gw,
-        httpx.AsyncClient(timeout=60) as c,
-    ):
+    async with held_streams(tmp_path, redis_url, engine, wake_timeout_s=30) as (s, gw, c):
         await record_cold_start(s.redis, s.keys, MODEL, "cpu", 12.0)
         seen: list[bytes] = []
         raw = asyncio.ensure_future(raw_stream(c, gw, seen))
@@ -252,12 +262,7 @@ async def test_held_requests_drain_in_priority_then_fair_share_order(
 async def test_a_held_stream_whose_model_does_not_start_ends_with_an_error_event(
     tmp_path: Path, redis_url: str, engine: Proc
 ) -> None:
-    settings = {**SLOW_POLL, "hold_comment_s": 0.3}
-    async with (
-        scaler(redis_url, engine) as s,
-        serve_gateway(tmp_path, fleet(wake_timeout_s=1), redis_url, s.keys.prefix, **settings) as gw,
-        httpx.AsyncClient(timeout=60) as c,
-    ):
+    async with held_streams(tmp_path, redis_url, engine, wake_timeout_s=1) as (s, gw, c):
         seen: list[bytes] = []
         assert await raw_stream(c, gw, seen) == (200, "text/event-stream; charset=utf-8")
         body = b"".join(seen).decode()
@@ -269,12 +274,7 @@ async def test_a_held_stream_whose_model_does_not_start_ends_with_an_error_event
 async def test_a_client_that_leaves_a_held_stream_leaves_the_queue(
     tmp_path: Path, redis_url: str, engine: Proc
 ) -> None:
-    settings = {**SLOW_POLL, "hold_comment_s": 0.3}
-    async with (
-        scaler(redis_url, engine) as s,
-        serve_gateway(tmp_path, fleet(wake_timeout_s=30), redis_url, s.keys.prefix, **settings) as gw,
-        httpx.AsyncClient(timeout=60) as c,
-    ):
+    async with held_streams(tmp_path, redis_url, engine, wake_timeout_s=30) as (s, gw, c):
         seen: list[bytes] = []
         req = asyncio.ensure_future(raw_stream(c, gw, seen))
         await until(s.queued)
@@ -298,12 +298,7 @@ async def test_a_defect_while_a_stream_is_held_ends_it_with_an_error_event(
         raise RuntimeError("a defect in the relay")
 
     monkeypatch.setattr("gateway.pipeline.held_stream.answer", defective)
-    settings = {**SLOW_POLL, "hold_comment_s": 0.3}
-    async with (
-        scaler(redis_url, engine) as s,
-        serve_gateway(tmp_path, fleet(wake_timeout_s=30), redis_url, s.keys.prefix, **settings) as gw,
-        httpx.AsyncClient(timeout=60) as c,
-    ):
+    async with held_streams(tmp_path, redis_url, engine, wake_timeout_s=30) as (s, gw, c):
         seen: list[bytes] = []
         raw = asyncio.ensure_future(raw_stream(c, gw, seen))
         assert await until(lambda: all_queued(s, 1)) == 1
