@@ -13,6 +13,7 @@ import yaml
 
 from contract.fleet import parse_fleet
 from tests.deploy.test_k8s import keda_validator
+from tools.deploy.cli import main
 from tools.deploy.common import REPO
 from tools.deploy.k8s import K8sOptions, render_k8s
 
@@ -73,3 +74,18 @@ def test_the_scaler_image_carries_the_contract_and_the_workers_and_passes_hadoli
     text = dockerfile.read_text()
     copied = {line.split()[1] for line in text.splitlines() if line.startswith("COPY ")}
     assert copied == {"pyproject.toml", "contract", "workers"} and "USER 10001:10001" in text
+
+
+def test_the_prometheus_trigger_queries_the_server_the_render_option_names(tmp_path: Path) -> None:
+    """The default stays the base's own Prometheus; `llmgw-render --prometheus-url` names another (the
+    Prometheus Operator's, say), and `--trigger prometheus` picks the trigger from the command line."""
+    (default,) = scaled(K8sOptions(trigger="prometheus"))["cold"]["spec"]["triggers"]
+    assert default["metadata"]["serverAddress"] == "http://prometheus.llmgw.svc:9090"
+    url = "http://prometheus-operated.monitoring.svc:9090"
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(FLEET)
+    argv = ["k8s", "--fleet", str(fleet), "--k8s-out", str(tmp_path / "k8s"), "--trigger", "prometheus"]
+    assert main([*argv, "--prometheus-url", url]) == 0
+    docs = yaml.safe_load_all((tmp_path / "k8s" / "models" / "cold.yaml").read_text())
+    (trigger,) = next(d for d in docs if d and d["kind"] == "ScaledObject")["spec"]["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metadata"]["serverAddress"] == url

@@ -22,6 +22,7 @@ from tools.deploy.k8s_sentinel import render_sentinel_overlay
 from workers.planner.memory import GIB
 
 TARGETS = ("k8s", "compose", "all")
+TRIGGERS = ("external-push", "prometheus")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -52,6 +53,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="CIDR",
         help="a load balancer in front of nginx whose X-Forwarded-For names the client (repeatable)",
     )
+    p.add_argument(
+        "--trigger", choices=TRIGGERS, default=TRIGGERS[0],
+        help="what KEDA scales each model on: llmgw-scaler's push, or a Prometheus query",
+    )  # fmt: skip
+    p.add_argument(
+        "--prometheus-url", default="", metavar="URL",
+        help="the Prometheus that the prometheus trigger queries (default: the base's, "
+        "http://prometheus.<namespace>.svc:9090)",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -90,7 +100,12 @@ def renderings(args: argparse.Namespace) -> list[tuple[Path, dict[str, str], boo
     fleet = read_fleet(args.fleet)
     out: list[tuple[Path, dict[str, str], bool]] = []
     if args.target in ("k8s", "all"):
-        k8s = K8sOptions(sizing=sizing(args), trusted_proxies=tuple(args.trusted_proxy))
+        k8s = K8sOptions(
+            sizing=sizing(args),
+            trusted_proxies=tuple(args.trusted_proxy),
+            trigger=args.trigger,
+            prometheus_server=args.prometheus_url,
+        )
         files = render_k8s(fleet, args.fleet.read_text(), k8s) | render_sentinel_overlay(fleet, k8s)
         out.append((args.k8s_out, files, True))
     if args.target in ("compose", "all"):

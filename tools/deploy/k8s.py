@@ -76,10 +76,12 @@ class K8sOptions:
     memory_per_gpu_gib: int = 24
     shm_per_gpu_gib: int = 2
     trusted_proxies: tuple[str, ...] = ()  # a load balancer in front of nginx that sets X-Forwarded-For
+    prometheus_server: str = ""  # the Prometheus trigger's server; "" = the base's own (prometheus_url)
 
     @property
     def prometheus_url(self) -> str:
-        return f"http://prometheus.{self.namespace}.svc:9090"
+        """What KEDA's Prometheus trigger queries: ``prometheus_server``, else the namespace's Prometheus."""
+        return self.prometheus_server or f"http://prometheus.{self.namespace}.svc:9090"
 
     @property
     def scaler_address(self) -> str:
