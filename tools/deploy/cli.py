@@ -18,6 +18,7 @@ from contract.fleet_file import read_fleet
 from tools.deploy.common import REPO, GpuSizing
 from tools.deploy.compose import ComposeOptions, render_compose
 from tools.deploy.k8s import MODELS_DIR, K8sOptions, render_k8s
+from tools.deploy.k8s_prometheus_operator import render_prometheus_operator_component
 from tools.deploy.k8s_sentinel import render_sentinel_overlay
 from workers.planner.memory import GIB
 
@@ -107,6 +108,7 @@ def renderings(args: argparse.Namespace) -> list[tuple[Path, dict[str, str], boo
             prometheus_server=args.prometheus_url,
         )
         files = render_k8s(fleet, args.fleet.read_text(), k8s) | render_sentinel_overlay(fleet, k8s)
+        files |= render_prometheus_operator_component()
         out.append((args.k8s_out, files, True))
     if args.target in ("compose", "all"):
         rel = os.path.relpath(args.fleet.resolve(), args.compose_out.resolve())
