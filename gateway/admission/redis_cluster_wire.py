@@ -3,7 +3,8 @@ by its first key's slot, MOVED and ASK followed.
 
 The slot map is learned from the replies: a call goes to the node the slot was last seen on (any node
 before that); ``MOVED slot host:port`` records the slot's new owner and sends the call there; ``ASK`` (a
-slot being migrated) sends ``ASKING`` and the call to the named node once, without recording it. Every
+slot being migrated) sends ``ASKING`` and the call together to the named node once (its connection opened
+first when none is), without recording it. Every
 script of the project touches the keys of one slot (contract/redis_keys.py), so one node answers it.
 """
 
@@ -95,9 +96,7 @@ class ClusterPipelined(PipelinedRedis):
         for _ in range(MAX_REDIRECTS):
             addr = f"{link.endpoint.host}:{link.endpoint.port}"
             try:
-                if asking:
-                    link.call_nowait(["ASKING"])
-                reply = await link.call(*parts)
+                reply = await (link.call_asking(*parts) if asking else link.call(*parts))
             except OSError:
                 self.failed(addr)
                 raise

@@ -262,6 +262,18 @@ class PipelinedRedis:
                 proto = await self._connection()
         return await proto.send(asyncio.get_running_loop(), encode(list(parts)), self.timeout_s)
 
+    async def call_asking(self, *parts: bytes | str | int | float) -> Reply:
+        """``ASKING`` and the call written together on one connection, opened first if need be: a
+        cluster node answers a call for a slot it is importing only right after ``ASKING`` on the same
+        connection (an ``-ASK`` redirection), else it sends the call back with ``-MOVED``."""
+        async with asyncio.timeout(self.timeout_s):
+            proto = await self._connection()
+        loop = asyncio.get_running_loop()
+        asking = proto.send(loop, encode(["ASKING"]), self.timeout_s)
+        reply = proto.send(loop, encode(list(parts)), self.timeout_s)
+        _, answer = await asyncio.gather(asking, reply)
+        return answer
+
     def call_nowait(
         self, parts: list[bytes | str | int | float], timeout_s: float | None = None
     ) -> asyncio.Future[Reply] | None:
