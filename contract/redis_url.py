@@ -7,6 +7,11 @@
 - ``redis+cluster://[user:pass@]host:port,host:port``: a Redis Cluster from any of its nodes; redis-py's
   cluster client follows MOVED and ASK.
 
+``rediss+sentinel://`` and ``rediss+cluster://`` speak TLS to every server (the Sentinels, the master, each
+cluster node), with the TLS options of a ``rediss://`` URL in the query, as redis-py reads them there:
+``ssl_ca_certs`` (the CA file the servers' certificates are verified against), ``ssl_certfile`` and
+``ssl_keyfile`` (a client certificate), ``ssl_cert_reqs`` and ``ssl_check_hostname``.
+
 :func:`connect` builds the asynchronous redis-py client, :func:`connect_sync` the synchronous one (for a
 thread that must work while the event loop is busy); :func:`parse` the parts (the lean pipelined client
 uses them). :data:`REDIS_DOWN` is what their calls raise when Redis is unavailable: every "Redis is down"
@@ -28,6 +33,8 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.exceptions import RedisClusterException, RedisError
 
 SENTINEL, CLUSTER = "redis+sentinel", "redis+cluster"
+TLS_SCHEMES = {"rediss+sentinel": SENTINEL, "rediss+cluster": CLUSTER}
+TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname")
 TCP_ONLY = ("socket_keepalive", "socket_keepalive_options")
 """Connection options redis-py's unix-socket connection refuses (a TypeError at the first command)."""
 
@@ -50,10 +57,22 @@ class RedisUrl:
     username: str | None = None
     password: str | None = None
     sentinel_password: str | None = None
+    tls: tuple[tuple[str, str], ...] | None = None  # the TLS options of a rediss+… URL; None: no TLS
+
+    def tls_kwargs(self) -> dict[str, Any]:
+        """redis-py's keyword arguments for this URL's TLS (none without it)."""
+        if self.tls is None:
+            return {}
+        opts: dict[str, Any] = dict(self.tls)
+        if "ssl_check_hostname" in opts:
+            opts["ssl_check_hostname"] = opts["ssl_check_hostname"].lower() in ("1", "true", "yes")
+        return {"ssl": True, **opts}
 
 
 def parse(url: str) -> RedisUrl:
     scheme = url.split("://", 1)[0]
+    tls = scheme in TLS_SCHEMES
+    scheme = TLS_SCHEMES.get(scheme, scheme)
     if scheme not in (SENTINEL, CLUSTER):
         return RedisUrl("single", url)
     parts = urlsplit(url)
@@ -74,6 +93,7 @@ def parse(url: str) -> RedisUrl:
     return RedisUrl(
         kind, url, nodes, service, db, unquote(user) or None, unquote(password) or None,
         query.get("sentinel_password", [None])[0],
+        tuple((k, query[k][0]) for k in TLS_OPTIONS if k in query) if tls else None,
     )  # fmt: skip
 
 
@@ -102,15 +122,16 @@ def connect(url: str, **kwargs: Any) -> aioredis.Redis:
         timeouts = {k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")}
         sentinel = Sentinel(
             list(target.nodes),
-            sentinel_kwargs={"password": target.sentinel_password, **timeouts},
+            sentinel_kwargs={"password": target.sentinel_password, **timeouts, **target.tls_kwargs()},
             db=target.db,
             **auth,
+            **target.tls_kwargs(),
             **kwargs,
         )
         return cast(aioredis.Redis, sentinel.master_for(target.service))
     kwargs.pop("max_connections", None)
     startup = [ClusterNode(h, p) for h, p in target.nodes]
-    return cast(aioredis.Redis, RedisCluster(startup_nodes=startup, **auth, **kwargs))
+    return cast(aioredis.Redis, RedisCluster(startup_nodes=startup, **auth, **target.tls_kwargs(), **kwargs))
 
 
 async def follow_master(client: aioredis.Redis) -> bool:
@@ -140,12 +161,16 @@ def connect_sync(url: str, **kwargs: Any) -> redis.Redis:
         timeouts = {k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")}
         sentinel = redis.sentinel.Sentinel(
             list(target.nodes),
-            sentinel_kwargs={"password": target.sentinel_password, **timeouts},
+            sentinel_kwargs={"password": target.sentinel_password, **timeouts, **target.tls_kwargs()},
             db=target.db,
             **auth,
+            **target.tls_kwargs(),
             **kwargs,
         )
         return cast(redis.Redis, sentinel.master_for(target.service))
     kwargs.pop("max_connections", None)
     startup = [redis.cluster.ClusterNode(h, p) for h, p in target.nodes]  # type: ignore[no-untyped-call]
-    return cast(redis.Redis, redis.cluster.RedisCluster(startup_nodes=startup, **auth, **kwargs))
+    return cast(
+        redis.Redis,
+        redis.cluster.RedisCluster(startup_nodes=startup, **auth, **target.tls_kwargs(), **kwargs),
+    )

@@ -118,6 +118,25 @@ def start_redis(tmp: Path, port: int | None = None, extra: list[str] | None = No
     return proc
 
 
+def make_certs(d: Path) -> Path:
+    """A self-signed certificate for localhost and 127.0.0.1 in ``d`` (``cert.pem``, ``key.pem``): a
+    test server's certificate and the CA its clients verify it against."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+         "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return d
+
+
+def tls_args(certs: Path, port: int) -> list[str]:
+    """redis-server arguments: TLS only, on ``port``, with the :func:`make_certs` certificate."""
+    args = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(certs / "cert.pem")]
+    args += ["--tls-key-file", str(certs / "key.pem"), "--tls-ca-cert-file", str(certs / "cert.pem")]
+    return [*args, "--tls-auth-clients", "no"]
+
+
 def start_fake_engine(tmp: Path, *args: str, port: int | None = None) -> Proc:
     """The FAKE ENGINE (testing/fake_engine.py) in its own process."""
     port = port or free_port()

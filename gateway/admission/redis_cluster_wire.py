@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
-from gateway.admission.redis_wire import Endpoint, PipelinedRedis, RedisReplyError, Reply
+from gateway.admission.redis_wire import Endpoint, PipelinedRedis, RedisReplyError, Reply, tls_context
 
 Part = bytes | str | int | float
 MAX_REDIRECTS = 5
@@ -58,8 +58,9 @@ class ClusterPipelined(PipelinedRedis):
     @classmethod
     def of_cluster(cls, client: RedisCluster, timeout_s: float) -> ClusterPipelined:
         kw = client.nodes_manager.connection_kwargs
+        tls = tls_context(kw.get("connection_class"), kw)
         seeds = [
-            Endpoint(n.host, int(n.port), 0, kw.get("username"), kw.get("password"))
+            Endpoint(n.host, int(n.port), 0, kw.get("username"), kw.get("password"), tls)
             for n in client.nodes_manager.startup_nodes.values()
         ]
         return cls(seeds, timeout_s)

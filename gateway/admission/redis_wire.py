@@ -133,6 +133,15 @@ class _Protocol(asyncio.Protocol):
                 fut.set_exception(self.lost)
 
 
+def tls_context(connection_class: type[Any] | None, kwargs: dict[str, Any]) -> ssl.SSLContext | None:
+    """The TLS context a redis-py connection of ``connection_class`` with ``kwargs`` uses (built by
+    redis-py itself from the ``ssl_*`` options: CA file, client certificate, checks), or None without TLS."""
+    if connection_class is None or not issubclass(connection_class, SSLConnection):
+        return None
+    options = {k: v for k, v in kwargs.items() if k.startswith("ssl_")}
+    return SSLConnection(**options).ssl_context.get()
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     """Where and how to connect: the server (``host``/``port``, or the socket ``path`` of a ``unix://``
@@ -151,9 +160,7 @@ class Endpoint:
         """The endpoint a redis-py client connects to, TLS context included (built by redis-py itself)."""
         pool = client.connection_pool
         kw = pool.connection_kwargs
-        tls = None
-        if issubclass(pool.connection_class, SSLConnection):
-            tls = pool.connection_class(**kw).ssl_context.get()
+        tls = tls_context(pool.connection_class, kw)
         return cls(
             kw.get("host", "127.0.0.1"),
             int(kw.get("port", 6379)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -13,8 +14,15 @@ from gateway.admission.queue_scripts import QueueScripts
 from gateway.admission.redis_queue import RedisAdmission
 from gateway.admission.redis_wire import PipelinedRedis
 from gateway.redis_clients import blocking_client, fast_client
+from testing.procs import make_certs
 
 MakeAdmission = Callable[..., Awaitable[RedisAdmission]]
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The TLS tests' server certificate, which is also the CA their clients verify it against."""
+    return make_certs(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture

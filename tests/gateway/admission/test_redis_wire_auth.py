@@ -4,7 +4,6 @@ and TLS (``rediss://``), against a real redis-server configured that way (the de
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from gateway.admission.base import Ticket
 from gateway.admission.redis_queue import RedisAdmission
 from gateway.admission.redis_wire import PipelinedRedis, RedisReplyError
 from gateway.redis_clients import blocking_client, fast_client
-from testing.procs import Proc, free_port, start_redis
+from testing.procs import Proc, free_port, start_redis, tls_args
 
 ACL = ["--user", "default", "off", "--user", "gw", "on", ">s3cret-pw", "~*", "&*", "+@all"]
 
@@ -30,24 +29,9 @@ def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
 
 
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("tls")
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-         "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return d
-
-
-@pytest.fixture(scope="module")
 def tls_redis(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[Proc]:
     port = free_port()
-    tls = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(certs / "cert.pem")]
-    tls += ["--tls-key-file", str(certs / "key.pem"), "--tls-ca-cert-file", str(certs / "cert.pem")]
-    tls += ["--tls-auth-clients", "no"]
-    proc = start_redis(tmp_path_factory.mktemp("tls-redis"), port=port, extra=tls + ACL)
+    proc = start_redis(tmp_path_factory.mktemp("tls-redis"), port=port, extra=tls_args(certs, port) + ACL)
     yield proc
     proc.stop()
 
