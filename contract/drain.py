@@ -1,7 +1,7 @@
 """The one drain: once a replica is published DRAINING, wait until every gateway has seen it, then until
-vLLM has nothing running or waiting, within the grace period (:class:`RegistryTiming` sets all three).
-A ``/metrics`` that cannot be read counts as unknown, never as idle: the drain then waits to the grace
-period.
+vLLM has nothing running or waiting and its API server holds no request (``/load``), within the grace
+period (:class:`RegistryTiming` sets all three). A ``/metrics`` that cannot be read counts as unknown,
+never as idle: the drain then waits to the grace period.
 
 The supervisor and the registration sidecar call :func:`wait_until_idle`; a vLLM container's preStop hook
 runs :data:`DRAIN_SCRIPT` (the vLLM image has python3 but not this code) with the same numbers.
@@ -41,7 +41,7 @@ async def wait_until_idle(client: httpx.AsyncClient, urls: Sequence[str], timing
 
 # argv: grace_s, url, settle_s, poll_s (drain_argv renders them from a RegistryTiming).
 DRAIN_SCRIPT = f"""\
-import sys, time, urllib.request
+import json, sys, time, urllib.request
 grace, url, settle, poll = float(sys.argv[1]), sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
 end = time.monotonic() + grace
 time.sleep(min(settle, grace))
@@ -51,7 +51,13 @@ def busy():
     except Exception:
         return 1.0  # unknown is not idle: wait to the grace period
     names = ("{RUNNING}", "{WAITING}")
-    return sum(float(ln.rsplit(" ", 1)[-1]) for ln in text.splitlines() if ln.startswith(names))
+    engine = sum(float(ln.rsplit(" ", 1)[-1]) for ln in text.splitlines() if ln.startswith(names))
+    try:  # requests the API server holds that the engine has not taken yet
+        load = json.loads(urllib.request.urlopen(url + "/load", timeout=2).read())
+        held = float(load.get("server_load", 0))
+    except Exception:
+        held = 0.0
+    return max(engine, held)
 while time.monotonic() < end and busy() > 0:
     time.sleep(poll)
 """

@@ -41,12 +41,25 @@ async def listed(client: httpx.AsyncClient, url: str, served: str) -> bool:
 
 
 async def requests_in_engine(client: httpx.AsyncClient, url: str) -> int | None:
-    """vllm:num_requests_running + waiting; None when the replica does not answer (unknown, not idle)."""
+    """The requests the replica holds: vllm:num_requests_running + waiting, or more where vLLM's ``/load``
+    (``--enable-server-load-tracking``, which the supervisor and the renderers pass) counts requests its
+    API server holds that the engine has not taken yet (tokenizing, applying the chat template: seconds on
+    a loaded CPU). None when ``/metrics`` does not answer (unknown, not idle); a server without ``/load``
+    is read from ``/metrics`` alone."""
     try:
         r = await client.get(f"{url}/metrics", timeout=2.0)
+        load = await client.get(f"{url}/load", timeout=2.0)
     except (httpx.HTTPError, OSError):
         return None
     if r.status_code != 200:
         return None
     running, waiting = running_and_waiting(r.content)
-    return running + waiting
+    return max(running + waiting, server_load(load))
+
+
+def server_load(answer: httpx.Response) -> int:
+    """``/load``'s ``server_load`` (0 where the server has none: no load tracking, or not vLLM)."""
+    try:
+        return int(answer.json().get("server_load", 0)) if answer.status_code == 200 else 0
+    except (ValueError, AttributeError, TypeError):
+        return 0

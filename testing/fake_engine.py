@@ -80,6 +80,10 @@ from testing.fake_tokens import MAX_STREAM_TOKENS, TokenFrames, error_frame
 @dataclass
 class Stats:
     inflight: int = 0
+    """Generations in the engine: vLLM's ``num_requests_running``."""
+    held: int = 0
+    """Generation requests the API server holds, taken by the engine or not yet (``--preprocess-ms``):
+    vLLM's ``/load`` ``server_load`` (with ``--enable-server-load-tracking``)."""
     peak: int = 0
     started: int = 0
     served: int = 0
@@ -129,6 +133,7 @@ class Config:
     split_tail: bool = False  # the usage event and [DONE] each their own write, --delay-ms apart
     crash_on: str = ""  # a POST whose body holds this text: counted, then the connection closes unanswered
     faults: FaultConfig = field(default_factory=lambda: FaultConfig())
+    preprocess_ms: float = 0.0  # a generation request waits this long before the engine counts it
 
 
 def http_head(status: int, ctype: str, length: int | None) -> bytes:
@@ -345,6 +350,15 @@ class FakeEngine(asyncio.Protocol):
             return await self.other(path, headers, body)
         if why := self.sleep.serving_error():
             return self.send(500, json.dumps(error(why, "server_error", 500)).encode())
+        self.stats.held += 1
+        try:
+            await asyncio.sleep(self.cfg.preprocess_ms / 1000)  # tokenizing, the chat template
+            return await self.generation(path, headers, body)
+        finally:
+            self.stats.held -= 1
+
+    async def generation(self, path: str, headers: dict[str, str], body: bytes) -> bool:
+        """One generation in the engine (counted in ``/metrics`` while it runs)."""
         self.stats.enter(headers.get("x-request-id", "fake"))
         self.stats.last_headers, self.stats.last_body = headers, body.decode("utf-8", "replace")
         try:
@@ -434,6 +448,8 @@ class FakeEngine(asyncio.Protocol):
         if path == "/tokenizer_info":
             info = {"tokenizer_class": "FakeTokenizer", "eos_token": "</s>", "model": self.cfg.model}
             return self.send(200, json.dumps(info).encode())
+        if path == "/load":
+            return self.send(200, json.dumps({"server_load": s.held}).encode())
         if path == "/metrics":
             if self.cfg.fault == "metrics-500":
                 return self.send(500, b"")
@@ -709,6 +725,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--enable-log-requests", action="store_true", help="as vLLM's: log each generation's id")
     p.add_argument("--crash-on", default="", help="close the connection of a POST whose body holds this")
     p.add_argument("--start-delay-s", type=float, default=0.0, help="wait before listening (loading weights)")
+    p.add_argument("--preprocess-ms", type=float, default=0.0, help="a generation's wait before the engine")
     p.add_argument(
         "--engine-core", action="store_true", help="fork a child in its group (vLLM's engine core)"
     )
@@ -724,7 +741,7 @@ def main(argv: list[str] | None = None) -> None:
         a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
         prefix_cache_blocks=a.prefix_cache_blocks, prefill_ms_per_block=a.prefill_ms_per_block,
         multibyte=a.multibyte, max_model_len=a.max_model_len, log_requests=a.enable_log_requests,
-        split_tail=a.split_tail, crash_on=a.crash_on, faults=fault_config(a),
+        split_tail=a.split_tail, crash_on=a.crash_on, faults=fault_config(a), preprocess_ms=a.preprocess_ms,
     )  # fmt: skip
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(serve(cfg, a.host, a.port, a.ports))

@@ -146,6 +146,10 @@ def sleep_mode_args(spec: ReplicaSpec) -> tuple[list[str], dict[str, str]]:
     return ["--enable-sleep-mode"], {"VLLM_SERVER_DEV_MODE": "1"}
 
 
+LOAD_TRACKING_FLAG = "--enable-server-load-tracking"
+"""vLLM's ``/load``: the requests its API server holds, the engine's or not yet (contract/drain.py)."""
+
+
 def build_launch(
     spec: ReplicaSpec,
     weights: Path | str,
@@ -159,6 +163,7 @@ def build_launch(
     endpoints of its port, :meth:`contract.kv_feed.KvEndpoints.for_port`)."""
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", *source_args(spec.model, weights)]
     argv += ["--host", spec.host, "--port", str(spec.port), *engine_args(spec.model)]
+    argv += [LOAD_TRACKING_FLAG]  # /load counts requests not in the engine yet: the drain reads it
     if spec.device_kind == "gpu" and spec.gpu_memory_utilization is not None:
         argv += [BUDGET_FLAG, f"{spec.gpu_memory_utilization:.3f}"]
     if spec.model.kv_index == "exact":
