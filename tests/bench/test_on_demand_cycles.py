@@ -9,9 +9,9 @@ from pathlib import Path
 from bench.on_demand_cycles import run
 
 
-async def test_three_stop_start_cycles_under_load_two_gateways(tmp_path: Path, redis_url: str) -> None:
-    report = await run(tmp_path, False, 3, clients=4, per_client=3, idle_s=0.5, redis_url=redis_url)
-    assert len(report.cycles) == 3
-    assert [(c.failed, c.wakes, c.wake_requests) for c in report.cycles] == [(0, 1, 1)] * 3
+async def test_two_stop_start_cycles_under_load_two_gateways(tmp_path: Path, redis_url: str) -> None:
+    report = await run(tmp_path, False, 2, clients=4, per_client=3, idle_s=0.5, redis_url=redis_url)
+    assert len(report.cycles) == 2
+    assert [(c.failed, c.wakes, c.wake_requests) for c in report.cycles] == [(0, 1, 1)] * 2
     assert report.ok
     print(report.summary())
