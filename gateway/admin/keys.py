@@ -79,7 +79,9 @@ def add_key_routes(app: FastAPI, gw: Gateway) -> None:
     @app.delete("/admin/keys/{key_id}", include_in_schema=False)
     async def revoke_key(key_id: str, request: Request) -> Response:
         check_admin(gw, request.headers)
-        if not await gw.key_store.revoke(key_id):
+        revoked = await gw.key_store.revoke(key_id)
+        gw.auth.keys_changed()  # this gateway serves the revoked key no more, before it answers
+        if not revoked:
             raise NotFound(f"no key with id {key_id}")
         log.info("admin revoked key_id=%s", key_id)
         return Response(orjson.dumps({"id": key_id, "revoked": True}), media_type=JSON)

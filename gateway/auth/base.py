@@ -24,6 +24,11 @@ class Authenticator(Protocol):
         """Give back tokens of a charge that the request did not use."""
         ...
 
+    def keys_changed(self) -> None:
+        """A key changed through this gateway (the admin API): nothing it cached is served again, at once
+        (the store's announcement reaches the other gateways, and this one, a moment later)."""
+        ...
+
     async def aclose(self) -> None:
         """Release what the authenticator holds (connections); called once at shutdown."""
         ...
@@ -39,6 +44,9 @@ class OpenAuth:
         return None
 
     async def refund(self, caller: Caller, charge: Charge, tokens: int) -> None:
+        return None
+
+    def keys_changed(self) -> None:
         return None
 
     async def aclose(self) -> None:

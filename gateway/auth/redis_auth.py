@@ -148,6 +148,9 @@ class RedisAuth:
         key = await self._lookup(bearer(headers))
         return caller_for(key, headers)
 
+    def keys_changed(self) -> None:
+        self.cache.changed()
+
     async def _lookup(self, secret: str) -> ApiKey:
         digest = hash_secret(secret)
         cached = self.cache.fresh(digest, self.clock())
