@@ -71,8 +71,13 @@ class Proc:
         return f"http://127.0.0.1:{self.port}"
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        """``sig`` to the process group; for a signal that ends it, wait up to 10 s until it has (a
+        SIGSTOP or SIGCONT returns at once: the process lives on, and waiting for it only blocked the
+        caller, an event loop too, for 10 s)."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, sig)
+        if sig in (signal.SIGSTOP, signal.SIGCONT):
+            return
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(10)
 
