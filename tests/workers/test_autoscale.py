@@ -40,6 +40,11 @@ from workers.ondemand.activator import Activator, ActivatorOptions
 from workers.replica.launch import ReplicaSpec
 from workers.wiring import control_loops
 
+# A known hang, not understood yet: about one run of this module in five (also on 751a203) one test
+# stops making progress after its replicas are ready (no log line follows; the event loop idles). Each
+# test takes 1-5 s; the bound makes the hang cost 2 minutes of CI, not the suite's 10.
+pytestmark = pytest.mark.timeout(120)
+
 OPTIONS = SupervisorOptions(
     ready_deadline_s=20,
     timing=RegistryTiming(ttl_s=3, drain_settle_s=0.2, drain_grace_s=10),
