@@ -79,8 +79,9 @@ async def every(
     while not stop.is_set():
         failures = 0 if await guarded(name, step(), failed) else failures + 1
         wait = min(interval_s, backoff.delay(failures)) if failures else interval_s
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), wait)
+        with contextlib.suppress(TimeoutError):  # asyncio.timeout, not wait_for: on 3.11 wait_for can turn
+            async with asyncio.timeout(wait):  # a cancel that comes as its timeout fires into a TimeoutError,
+                await stop.wait()  # which this loop would swallow and go on (a shutdown that never ended)
 
 
 class TaskGroup:
