@@ -7,6 +7,7 @@ send it on every probe (:func:`probe_client`).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
 
@@ -47,8 +48,9 @@ async def requests_in_engine(client: httpx.AsyncClient, url: str) -> int | None:
     a loaded CPU). None when ``/metrics`` does not answer (unknown, not idle); a server without ``/load``
     is read from ``/metrics`` alone."""
     try:
-        r = await client.get(f"{url}/metrics", timeout=2.0)
-        load = await client.get(f"{url}/load", timeout=2.0)
+        r, load = await asyncio.gather(
+            client.get(f"{url}/metrics", timeout=2.0), client.get(f"{url}/load", timeout=2.0)
+        )
     except (httpx.HTTPError, OSError):
         return None
     if r.status_code != 200:
