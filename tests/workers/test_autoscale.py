@@ -20,6 +20,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 import yaml
+from prometheus_client import generate_latest
 
 from contract.cold_starts import read_cold_start
 from contract.fleet_file import FleetWatch
@@ -216,3 +217,15 @@ async def test_a_model_whose_rule_is_gone_runs_the_fleets_count_again(tmp_path: 
         h.auto.rec.counts.update({"m": 2, "gone": 1})  # left by rules the fleet file no longer has
         await h.auto.tick()
         assert h.auto.rec.counts == {}
+
+
+async def test_a_fixed_model_reports_desired_and_running_replicas(tmp_path: Path, redis_url: str) -> None:
+    """The Scaling row and LLMGWScaleShort read every managed model: a fixed one's desired count is its
+    ``replicas``, and its refusal counter is there at 0."""
+    async with host(tmp_path, redis_url, [{"name": "m", "replicas": 1}]) as h:
+        await until(lambda: h.ids("m") == ["m-0"])
+        await h.auto.tick()
+        assert h.gauge(h.metrics.replicas_desired, "m") == 1
+        assert h.gauge(h.metrics.replicas_actual, "m") == 1
+        text = generate_latest(h.metrics.registry).decode()
+        assert 'llmgw_supervisor_scale_refused_total{model="m"} 0.0' in text

@@ -18,6 +18,10 @@ Every ``every_s`` :class:`Autoscaler` reads, per such model, the demand summed o
 The loop is supervised (:func:`contract.supervision.every`): a failed tick, a Redis outage included
 (:data:`contract.redis_url.REDIS_DOWN`), is logged and counted and the next one comes after the one
 back-off; the replicas stay as they are meanwhile. A tick waits for the starts and drains it asks for.
+
+Every managed model's desired and listed counts are exported each tick (``llmgw_supervisor_replicas_*``;
+a fixed model's desired count is its ``replicas``), so the Scaling row and ``LLMGWScaleShort`` read every
+model, not only the scaled ones.
 """
 
 from __future__ import annotations
@@ -98,6 +102,15 @@ class Autoscaler:
         for m in models:
             if m.name in scaled:
                 await self.model(m, scaled[m.name])
+            elif m.managed:
+                self.report(m.name, m.replicas)
+
+    def report(self, name: str, desired: int) -> None:
+        """The model's desired and listed replica counts, and its refusal and cold-start series at zero
+        until they happen (a fixed model too: desired is the fleet's ``replicas``)."""
+        self.metrics.replicas_desired.labels(name).set(desired)
+        self.metrics.replicas_actual.labels(name).set(len(self.listed(name)))
+        self.metrics.scale_refused.labels(name)
 
     def scaler(self, name: str, rule: ScalingRule) -> ModelScaler:
         """The model's scaler; a new one when its rule changed."""
@@ -122,8 +135,7 @@ class Autoscaler:
         total = max(demand.total, 1 if demand.waiting_at_zero else 0)
         fits = scaler.auto.needed(total) <= len(ids) or await self.fits(m.name, len(ids) + 1)
         d = scaler.decide(demand.total, demand.waiting_at_zero, ids, inflight, self.clock(), fits)
-        self.metrics.replicas_desired.labels(m.name).set(d.desired)
-        self.metrics.replicas_actual.labels(m.name).set(len(ids))
+        self.report(m.name, d.desired)
         if d.remove is not None:
             await self.rec.scale_down(self.rec.sup.find(d.remove), len(ids) - 1)
         elif d.start:
