@@ -30,6 +30,7 @@ from gateway.errors import (
     NotFound,
     error_response,
 )
+from gateway.fleet_reload import FleetReload
 from gateway.idempotency.events import EventLog
 from gateway.idempotency.kept import KeptStreams
 from gateway.idempotency.store import IdempotencyStore
@@ -39,9 +40,8 @@ from gateway.on_demand.wake import ReadyNotices, Wakes
 from gateway.periodic import Background
 from gateway.pipeline.proxy import Proxy
 from gateway.redis_clients import RedisClients, build_redis_clients
-from gateway.replicas.discovery import Discovery
+from gateway.replicas.discovery import Departures, Discovery, nothing_indexed
 from gateway.replicas.ejection import Ejection
-from gateway.replicas.fleet_reload import FleetReload
 from gateway.replicas.inflight import InflightShare
 from gateway.replicas.model_cards import CardFetcher
 from gateway.replicas.monitor import Monitor
@@ -199,7 +199,8 @@ def add_error_handlers(app: FastAPI) -> None:
 
 def create_app(settings: GatewaySettings, **fastapi_kwargs: Any) -> FastAPI:
     gw = build_gateway(settings)
-    discovery = Discovery(gw.redis.state, gw.keys, gw.fleet, gw.table, gw.metrics, gw.upstream, gw.index)
+    departures = Departures(gw.upstream.retain, gw.index.forget_absent if gw.index else nothing_indexed)
+    discovery = Discovery(gw.redis.state, gw.keys, gw.fleet, gw.table, gw.metrics, departures)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
