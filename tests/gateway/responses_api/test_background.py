@@ -128,7 +128,11 @@ async def test_a_cancel_on_the_other_gateway_stops_the_generation(
 
 async def test_another_tenant_gets_404_and_background_needs_store(stack: tuple[list[str], list[str]]) -> None:
     (a, b), (secret, other) = stack
-    created = await sdk(a, secret).responses.create(model=MODEL, input="hi", background=True)
+    stream = await sdk(a, secret).responses.create(model=MODEL, input="hi", background=True, stream=True)
+    events = [e async for e in stream]
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    created = events[-1].response
+    assert created.id.startswith("resp_bg") and created.background is True
     for call in (sdk(b, other).responses.retrieve, sdk(b, other).responses.cancel):
         with pytest.raises(openai.NotFoundError) as found:
             await call(created.id)

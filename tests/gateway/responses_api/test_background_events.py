@@ -53,9 +53,9 @@ def test_a_stream_cut_before_its_last_event_or_broken_by_the_gateway_fails_the_r
     )
     broken = Renumbered(rid, initial(rid, {}))
     err = b'data: {"error":{"message":"replica gone","type":"x","code":"upstream_error"}}\n\ndata: [DONE]\n\n'
-    (event,) = docs(broken.feed(UP[0] + err))[1:]
-    assert event == {"type": "error", "code": "upstream_error", "message": "replica gone", "param": None,
-                     "sequence_number": 1}  # fmt: skip
+    (doc,) = docs(broken.feed(UP[0] + err))[1:]
+    assert doc == {"type": "error", "code": "upstream_error", "message": "replica gone", "param": None,
+                   "sequence_number": 1}  # fmt: skip
     assert broken.status == "failed" and broken.ended() == []
 
 
