@@ -24,16 +24,43 @@ from urllib.parse import parse_qs
 import orjson
 from starlette.responses import Response
 
-from gateway.errors import InvalidRequest, ResponseNotFound
+from gateway.errors import InvalidRequest, NoReadyReplica, ResponseNotFound
 from gateway.pipeline.replies import WholeResponse
+from gateway.pipeline.resolve import resolve
 from gateway.pipeline.settle import finish
+from gateway.redis_clients import REDIS_DOWN
 from gateway.responses_api.background import BackgroundResponses, Names, Serve
-from gateway.responses_api.background_events import TERMINAL, initial, new_id, upstream_body, with_status
+from gateway.responses_api.background_events import (
+    TERMINAL,
+    initial,
+    is_background,
+    new_id,
+    upstream_body,
+    with_status,
+)
+from gateway.state import Gateway
 from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.proxy")
 FIRST_POLL_S, MAX_POLL_S = 0.01, 0.1
 Relayed = Callable[[RequestContext, AsyncIterator[bytes]], Response]
+
+
+async def served(gw: Gateway, ctx: RequestContext, serve: Serve, relayed: Relayed) -> Response | None:
+    """The answer of a background response's create, GET or cancel; None for any other request."""
+    try:
+        if ctx.api.stored == "lookup" and is_background(ctx.response_id):
+            if ctx.api.path.endswith("/cancel"):
+                return await cancel(gw.background, ctx)
+            return await retrieve(gw.background, ctx, relayed)
+        if ctx.api.stored != "create" or ctx.payload is None or ctx.payload.get("background") is not True:
+            return None
+        resolve(ctx, gw.names, gw.lora.adapters)  # a model it may not use: refused now
+        return await create(gw.background, ctx, serve, relayed)
+    except REDIS_DOWN:
+        raise NoReadyReplica(
+            "background responses cannot be served while Redis is unreachable; retry later", retry_after=1.0
+        ) from None
 
 
 async def create(bg: BackgroundResponses, ctx: RequestContext, serve: Serve, relayed: Relayed) -> Response:

@@ -35,7 +35,6 @@ from gateway.pipeline.replies import RelayResponse, WholeResponse
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.settle import charge, finish, refund
 from gateway.pipeline.watch import client_watch, watched
-from gateway.responses_api.background_events import is_background
 from gateway.responses_api.stored import locate, locate_previous
 from gateway.state import Gateway
 from gateway.values import GONE, RequestContext
@@ -112,17 +111,11 @@ class Proxy:
     async def background(self, ctx: RequestContext, receive: Receive) -> Response | None:
         """A background Response's create, GET or cancel (gateway/pipeline/background.py); None
         for any other Responses request. Its run is this request path, with no client to watch."""
-        gw = self.gw
-        if ctx.api.stored == "lookup" and is_background(ctx.response_id):
-            if ctx.api.path.endswith("/cancel"):
-                return await background_api.cancel(gw.background, ctx)
-            return await background_api.retrieve(gw.background, ctx, self.relayed)
-        if ctx.api.stored != "create" or ctx.payload is None or ctx.payload.get("background") is not True:
-            return None
-        resolve(ctx, gw.names, gw.lora.adapters)  # a model it may not use: refused now
-        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # no client leaves
-        return await background_api.create(
-            gw.background, ctx, lambda run: self.serve(run, receive, never), self.relayed
+        return await background_api.served(
+            self.gw,
+            ctx,
+            lambda run: self.serve(run, receive, asyncio.get_running_loop().create_future()),
+            self.relayed,
         )
 
     def relayed(

@@ -148,7 +148,7 @@ class Run:
         self.events, self.written = Renumbered(rid, obj), str(obj.get("status", ""))
 
     async def run(self, serve: Serve) -> None:
-        watcher = asyncio.ensure_future(self.watch(asyncio.current_task()))
+        watcher = self.owner.kept.spawn(self.watch(asyncio.current_task()), "background_response_watch")
         store, status = self.owner.store, ""
         try:
             await self.generate(serve)
