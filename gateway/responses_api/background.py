@@ -11,7 +11,9 @@ whichever comes first is the answer.
 
 :class:`BackgroundResponses` runs this gateway's: the generation is the request path's own (admitted,
 its lease held to its end, charged, forwarded as a stream: ``serve``), its bytes turned into the
-response's events (background_events.py) and written as they come, one pipeline a chunk. A cancel
+response's events (background_events.py) and written in batches (as keyed streams are: up to ``BATCH``
+events a pipeline, each written within ``FLUSH_S`` of its coming, or ``WATCH_S`` while the replica
+pauses; a status change at once, before the record says it). A cancel
 (any gateway: the record's status) is seen within ``WATCH_S`` by the running gateway, which stops the
 generation (upstream aborted, lease released).
 """
@@ -39,6 +41,7 @@ from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.proxy")
 WATCH_S, BEAT_S, RUN_TTL_S = 0.1, 3.0, 15.0
+BATCH, FLUSH_S = 32, 0.05
 UPDATE = """
 local s = redis.call('HGET', KEYS[1], 'status')
 if not s or s == 'completed' or s == 'failed' or s == 'cancelled' or s == 'incomplete' then return 0 end
@@ -146,6 +149,8 @@ class Run:
     ) -> None:
         self.owner, self.names, self.rid, self.ctx = owner, names, rid, ctx
         self.events, self.written = Renumbered(rid, obj), str(obj.get("status", ""))
+        self.pending: list[Event] = []
+        self.pending_at, self.lock = 0.0, asyncio.Lock()
 
     async def run(self, serve: Serve) -> None:
         watcher = self.owner.kept.spawn(self.watch(asyncio.current_task()), "background_response_watch")
@@ -157,6 +162,7 @@ class Run:
             status = found.status if found is not None else ""
             if status != "cancelled":  # not a cancel of the response: the gateway stops
                 await self.write(self.events.failed(LOST), final=True)
+            await self.flush()
             raise
         finally:
             watcher.cancel()
@@ -187,14 +193,28 @@ class Run:
                 await aclose()
 
     async def write(self, events: list[Event] | Event, final: bool = False) -> None:
-        """The events (one pipeline) and, when the status moved, the record."""
-        store, batch = self.owner.store, events if isinstance(events, list) else [events]
-        if batch:
-            entries = [(seq + 1, data) for seq, data in batch]
-            await quietly(store.events.append(self.names.events, entries, store.ttl_ms), self.ctx)
-        if final or self.events.status != self.written:
-            self.written = self.events.status
-            await quietly(self.update(), self.ctx)
+        """The events, written in batches: once ``BATCH`` wait, ``FLUSH_S`` after the first (here or at
+        the watcher's next look), at once when the status moved (the record follows its events)."""
+        batch, now = events if isinstance(events, list) else [events], asyncio.get_running_loop().time()
+        if batch and not self.pending:
+            self.pending_at = now
+        self.pending += batch
+        moved = self.events.status != self.written
+        if final or moved or len(self.pending) >= BATCH or now - self.pending_at >= FLUSH_S:
+            await self.flush(final)
+
+    async def flush(self, final: bool = False) -> None:
+        """The waiting events (one pipeline) and, when the status moved, the record; one flush at a time
+        (the stream's entries must come in order)."""
+        store = self.owner.store
+        async with self.lock:
+            batch, self.pending = self.pending, []
+            if batch:
+                entries = [(seq + 1, data) for seq, data in batch]
+                await quietly(store.events.append(self.names.events, entries, store.ttl_ms), self.ctx)
+            if final or self.events.status != self.written:
+                self.written = self.events.status
+                await quietly(self.update(), self.ctx)
 
     async def update(self) -> None:
         await self.owner.store.update(self.names, self.events.status, self.events.obj)
@@ -213,6 +233,8 @@ class Run:
             if found == b"cancelled" and task is not None:
                 task.cancel()
                 return
+            if self.pending and loop.time() - self.pending_at >= FLUSH_S:  # the replica paused
+                await self.flush()
             if loop.time() - beat >= BEAT_S:
                 beat = loop.time()
                 await quietly(store.beat(self.names), self.ctx)
