@@ -47,6 +47,7 @@ from gateway.replicas.model_cards import CardFetcher
 from gateway.replicas.monitor import Monitor
 from gateway.replicas.table import ReplicaTable
 from gateway.responses_api.affinity import ResponseAffinity
+from gateway.responses_api.background import BackgroundResponses, BackgroundStore
 from gateway.routing import load_routable_fleet
 from gateway.routing.factory import PolicyFactory
 from gateway.routing.prefix.shared_index import SharedIndex
@@ -84,6 +85,9 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     policy_for = PolicyFactory(settings, index)
     store = KeyStore(clients.keys, keys)
     idempotency = IdempotencyStore(redis, keys, settings.idempotency_ttl_s, settings.request_timeout_s)
+    events = EventLog(redis, settings.idempotency_max_events)
+    kept = KeptStreams(idempotency, events, metrics)
+    background = BackgroundStore(redis, keys, events, settings.responses_ttl_s)
     return Gateway(
         settings=settings,
         fleet=fleet,
@@ -113,7 +117,8 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         index=index,
         affinity=ResponseAffinity(redis, keys, settings.responses_ttl_s),
         idempotency=idempotency,
-        kept=KeptStreams(idempotency, EventLog(redis, settings.idempotency_max_events), metrics),
+        kept=kept,
+        background=BackgroundResponses(background, kept, metrics),
         lora=AdapterStore(redis, keys, fleet.models, table),
         tracing=Tracing(settings.tracing, settings.otlp_traces_endpoint, settings.gateway_id),
     )

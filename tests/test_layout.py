@@ -167,6 +167,7 @@ ROOM_IMPORTS = {
     "routing": {"admission"},  # the shared prefix index runs its script over the admission's wire client
     "auth": {"admission"},  # so do the per-key rate limits
     "migration": {"upstream"},  # a moving stream reads its replica's answer and opens continuations
+    "responses_api": {"idempotency"},  # background responses keep their events as keyed streams do
 }
 MAX_MODULE_LINES = 350
 
