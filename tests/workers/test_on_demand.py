@@ -51,8 +51,10 @@ async def fits(_: ReplicaSpec) -> Headroom:
     return Headroom(1 << 40, 1)
 
 
-def fleet_text(base: int, models: list[dict[str, Any]], budget_gib: float | None = None) -> str:
-    defaults: dict[str, Any] = {"base_port": base}
+def fleet_text(
+    base: int, models: list[dict[str, Any]], budget_gib: float | None = None, autopilot: bool = True
+) -> str:
+    defaults: dict[str, Any] = {"base_port": base, "autopilot": autopilot}
     if budget_gib is not None:
         defaults["memory_budget_gib"] = budget_gib
     full = [{"source": {"path": f"/{m['name']}"}, "concurrency": 2, **m} for m in models]
@@ -93,13 +95,17 @@ class Stack:
 
 @asynccontextmanager
 async def on_demand_stack(
-    tmp: Path, redis_url: str, models: list[dict[str, Any]], budget_gib: float | None = None
+    tmp: Path,
+    redis_url: str,
+    models: list[dict[str, Any]],
+    budget_gib: float | None = None,
+    autopilot: bool = True,
 ) -> AsyncIterator[Stack]:
     redis = aioredis.Redis.from_url(redis_url)
     keys = RedisKeys(f"od{uuid.uuid4().hex[:6]}")
     metrics = SupervisorMetrics()
     path = tmp / "fleet.yaml"
-    path.write_text(fleet_text(free_port(), models, budget_gib))
+    path.write_text(fleet_text(free_port(), models, budget_gib, autopilot))
     async with httpx.AsyncClient(timeout=10) as client:
         sup = Supervisor([], RegistryWriter(redis, keys, OPTIONS.timing), client, OPTIONS, metrics=metrics)
         rec = Reconciler(sup, FleetWatch(path, poll_s=0.05), fake_launch, fits, tmp, 1, metrics)
@@ -114,11 +120,12 @@ async def on_demand_stack(
             await redis.aclose()
 
 
+@pytest.mark.parametrize("autopilot", [True, False], ids=["autopilot", "previous-policy"])
 async def test_asleep_until_asked_then_woken_warmed_announced_and_put_back_to_sleep_when_idle(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, redis_url: str, autopilot: bool
 ) -> None:
     models = [{"name": "od", "activation": "on_demand", "idle_timeout_s": 0.5}]
-    async with on_demand_stack(tmp_path, redis_url, models) as st:
+    async with on_demand_stack(tmp_path, redis_url, models, autopilot=autopilot) as st:
         await until(lambda: st.published("od-0"))
         assert await st.published("od-0") is ReplicaState.ASLEEP
         assert not st.replica("od-0").process.alive
@@ -143,6 +150,9 @@ async def test_asleep_until_asked_then_woken_warmed_announced_and_put_back_to_sl
         assert not st.replica("od-0").process.alive
         assert await st.published("od-0") is ReplicaState.ASLEEP
         await until(lambda: st.count(st.metrics.sleeps, "od", "idle") == 1)  # counted after the notice
+        # the autopilot's decisions, each counted with its reason (none with defaults.autopilot: false)
+        moves = st.metrics.autopilot_moves
+        assert st.count(moves, "od", "start", "waiting") == st.count(moves, "od", "stop", "idle") == autopilot
 
 
 async def test_a_model_with_leases_in_the_queue_stays_awake(tmp_path: Path, redis_url: str) -> None:
