@@ -273,3 +273,41 @@ async def test_editing_an_asleep_models_engine_arguments_parks_the_replacement_u
         await until(lambda: new.state is ReplicaState.READY)
         # the wake is counted once every replica of the model is up, just after this one's READY
         await until(lambda: st.count(st.metrics.wakes, "od", "ok") == 1)
+
+
+async def test_a_cpu_on_demand_model_beside_an_always_one_is_listed_from_its_park_through_its_wake(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The end-to-end stack's case (Gemma on a CPU beside SmolLM2, autopilot on by default): the on-demand
+    replica, which has no sleep mode, is listed ASLEEP soon after start and its record never leaves the
+    registry, not while the always model starts, not through a wake that takes a while: a gateway that
+    finds no record for ``wake_unregistered_s`` answers 503 model_unavailable."""
+    slow = {"extra_args": ["--start-delay-s", "1"]}
+    models = [
+        {"name": "a", "engine": slow},
+        {"name": "od", "activation": "on_demand", "idle_timeout_s": 3600, "priority": 40, "engine": slow},
+    ]
+    async with on_demand_stack(tmp_path, redis_url, models) as st:
+        first = await until(lambda: st.published("od-0"), what="od-0 listed")
+        assert first is ReplicaState.ASLEEP
+        listed: list[ReplicaState | None] = [first]
+
+        async def watch() -> None:
+            while True:
+                listed.append(await st.published("od-0"))
+                await asyncio.sleep(0.05)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await until(lambda: st.state("a-0") is ReplicaState.READY, what="the always model ready")
+            await until(lambda: len(listed) > 2)  # sampled before the ask too
+            assert st.state("od-0") is ReplicaState.ASLEEP and not st.replica("od-0").process.alive
+            await st.ask("od")
+            await until(lambda: st.state("od-0") is ReplicaState.READY, what="od-0 woken")
+            await until(lambda: listed[-1] is ReplicaState.READY)
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        assert None not in listed, listed
+        assert {ReplicaState.ASLEEP, ReplicaState.WAKING} <= set(listed)
+        assert st.count(st.metrics.autopilot_moves, "od", "start", "waiting") == 1
