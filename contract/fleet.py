@@ -292,6 +292,9 @@ class Defaults(Strict):
     sleep_host_ram_gib: Annotated[float, Field(ge=0)] = 0.0
     """GPU sleep mode: host RAM the weights of level-1 sleepers may take together (each model's
     ``sleep.level: auto`` picks level 1 while its weights fit beside the others'); 0: auto means level 2."""
+    autopilot: bool = True
+    """On-demand models follow the residency autopilot (one policy: wakes, room, idle timeout, headroom);
+    false: the previous policy (room made when a request waits, least recently used first; idle timeout)."""
 
 
 class Fleet(Strict):

@@ -70,6 +70,13 @@ class SupervisorMetrics:
             ["model", "reason"],
             registry=r,
         )
+        self.autopilot_moves = Counter(
+            "llmgw_supervisor_autopilot_moves",
+            "Moves the residency autopilot began, by move (wake, start, sleep1, sleep2, stop) and reason "
+            "(waiting, room, idle, headroom, ahead, promote).",
+            ["model", "move", "reason"],
+            registry=r,
+        )
         self.wake_seconds = Histogram(
             "llmgw_supervisor_wake_seconds",
             "From the wake request to READY (making room, start-up and the first token included).",

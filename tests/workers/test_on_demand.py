@@ -51,8 +51,10 @@ async def fits(_: ReplicaSpec) -> Headroom:
     return Headroom(1 << 40, 1)
 
 
-def fleet_text(base: int, models: list[dict[str, Any]], budget_gib: float | None = None) -> str:
-    defaults: dict[str, Any] = {"base_port": base}
+def fleet_text(
+    base: int, models: list[dict[str, Any]], budget_gib: float | None = None, autopilot: bool = True
+) -> str:
+    defaults: dict[str, Any] = {"base_port": base, "autopilot": autopilot}
     if budget_gib is not None:
         defaults["memory_budget_gib"] = budget_gib
     full = [{"source": {"path": f"/{m['name']}"}, "concurrency": 2, **m} for m in models]
@@ -93,13 +95,17 @@ class Stack:
 
 @asynccontextmanager
 async def on_demand_stack(
-    tmp: Path, redis_url: str, models: list[dict[str, Any]], budget_gib: float | None = None
+    tmp: Path,
+    redis_url: str,
+    models: list[dict[str, Any]],
+    budget_gib: float | None = None,
+    autopilot: bool = True,
 ) -> AsyncIterator[Stack]:
     redis = aioredis.Redis.from_url(redis_url)
     keys = RedisKeys(f"od{uuid.uuid4().hex[:6]}")
     metrics = SupervisorMetrics()
     path = tmp / "fleet.yaml"
-    path.write_text(fleet_text(free_port(), models, budget_gib))
+    path.write_text(fleet_text(free_port(), models, budget_gib, autopilot))
     async with httpx.AsyncClient(timeout=10) as client:
         sup = Supervisor([], RegistryWriter(redis, keys, OPTIONS.timing), client, OPTIONS, metrics=metrics)
         rec = Reconciler(sup, FleetWatch(path, poll_s=0.05), fake_launch, fits, tmp, 1, metrics)
@@ -114,11 +120,12 @@ async def on_demand_stack(
             await redis.aclose()
 
 
+@pytest.mark.parametrize("autopilot", [True, False], ids=["autopilot", "previous-policy"])
 async def test_asleep_until_asked_then_woken_warmed_announced_and_put_back_to_sleep_when_idle(
-    tmp_path: Path, redis_url: str
+    tmp_path: Path, redis_url: str, autopilot: bool
 ) -> None:
     models = [{"name": "od", "activation": "on_demand", "idle_timeout_s": 0.5}]
-    async with on_demand_stack(tmp_path, redis_url, models) as st:
+    async with on_demand_stack(tmp_path, redis_url, models, autopilot=autopilot) as st:
         await until(lambda: st.published("od-0"))
         assert await st.published("od-0") is ReplicaState.ASLEEP
         assert not st.replica("od-0").process.alive
@@ -143,6 +150,9 @@ async def test_asleep_until_asked_then_woken_warmed_announced_and_put_back_to_sl
         assert not st.replica("od-0").process.alive
         assert await st.published("od-0") is ReplicaState.ASLEEP
         await until(lambda: st.count(st.metrics.sleeps, "od", "idle") == 1)  # counted after the notice
+        # the autopilot's decisions, each counted with its reason (none with defaults.autopilot: false)
+        moves = st.metrics.autopilot_moves
+        assert st.count(moves, "od", "start", "waiting") == st.count(moves, "od", "stop", "idle") == autopilot
 
 
 async def test_a_model_with_leases_in_the_queue_stays_awake(tmp_path: Path, redis_url: str) -> None:
@@ -263,3 +273,41 @@ async def test_editing_an_asleep_models_engine_arguments_parks_the_replacement_u
         await until(lambda: new.state is ReplicaState.READY)
         # the wake is counted once every replica of the model is up, just after this one's READY
         await until(lambda: st.count(st.metrics.wakes, "od", "ok") == 1)
+
+
+async def test_a_cpu_on_demand_model_beside_an_always_one_is_listed_from_its_park_through_its_wake(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The end-to-end stack's case (Gemma on a CPU beside SmolLM2, autopilot on by default): the on-demand
+    replica, which has no sleep mode, is listed ASLEEP soon after start and its record never leaves the
+    registry, not while the always model starts, not through a wake that takes a while: a gateway that
+    finds no record for ``wake_unregistered_s`` answers 503 model_unavailable."""
+    slow = {"extra_args": ["--start-delay-s", "1"]}
+    models = [
+        {"name": "a", "engine": slow},
+        {"name": "od", "activation": "on_demand", "idle_timeout_s": 3600, "priority": 40, "engine": slow},
+    ]
+    async with on_demand_stack(tmp_path, redis_url, models) as st:
+        first = await until(lambda: st.published("od-0"), what="od-0 listed")
+        assert first is ReplicaState.ASLEEP
+        listed: list[ReplicaState | None] = [first]
+
+        async def watch() -> None:
+            while True:
+                listed.append(await st.published("od-0"))
+                await asyncio.sleep(0.05)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await until(lambda: st.state("a-0") is ReplicaState.READY, what="the always model ready")
+            await until(lambda: len(listed) > 2)  # sampled before the ask too
+            assert st.state("od-0") is ReplicaState.ASLEEP and not st.replica("od-0").process.alive
+            await st.ask("od")
+            await until(lambda: st.state("od-0") is ReplicaState.READY, what="od-0 woken")
+            await until(lambda: listed[-1] is ReplicaState.READY)
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        assert None not in listed, listed
+        assert {ReplicaState.ASLEEP, ReplicaState.WAKING} <= set(listed)
+        assert st.count(st.metrics.autopilot_moves, "od", "start", "waiting") == 1

@@ -1,18 +1,15 @@
-"""Models on demand, the supervisor's side: wake a model when a gateway asks, put it to sleep when idle
-or to make room.
+"""Models on demand, the supervisor's side: wake a model when a gateway asks, put it to sleep by policy.
 
 Every ``tick_s`` the activator reads, per on-demand model, the wake request and the demand the gateways
-leave in Redis (:mod:`workers.ondemand.demand`). An asleep model that is asked for is woken: the room's
-ledger (:mod:`workers.ondemand.room`, on a GPU :mod:`workers.ondemand.gpu_room`) says which idle models
-must sleep first for it to fit (a busy one never does); then the owner wakes the replica
-(:meth:`workers.life.owner.Supervisor.wake`: WAKING, started or resumed, one token decoded, READY) and
-the model is announced on :attr:`RedisKeys.state_channel`. An awake on-demand model with nothing in
-flight or queued for ``idle_timeout_s`` is drained and put to sleep (``Supervisor.sleep``), by one
-strategy of :mod:`workers.ondemand.sleepers`: on a CPU the process stops; on a GPU a replica launched
-with ``--enable-sleep-mode`` sleeps in place at the level that :mod:`workers.ondemand.sleepers.level`
-picks (stopped instead once it keeps half or more of its memory asleep). Each wake and
-sleep is one log line and one count; wake latency is a histogram.
-"""
+leave in Redis (:mod:`workers.ondemand.demand`). The residency autopilot decides the rest
+(:mod:`workers.ondemand.steering`): which idle models sleep first for an asked model to fit, the idle
+timeout, headroom and wakes ahead; with the fleet's ``defaults.autopilot: false``, the previous policy
+(the room's ledger, :mod:`workers.ondemand.room`, on a GPU :mod:`workers.ondemand.gpu_room`, and the idle
+timeout). The owner wakes a replica (:meth:`workers.life.owner.Supervisor.wake`: WAKING, started or
+resumed, one token decoded, READY), the model is announced on :attr:`RedisKeys.state_channel`; a sleep
+drains it (``Supervisor.sleep``), by one strategy of :mod:`workers.ondemand.sleepers`: on a CPU the process
+stops; on a GPU with ``--enable-sleep-mode`` it sleeps in place at level 1 or 2 (stopped instead once it
+keeps half or more of its memory asleep). Each wake and sleep is one log line and one count."""
 
 from __future__ import annotations
 
@@ -37,6 +34,7 @@ from workers.host.gpu import GpuReader, nvidia_smi_reading
 from workers.host.rss import tree_rss_bytes
 from workers.life.owner import Replica, Supervisor
 from workers.life.process import StartFailed
+from workers.ondemand.autopilot.moves import Move
 from workers.ondemand.demand import AWOKEN, AWOKEN_MS, in_engine, is_wake_request, requested, warm_up
 from workers.ondemand.gpu_room import GpuRoom
 from workers.ondemand.ledger import Holding
@@ -45,8 +43,10 @@ from workers.ondemand.sleepers.level import SleepLevel, keeps_most
 from workers.ondemand.sleepers.process_stop import ProcessStop
 from workers.ondemand.sleepers.vllm_sleep import VllmSleep
 from workers.ondemand.sleeping import SleepChoice, model_of
+from workers.ondemand.steering import Reading, Steering
 
 log = logging.getLogger("llmgw.ondemand")
+Level = SleepLevel | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +89,8 @@ class Activator:
         self.closing = asyncio.Event()
         """Set by :meth:`close`: the loop ends by it even if a Redis call swallowed a cancellation."""
         self.room = asyncio.Lock()
-        self.busy_models: set[str] = set()
         self.unmeasured: dict[str, str] = {}
         """Woken GPU replicas to measure once announced: replica id -> the step."""
-        """On-demand models with requests in flight or queued, read at the last GPU room decision."""
         self.gpu = GpuRoom(self)
         """The GPU ledgers and their measurements."""
         deadline = sup.options.ready_deadline_s
@@ -104,6 +102,8 @@ class Activator:
             lambda: sup.replicas,
         )
         self.levels, self.stop_instead = self.choice.levels, self.choice.stop_instead
+        self.steer = Steering(self)
+        """The residency autopilot (on unless the fleet's ``defaults.autopilot`` is false)."""
 
     @property
     def redis(self) -> aioredis.Redis:
@@ -157,10 +157,13 @@ class Activator:
 
     async def tick(self) -> None:
         now = time.monotonic()
+        steered = self.steer.on()
+        readings: dict[str, Reading] = {}
         for name, replicas in self.groups().items():
             if name in self.wakes or name in self.sleeping:
                 continue
             model = self.model(replicas[0])
+            idle_s = model.idle_timeout_s
             asleep = [r for r in replicas if r.state is ReplicaState.ASLEEP]
             awake = [r for r in replicas if r.state in ROUTABLE]
             if not model.on_demand:
@@ -172,21 +175,28 @@ class Activator:
             if busy or name not in self.last_used:
                 self.last_used[name] = now
             asked = is_wake_request(await self.redis.get(self.keys.wake_request(name)))
+            self.steer.pilot.busyness.record(name, now, busy and bool(awake))  # serving, not waking
+            readings[name] = (busy, asked)
             if asleep and asked:
                 if now >= self.retry_at.get(name, 0.0):
                     self.spawn_wake(name, asleep, "a request waits")
             elif awake and asked:  # asked by a gateway that had not heard yet: already awake
                 await self.redis.delete(self.keys.wake_request(name))
                 await self.announce(name)
-            elif awake and idle_expired(busy, self.last_used[name], now, model.idle_timeout_s):
+            elif not steered and awake and idle_expired(busy, self.last_used[name], now, idle_s):
                 self.spawn_sleep(name, awake, f"idle for {now - self.last_used[name]:.0f} s")
+        if steered:  # the idle timeout, headroom and wakes ahead: the autopilot's background moves
+            await guarded("autopilot", self.steer.step(now, readings), self.failed)
 
-    def spawn_sleep(self, model: str, replicas: list[Replica], why: str) -> None:
-        """Put the model's awake replicas to sleep in a task of its own (the tick keeps serving wakes)."""
+    def spawn_sleep(
+        self, model: str, replicas: list[Replica], why: str, reason: str = "idle", move: Move | None = None
+    ) -> None:
+        """Put the model's awake replicas to sleep in a task of its own (the tick keeps serving wakes), at
+        the level of the autopilot's ``move`` when given."""
 
         async def sleep_all() -> None:
             for r in replicas:
-                await self.sleep(r, why)
+                await self.sleep(r, why, reason, None if move is None else self.steer.level(r, move))
 
         task = asyncio.create_task(guarded("sleep", sleep_all(), self.failed, model))
         self.sleeping[model] = task
@@ -231,6 +241,8 @@ class Activator:
 
     async def wake_replica(self, r: Replica, why: str) -> bool:
         async with self.room:
+            if self.steer.on():
+                return await self.steer.wake(r, why)
             room = await self.make_room(r)
             if not room.fits and self.sleeping:  # memory on its way back: wait for it, then look again
                 await asyncio.gather(*self.sleeping.values(), return_exceptions=True)
@@ -274,6 +286,7 @@ class Activator:
         """WAKING, the process, its first token, then READY (and watched for crashes from then on)."""
         log.info("replica=%s waking (%s)", r.spec.id, why)
         level = self.levels.get(r.spec.id, 0)
+        alive, began = r.process.alive, time.monotonic()
 
         async def bring_up(r: Replica) -> None:
             await self.choice.sleeper(r, level).wake(r, level)
@@ -283,6 +296,7 @@ class Activator:
             self.levels[r.spec.id] = 0
             return False
         self.levels.pop(r.spec.id, None)
+        self.steer.woke(r.spec.model.name, level, alive, time.monotonic() - began)
         if r.on_gpu:
             self.unmeasured[r.spec.id] = f"wake from level {level}"
         if r.spec.device_kind == "cpu" and r.process.pid is not None:
@@ -291,13 +305,16 @@ class Activator:
             self.metrics.resident.labels(r.spec.model.name, r.spec.id).set(size)
         return True
 
-    async def sleep(self, r: Replica, why: str, reason: str = "idle") -> None:
-        """Drain (DRAINING: gateways stop sending, what runs finishes), stop the process, publish ASLEEP."""
+    async def sleep(self, r: Replica, why: str, reason: str = "idle", level: Level = None) -> None:
+        """Drain (DRAINING: gateways stop sending, what runs finishes), put it to sleep (at ``level``; its
+        strategy's choice by default), publish ASLEEP."""
         log.info("replica=%s going to sleep: %s", r.spec.id, why)
         levels: list[SleepLevel] = []
 
         async def put_to_sleep(r: Replica) -> None:
-            levels.append(await self.put_to_sleep(r))
+            began = time.monotonic()
+            levels.append(await self.put_to_sleep(r, level))
+            self.steer.slept(r.spec.model.name, levels[0], time.monotonic() - began)
 
         if not await self.sup.sleep(r, put_to_sleep, lambda r: self.announce(r.spec.model.name)):
             return

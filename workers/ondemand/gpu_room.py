@@ -48,9 +48,7 @@ class OnDemand(Protocol):
 
     estimate: Callable[[Replica], int]
     last_used: dict[str, float]
-    busy_models: set[str]
     sleeping: dict[str, asyncio.Task[bool]]
-    wakes: dict[str, asyncio.Task[bool]]
     gpu_reading: GpuReader
     metrics: SupervisorMetrics
 
@@ -73,6 +71,8 @@ class GpuRoom:
         """GPU index -> when its replicas last changed (a reading is booked once they are still)."""
         self.settling: set[str] = set()
         """Replicas whose change is over, waiting for the others to be still before their reading."""
+        self.total: dict[int, int] = {}
+        """GPU index -> the card's total bytes at its last reading."""
 
     def stillness(self, r: Replica) -> Stillness:
         return self.still.setdefault(r.spec.device, Stillness(self.act.options.gpu_settle_s))
@@ -111,8 +111,9 @@ class GpuRoom:
     def book(self, r: Replica) -> DeviceBook:
         return self.books.setdefault(r.spec.device, DeviceBook())
 
-    def slots(self, r: Replica) -> list[Slot]:
-        """Every live-or-asleep replica on ``r``'s GPU as the ledger sees it."""
+    def slots(self, r: Replica, busy: frozenset[str] = frozenset()) -> list[Slot]:
+        """Every live-or-asleep replica on ``r``'s GPU as the ledger sees it (``busy``: the on-demand models
+        with requests in flight or queued, never put to sleep to make room)."""
         out = []
         for x in self.act.sup.replicas:
             if x.retired or not x.on_gpu or x.spec.device != r.spec.device:
@@ -124,7 +125,7 @@ class GpuRoom:
             used = self.act.last_used.get(m.name, 0.0)
             out.append(Slot(
                 x.spec.id, m.name, holding, self.act.estimate(x), m.priority, used,
-                busy=not m.on_demand or m.name in self.act.busy_models or m.name in self.act.sleeping,
+                busy=not m.on_demand or m.name in busy or m.name in self.act.sleeping,
                 sleeps_in_place=self.act.choice.sleep_mode(x),
             ))  # fmt: skip
         return out
@@ -133,6 +134,7 @@ class GpuRoom:
         """nvidia-smi for ``r``'s GPU; refreshes the ledger's baseline (the card beyond our processes)."""
         reading = await asyncio.to_thread(self.act.gpu_reading, r.spec.device)
         if reading is not None:
+            self.total[r.spec.device] = reading.card.total_bytes
             ours = await asyncio.to_thread(self.our_pids)
             self.book(r).baseline = max(0, reading.card.used_bytes - reading.held_by(ours))
         return reading
@@ -184,10 +186,10 @@ class GpuRoom:
         reading = await self.read_gpu(r)
         if reading is None:
             return Room()  # no reading: vLLM's own start-up check decides
-        self.act.busy_models = {
-            m for m in {x.spec.model.name for x in self.act.sup.replicas} if await self.act.busy(m)
-        }
+        busy = frozenset(
+            [m for m in {x.spec.model.name for x in self.act.sup.replicas} if await self.act.busy(m)]
+        )
         capacity = self.act.budget() or reading.card.total_bytes
-        slots = self.slots(r)
+        slots = self.slots(r, busy)
         waking = next(s for s in slots if s.replica == r.spec.id)
         return self.book(r).room(slots, waking, capacity)

@@ -181,3 +181,12 @@ def test_random_snapshots_never_exceed_a_budget_nor_move_a_busy_model() -> None:
 
 def test_the_seed_is_the_h200s_measured_middle() -> None:
     assert H200_SECONDS["sleep1"] == 9.9 and H200_SECONDS["wake1"] == 0.33 and H200_SECONDS["start"] == 87.7
+
+
+def test_a_sleeper_idle_past_its_idle_timeout_is_not_woken_ahead() -> None:
+    # the idle timeout is an input of the one policy: a model it put to sleep stays asleep until asked,
+    # even with room and some demand left in its rate history (no sleep-wake flapping)
+    s = snap(model("a", "asleep1", rates=(0.5,), idle_s=400, idle_timeout_s=300))
+    assert decide(s, CostTable()) == []
+    s2 = snap(model("a", "asleep2", rates=(0.5,), idle_s=400, idle_timeout_s=300))
+    assert decide(s2, CostTable()) == []

@@ -10,7 +10,8 @@ idle models to sleep and keep headroom, in this order:
 3. **Headroom.** The next likely wake (the highest predicted demand among the models not awake) must need
    no sleep first: when it would, the idle awake model of lowest predicted demand (idle for at least
    ``min_idle_s``) sleeps now, in the background, at the level whose wake is fastest. When there is room
-   for it and for the one after it, it is woken ahead (``prewake``).
+   for it and for the one after it, it is woken ahead (``prewake``). A model idle past its idle timeout is
+   never a likely wake (:func:`is_likely`).
 
 A model with a request in flight, or a move in progress, is never moved; no move leaves the GPU or the
 host-RAM budget exceeded."""
@@ -135,6 +136,12 @@ def serve(
     plan.apply(Move(m.name, wake_kind(plan.states[m.name]), why, True))
 
 
+def is_likely(m: ModelView, demand: Mapping[str, float], options: AutopilotOptions) -> bool:
+    """A likely wake: predicted demand above ``min_rate`` and idle for less than its idle timeout (a model
+    the idle timeout put to sleep stays asleep until asked, whatever its rate history says)."""
+    return demand[m.name] > options.min_rate and m.idle_s < m.idle_timeout_s
+
+
 def awake_set(plan: Plan, demand: Mapping[str, float], options: AutopilotOptions) -> tuple[set[str], str]:
     """The models to keep awake: those that cannot move, then the likeliest, while they fit on the GPU
     with room left for the likeliest sleeper outside the set (the headroom; none when nobody is likely);
@@ -144,7 +151,7 @@ def awake_set(plan: Plan, demand: Mapping[str, float], options: AutopilotOptions
     chosen = {m.name for m in models if plan.states[m.name] == "awake" and not free_to_move(plan, m)}
     base = plan.snap.gpu_budget - sum(m.footprint.asleep1 for m in models)
     extra = {m.name: m.footprint.awake - m.footprint.asleep1 for m in models}
-    likely = [m.name for m in ranked if plan.states[m.name] != "awake" and demand[m.name] > options.min_rate]
+    likely = [m.name for m in ranked if plan.states[m.name] != "awake" and is_likely(m, demand, options)]
 
     def headroom(exclude: set[str]) -> str:
         return next((n for n in likely if n not in exclude), "")
@@ -183,8 +190,8 @@ def keep_headroom(
     for m in sorted(plan.snap.models, key=lambda m: (-demand[m.name], m.name)):
         if m.name not in keep or plan.states[m.name] == "awake" or m.moving or plan.moved(m.name):
             continue
-        if demand[m.name] <= options.min_rate:
-            break
+        if not is_likely(m, demand, options):
+            continue
         if options.prewake and plan.need(m) + reserve <= plan.gpu_free():
             why = f"ahead: predicted {demand[m.name]:.3f}/s, {head} kept"
             plan.apply(Move(m.name, wake_kind(plan.states[m.name]), why))
@@ -197,11 +204,7 @@ def promote(plan: Plan, demand: Mapping[str, float], reserve: int, options: Auto
     for m in sorted(plan.snap.models, key=lambda m: (-demand[m.name], m.name)):
         if plan.states[m.name] != "asleep2" or m.moving or plan.moved(m.name) or not plan.host_fits(m):
             continue
-        if (
-            options.prewake
-            and demand[m.name] > options.min_rate
-            and plan.need(m) + reserve <= plan.gpu_free()
-        ):
+        if options.prewake and is_likely(m, demand, options) and plan.need(m) + reserve <= plan.gpu_free():
             why = f"to level 1 by way of a wake: predicted {demand[m.name]:.3f}/s, host RAM has room"
             plan.apply(Move(m.name, "wake", why))
         return

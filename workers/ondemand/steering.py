@@ -1,0 +1,195 @@
+"""The autopilot carried out by the activator (issue 44): per device, a snapshot of what the activator knows
+(:mod:`workers.ondemand.pilot`), the policy's moves, and each move through the owner's verbs.
+
+* Each tick (:meth:`Steering.step`): the moves in the background (the idle timeout, headroom, wakes
+  ahead), each as a task of its own like any sleep or wake of the activator.
+* A waiting request's wake (:meth:`Steering.wake`): the same policy names the models that sleep first to
+  make its room (at the level whose sleep is fastest), or refuses when none can.
+
+A model with anything in flight, queued or a move in progress is never moved (the policy's rule; the
+owner's drain lets what runs finish in any case). ``defaults.autopilot: false`` in the fleet turns this off:
+the activator then runs its previous policy (idle timeout, least recently used room)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from contract.registry import ROUTABLE, ReplicaState
+from workers.converge.actions import device_key
+from workers.life.replica import Replica
+from workers.ondemand.autopilot.costs import CostedMove
+from workers.ondemand.autopilot.moves import Move
+from workers.ondemand.ledger import UNMEASURED_ASLEEP_BYTES
+from workers.ondemand.pilot import Pilot, Seen, cause, sleep_level, waking_move
+from workers.ondemand.sleepers.level import SleepLevel
+
+if TYPE_CHECKING:
+    from workers.ondemand.activator import Activator
+
+log = logging.getLogger("llmgw.ondemand")
+GIB = 1 << 30
+SLEPT: dict[SleepLevel, CostedMove] = {0: "stop", 1: "sleep1", 2: "sleep2"}
+Reading = tuple[bool, bool]
+"""One tick's reading of a model: busy (in flight, queued or asked for), asked (a wake request)."""
+
+
+def lane(r: Replica) -> str:
+    kind, index = device_key(r.spec.device_kind, r.spec.device)
+    return f"{kind}:{index}"
+
+
+class Steering:
+    """The autopilot's moves for the activator's on-demand models."""
+
+    def __init__(self, act: Activator) -> None:
+        self.act = act
+        self.pilot = Pilot(act.metrics)
+        self.ahead: set[str] = set()
+        """Models whose wake the policy began ahead of a request (logged once, with that reason)."""
+
+    def on(self) -> bool:
+        """The fleet's ``defaults.autopilot`` (on without a fleet)."""
+        fleet = self.act.fleet()
+        return fleet is None or fleet.defaults.autopilot
+
+    def lanes(self) -> dict[str, list[Replica]]:
+        out: dict[str, list[Replica]] = {}
+        for r in self.act.sup.replicas:
+            if not r.retired:
+                out.setdefault(lane(r), []).append(r)
+        return out
+
+    def bytes_awake(self, r: Replica) -> int:
+        act = self.act
+        if r.on_gpu:
+            return act.gpu.book(r).awake.get(r.spec.id, act.estimate(r))
+        return act.measured.get(r.spec.model.name) or act.estimate(r)
+
+    def seen(self, r: Replica, reading: Reading, now: float, waking: str = "") -> Seen:
+        """``r``'s model as the activator knows it (``waking``: the model whose wake is being planned)."""
+        act, name = self.act, r.spec.model.name
+        asleep = act.gpu.book(r).asleep.get(r.spec.id, UNMEASURED_ASLEEP_BYTES) if r.on_gpu else 0
+        moving = name != waking and (name in act.wakes or name in act.sleeping)
+        idle_s = now - act.last_used.get(name, now)
+        busy, asked = reading
+        return Seen(
+            r, act.model(r), act.levels.get(r.spec.id, 0), self.bytes_awake(r), asleep, act.weights(r),
+            act.choice.sleep_mode(r), busy, asked or name == waking, idle_s, moving,
+        )  # fmt: skip
+
+    def budgets(self, replicas: Sequence[Replica]) -> tuple[int | None, int]:
+        """Bytes the device's on-demand models may hold awake together (None: not known yet: no reading of
+        the card, no host reading), and host RAM for level-1 sleepers."""
+        act = self.act
+        fleet = act.fleet()
+        host = int((fleet.defaults.sleep_host_ram_gib if fleet is not None else 0.0) * GIB)
+        alive = [r for r in replicas if r.process.alive]
+        always = sum(self.bytes_awake(r) for r in alive if not act.model(r).on_demand)
+        first = replicas[0]
+        if first.on_gpu:
+            card = act.budget() or act.gpu.total.get(first.spec.device)
+            return (None if card is None else card - act.gpu.book(first).baseline - always), host
+        budget = act.budget()
+        if budget is not None:
+            return budget - always, 0
+        free = act.free_bytes()
+        ours = sum(self.bytes_awake(r) for r in alive if act.model(r).on_demand and r.state in ROUTABLE)
+        return (None if free is None else free + ours), 0
+
+    def models(self, replicas: Sequence[Replica], waking: Replica | None = None) -> list[Replica]:
+        """One replica per on-demand model of the device (``waking`` for its own model)."""
+        out: dict[str, Replica] = {}
+        for r in replicas:
+            if self.act.model(r).on_demand:
+                out.setdefault(r.spec.model.name, r)
+        if waking is not None:
+            out[waking.spec.model.name] = waking
+        return list(out.values())
+
+    async def step(self, now: float, readings: Mapping[str, Reading]) -> None:
+        """One tick: the background moves (not those a waiting request's wake carries out itself)."""
+        for device, replicas in self.lanes().items():
+            models = self.models(replicas)
+            if not models:
+                continue
+            gpu, host = self.budgets(replicas)
+            seen = [self.seen(r, readings.get(r.spec.model.name, (False, False)), now) for r in models]
+            snap = self.pilot.snapshot(device, gpu, host, seen, now)
+            for move in self.pilot.decide(snap, headroom=gpu is not None):
+                if not move.urgent:
+                    self.carry(device, move, replicas)
+
+    def carry(self, device: str, move: Move, replicas: Sequence[Replica]) -> None:
+        mine = [r for r in replicas if r.spec.model.name == move.model]
+        if move.kind in ("wake", "start"):
+            asleep = [r for r in mine if r.state is ReplicaState.ASLEEP]
+            if asleep:
+                self.pilot.carried(device, move)
+                self.ahead.add(move.model)
+                self.act.spawn_wake(move.model, asleep, move.reason)
+            return
+        awake = [r for r in mine if r.state in ROUTABLE]
+        if awake:
+            self.pilot.carried(device, move)
+            self.act.spawn_sleep(move.model, awake, move.reason, cause(move), move)
+
+    def level(self, r: Replica, move: Move) -> SleepLevel:
+        return sleep_level(move, self.act.model(r), self.act.choice.sleep_mode(r))
+
+    async def plan_wake(self, r: Replica) -> list[Move] | None:
+        """The policy's moves for ``r``'s model to wake now: the sleeps that make its room, then its wake;
+        [] when the room is not known (no reading: the engine's own start-up check decides); None when it
+        does not fit."""
+        act = self.act
+        replicas = self.lanes().get(lane(r), [r])
+        if r.on_gpu and await act.gpu.read_gpu(r) is None:
+            return []
+        gpu, host = self.budgets(replicas)
+        if gpu is None:
+            return []
+        now, name = time.monotonic(), r.spec.model.name
+        seen = []
+        for x in self.models(replicas, waking=r):
+            other = x.spec.model.name
+            busy = other != name and (other in act.sleeping or await act.busy(other))
+            seen.append(self.seen(x, (busy, False), now, waking=name))
+        snap = self.pilot.snapshot(lane(r), gpu, host, seen, now)
+        moves = [m for m in self.pilot.decide(snap, headroom=False) if m.urgent]
+        return moves if any(m.model == name and m.kind in ("wake", "start") for m in moves) else None
+
+    async def wake(self, r: Replica, why: str) -> bool:
+        """Wake ``r`` for a waiting request: the policy's room first (waiting for the sleeps in progress
+        once when it has none), then the start. False when it does not fit."""
+        act = self.act
+        moves = await self.plan_wake(r)
+        if moves is None and act.sleeping:  # memory on its way back: wait for it, then look again
+            await asyncio.gather(*act.sleeping.values(), return_exceptions=True)
+            moves = await self.plan_wake(r)
+        if moves is None:
+            log.error("replica=%s cannot wake: the autopilot finds no room (idle models of priority <= %d "
+                      "asleep would not give back enough)", r.spec.id, act.model(r).priority)  # fmt: skip
+            return False
+        device, ahead = lane(r), r.spec.model.name in self.ahead
+        self.ahead.discard(r.spec.model.name)
+        for move in moves:
+            if move.model == r.spec.model.name:
+                if not ahead:  # a wake ahead was logged and counted when it began
+                    self.pilot.carried(device, move)
+                continue
+            self.pilot.carried(device, move)
+            for v in self.lanes().get(device, []):
+                if v.spec.model.name == move.model and v.state in ROUTABLE:
+                    await act.sleep(v, f"room for {r.spec.id}: {move.reason}", "room", self.level(v, move))
+        return await act.start(r, why)
+
+    def slept(self, model: str, level: SleepLevel, seconds: float) -> None:
+        """A sleep at ``level`` took ``seconds`` (drain excluded): its learned cost."""
+        self.pilot.measured(model, SLEPT[level], seconds)
+
+    def woke(self, model: str, level: SleepLevel, alive: bool, seconds: float) -> None:
+        """A wake from ``level`` (``alive``: its process was kept) took ``seconds``: its learned cost."""
+        self.pilot.measured(model, waking_move(level, alive), seconds)
