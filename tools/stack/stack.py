@@ -280,25 +280,37 @@ class Stack:
         through nginx without the admin key (gateway/admin/auth.py's ``operator_view``)."""
         return f"http://{self.config.host}:{self.config.gateway_ports[0]}/ready"
 
+    def ready_urls(self) -> list[str]:
+        """Every gateway's /ready, straight from this host (the detail is not given through nginx)."""
+        return [f"http://{self.config.host}:{p}/ready" for p in self.config.gateway_ports]
+
+    def fleet_line(self, detail: dict[str, Any]) -> tuple[str, bool]:
+        """One gateway's view of the fleet as a log line, and whether it is whole: every replica of every
+        ``always`` model ready, every on-demand model published (asleep until a request wakes it, or
+        awake)."""
+        want, lazy = self.expected(), self.on_demand()
+        models = detail.get("models", {})
+        have = {m: v.get("ready_replicas", 0) for m, v in models.items()}
+        states = {m: str(models.get(m, {}).get("state", "unavailable")) for m in lazy}
+        line = ", ".join([f"{m} {have.get(m, 0)}/{n}" for m, n in want.items()] +
+                         [f"{m} {s}" for m, s in states.items()])  # fmt: skip
+        published = all(s in ("asleep", "awake") for s in states.values())
+        return line, published and all(have.get(m, 0) >= n for m, n in want.items())
+
     async def wait_for_fleet(self) -> None:
-        """Poll the gateway's /ready detail until every replica of every ``always`` model is ready and
-        every on-demand model is published (asleep until a request wakes it, or awake)."""
-        want, lazy, seen = self.expected(), self.on_demand(), ""
+        """Poll every gateway's /ready detail until each of them sees the whole fleet (nginx may send the
+        first request to any of them)."""
+        seen = ""
         deadline = time.monotonic() + self.config.ready_deadline_s
         async with httpx.AsyncClient(timeout=5.0) as client:
             while time.monotonic() < deadline:
                 self.check_alive()
-                detail = await ready_detail(client, self.gateway_ready_url)
-                models = detail.get("models", {})
-                have = {m: v.get("ready_replicas", 0) for m, v in models.items()}
-                states = {m: str(models.get(m, {}).get("state", "unavailable")) for m in lazy}
-                line = ", ".join([f"{m} {have.get(m, 0)}/{n}" for m, n in want.items()] +
-                                 [f"{m} {s}" for m, s in states.items()])  # fmt: skip
+                views = [self.fleet_line(await ready_detail(client, url)) for url in self.ready_urls()]
+                line = " | ".join(v[0] for v in views)
                 if line != seen:
-                    log.info("replicas ready: %s", line)
+                    log.info("replicas ready (per gateway): %s", line)
                     seen = line
-                published = all(s in ("asleep", "awake") for s in states.values())
-                if published and all(have.get(m, 0) >= n for m, n in want.items()):
+                if all(whole for _, whole in views):
                     return
                 await asyncio.sleep(1.0)
         raise RuntimeError(
