@@ -6,7 +6,9 @@ real vLLM on CPU (``--real``: the default fleet's on-demand model) or the FAKE E
 tests/bench/test_autoscale_cycles.py).
 
 Per cycle it reports the first answer's time against the cold start the supervisor measured (and the
-mean it keeps in Redis for the gateways' ETA), the most replicas READY during the burst, and the fault
+mean it keeps in Redis for the gateways' ETA), the most replicas READY during the burst and from the
+burst until the model is back at zero (a replica that starts slower than the burst lasts is READY only
+after it, so on CPU vLLM the second one rarely serves the burst), and the fault
 suite's checkers (bench/faults/checks.py) over the cycle's requests: each with its own ``X-Request-Id``,
 judged as the client saw it (answered, a clear error, lost: no answer nor error, cut: a stream ended
 without its last event or an error event), and its generations counted from the engines' own request
@@ -79,6 +81,9 @@ class Cycle:
     cold_start_s: float
     cold_start_mean_s: float
     most_ready: int
+    """The most READY from the first request until the model was back at zero."""
+    ready_in_burst: int
+    """The most READY while the burst ran."""
     requests: int
     answered: int
     clear: int
@@ -133,6 +138,7 @@ class Report:
             "ran_twice": sum(c.ran_twice for c in self.cycles),
             "unseen_at_engines": sum(c.unseen for c in self.cycles),
             "most_ready": sorted({c.most_ready for c in self.cycles}),
+            "ready_in_burst": [c.ready_in_burst for c in self.cycles],
             "first_answer_minus_cold_start_s": [
                 round(c.first_answer_s - c.cold_start_s, 3) for c in self.cycles
             ],
@@ -190,7 +196,7 @@ async def workers(
         act = Activator(
             sup, keys, lambda: rec.fleet, lambda r: 0, lambda: 1 << 40, metrics, ActivatorOptions()
         )
-        auto = Autoscaler(rec, redis, keys, metrics, every_s=0.2)
+        auto = Autoscaler(rec, redis, keys, metrics, every_s=0.2, act=act)
         try:
             async with control_loops(sup, rec, act, auto):
                 yield sup, metrics, redis, keys
@@ -267,6 +273,28 @@ def judged(sent: Sent, runs: EngineRuns, ids: str) -> tuple[int, int, int, int, 
     return report.sent, report.answered, report.clear, lost, cut, len(runs.ran_twice), unseen
 
 
+async def at_zero(c: httpx.AsyncClient, gateways: list[str], model: str) -> bool:
+    """Every gateway lists no replica of ``model`` (its /ready detail, seen from this host): a request
+    sent now is held at zero, with an ETA."""
+    for url in gateways:
+        r = await c.get(url + "/ready")
+        if r.json().get("models", {}).get(model, {}).get("replicas", 0):
+            return False
+    return True
+
+
+async def back_at_zero(sup: Supervisor, most: int) -> int:
+    """Wait until the model is back at zero; the most READY meanwhile (or ``most``, if more)."""
+    seen = [most]
+
+    def zero() -> bool:
+        seen.append(ready(sup))
+        return not sup.replicas
+
+    await until(zero, 600, "the model back at zero", interval_s=0.05)
+    return max(seen)
+
+
 def logs(tmp: Path) -> list[Path]:
     """The replicas' logs (``<replica id>.log``; the checkers read only the engines' lines)."""
     return sorted(tmp.glob("*.log"))
@@ -285,23 +313,25 @@ async def run(tmp: Path, real: bool, cycles: int, burst: int, delay_s: float, re
         sup, metrics, redis, keys = w
         for i in range(1, cycles + 1):
             await until(lambda: not sup.replicas, 600, "the model at zero")
+            await until(lambda: at_zero(c, [a, b], model), 30, "the gateways see the model at zero")
             cold0 = metrics.cold_starts.labels(model)._sum.get()
             eta = await read_cold_start(redis, keys, model)
             ids = f"asc.{i}."
             sent = await one_cycle(c, sup, [a, b], model, burst, ids)
             cold = metrics.cold_starts.labels(model)._sum.get() - cold0
-            mean = await read_cold_start(redis, keys, model, sup.replicas[0].spec.device_kind) or 0.0
-            await until(lambda: not sup.replicas, 600, "the model back at zero")  # its logs complete
+            mean = await read_cold_start(redis, keys, model) or 0.0
+            most = await back_at_zero(sup, sent.most)  # its logs complete then
             runs = count_engine_runs(logs(tmp), ids, {})
             n, answered, clear, lost, cut, twice, unseen = judged(sent, runs, ids)
-            cycle = Cycle(sent.first_s, cold, mean, sent.most, n, answered, clear, lost, cut, twice, unseen,
-                          eta, sent.told)  # fmt: skip
+            cycle = Cycle(sent.first_s, cold, mean, most, sent.most, n, answered, clear, lost, cut, twice,
+                          unseen, eta, sent.told)  # fmt: skip
             report.cycles.append(cycle)
             err = "none" if cycle.eta_error is None else f"{cycle.eta_error:+.0%}"
             print(f"cycle {i}: first answer {sent.first_s:.2f} s, cold start {cold:.2f} s "
                   f"(mean {mean:.2f} s), ETA {eta} s (told {sent.told}, error {err}), "
-                  f"{sent.most} READY at most, {n} requests, {answered} answered, {clear} clear errors, "
-                  f"{lost} lost, {cut} cut, {twice} ran twice, {unseen} unseen", flush=True)  # fmt: skip
+                  f"{most} READY at most ({sent.most} in the burst), {n} requests, {answered} answered, "
+                  f"{clear} clear errors, {lost} lost, {cut} cut, {twice} ran twice, {unseen} unseen",
+                  flush=True)  # fmt: skip
     return report
 
 

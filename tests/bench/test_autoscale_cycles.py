@@ -16,6 +16,7 @@ async def test_two_cycles_from_zero_to_two_and_back(tmp_path: Path, redis_url: s
     assert len(report.cycles) == 2
     assert [(c.failed, c.lost, c.cut, c.ran_twice, c.unseen) for c in report.cycles] == [(0,) * 5] * 2
     assert [c.most_ready for c in report.cycles] == [2, 2]
+    assert [c.ready_in_burst for c in report.cycles] == [2, 2]  # fake streams outlast a start
     assert all(c.cold_start_s > 0 for c in report.cycles)
     assert [c.eta_s is None for c in report.cycles] == [True, False]  # the 2nd is told the 1st's start
     assert report.cycles[1].eta_error is not None
