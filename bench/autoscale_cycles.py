@@ -6,9 +6,17 @@ real vLLM on CPU (``--real``: the default fleet's on-demand model) or the FAKE E
 tests/bench/test_autoscale_cycles.py).
 
 Per cycle it reports the first answer's time against the cold start the supervisor measured (and the
-mean it keeps in Redis for the gateways' ETA), the most replicas READY during the burst, failed
-requests and streams cut (no ``[DONE]``). Requests run twice are not checked here (the fault suite's
-checkers are not wired in).
+mean it keeps in Redis for the gateways' ETA), the most replicas READY during the burst and from the
+burst until the model is back at zero (a replica that starts slower than the burst lasts is READY only
+after it, so on CPU vLLM the second one rarely serves the burst), and the fault
+suite's checkers (bench/faults/checks.py) over the cycle's requests: each with its own ``X-Request-Id``,
+judged as the client saw it (answered, a clear error, lost: no answer nor error, cut: a stream ended
+without its last event or an error event), and its generations counted from the engines' own request
+logs (``Received request <id>``, vLLM's ``--enable-log-requests``, which the FAKE ENGINE logs too): a
+request that ran twice, or was answered with no generation at an engine, breaks the rule. The ETA error
+is the ETA the gateways told the held request (the cold-start estimate in Redis as the cycle began, which
+the held stream's first comment says in whole seconds) against the cold start measured in that cycle;
+the first cycle has none (nothing was measured yet). Target: within 20 %.
 
     flock /tmp/llmgw-heavy.lock .venv/bin/python -m bench.autoscale_cycles --real --cycles 3
 """
@@ -19,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import re
 import tempfile
 import time
 import uuid
@@ -31,6 +40,16 @@ import httpx
 import redis.asyncio as aioredis
 import yaml
 
+from bench.faults.checks import (
+    ANSWERED,
+    EngineRuns,
+    Outcome,
+    client_report,
+    count_engine_runs,
+    judge_stream,
+    judge_whole,
+)
+from bench.faults.workload import Request, send
 from bench.on_demand_cycles import fake_launch, real_launch, roomy
 from contract.cold_starts import read_cold_start
 from contract.fleet import load_fleet
@@ -51,6 +70,9 @@ from workers.wiring import control_loops
 REPO = Path(__file__).resolve().parents[1]
 POLL_S = 0.25
 """The gateways' registry poll."""
+LOG_REQUESTS = "--enable-log-requests"
+"""vLLM's flag (and the FAKE ENGINE's): ``Received request <id>`` per generation, what the checkers count."""
+ETA_COMMENT = re.compile(r"^: waiting for \S+, eta (\d+) s")
 
 
 @dataclass
@@ -59,9 +81,36 @@ class Cycle:
     cold_start_s: float
     cold_start_mean_s: float
     most_ready: int
+    """The most READY from the first request until the model was back at zero."""
+    ready_in_burst: int
+    """The most READY while the burst ran."""
     requests: int
-    failed: int
+    answered: int
+    clear: int
+    """Requests refused or ended with an error in their API's shape (a failure with a word)."""
+    lost: int
+    """Requests with neither an answer nor a clear error (the fault suite's no-answer checker)."""
     cut: int
+    """Streams ended without their last event or an error event."""
+    ran_twice: int
+    """Requests whose generation reached an engine twice (the fault suite's generations checker)."""
+    unseen: int
+    """Answered requests of which no engine logged a generation (the count itself is broken)."""
+    eta_s: float | None
+    """The cold-start estimate the gateways held as the cycle began (None: nothing measured yet)."""
+    eta_told_s: float | None
+    """The ETA in the held stream's first comment (whole seconds; None: "unknown")."""
+
+    @property
+    def failed(self) -> int:
+        return self.requests - self.answered
+
+    @property
+    def eta_error(self) -> float | None:
+        """(ETA told - measured cold start) / measured cold start; None without an ETA."""
+        if self.eta_s is None or self.cold_start_s <= 0:
+            return None
+        return (self.eta_s - self.cold_start_s) / self.cold_start_s
 
 
 @dataclass
@@ -71,23 +120,33 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        """Every request answered, no stream cut, 2 replicas reached in every cycle."""
-        return all(c.failed == 0 and c.cut == 0 and c.most_ready == 2 for c in self.cycles)
+        """Every request answered once, no stream cut, 2 replicas reached in every cycle."""
+        return all(
+            c.failed == c.lost == c.cut == c.ran_twice == c.unseen == 0 and c.most_ready == 2
+            for c in self.cycles
+        )
 
     def summary(self) -> dict[str, Any]:
+        errors = [c.eta_error for c in self.cycles]
         return {
             "mode": self.mode,
             "cycles": len(self.cycles),
             "requests": sum(c.requests for c in self.cycles),
             "failed": sum(c.failed for c in self.cycles),
+            "lost": sum(c.lost for c in self.cycles),
             "cut": sum(c.cut for c in self.cycles),
+            "ran_twice": sum(c.ran_twice for c in self.cycles),
+            "unseen_at_engines": sum(c.unseen for c in self.cycles),
             "most_ready": sorted({c.most_ready for c in self.cycles}),
+            "ready_in_burst": [c.ready_in_burst for c in self.cycles],
             "first_answer_minus_cold_start_s": [
                 round(c.first_answer_s - c.cold_start_s, 3) for c in self.cycles
             ],
             "mean_vs_measured": [
                 round(c.cold_start_mean_s / max(c.cold_start_s, 1e-9), 3) for c in self.cycles
             ],
+            "eta_error": [None if e is None else round(e, 3) for e in errors],
+            "eta_within_20pct": all(abs(e) <= 0.2 for e in errors if e is not None),
         }
 
 
@@ -98,6 +157,8 @@ def fleet_for(real: bool, delay_s: float, base_port: int) -> tuple[str, str]:
         model = next(m for m in load_fleet(REPO / "fleet.yaml").models if m.on_demand)
         data = model.model_dump(mode="json", exclude_none=True)
         data.update(replicas=0, scaling=rule, idle_timeout_s=3600, placement={"devices": [0]})
+        engine = data.setdefault("engine", {})
+        engine["extra_args"] = [*engine.get("extra_args", []), LOG_REQUESTS]
     else:
         data = {
             "name": "as",
@@ -107,7 +168,7 @@ def fleet_for(real: bool, delay_s: float, base_port: int) -> tuple[str, str]:
             "wake_timeout_s": 60,
             "concurrency": 8,
             "scaling": rule,
-            "engine": {"extra_args": ["--delay-ms", "150"]},
+            "engine": {"extra_args": ["--delay-ms", "150", LOG_REQUESTS]},
         }  # fmt: skip  streams outlast a start
     return yaml.safe_dump({"defaults": {"base_port": base_port}, "models": [data]}), data["name"]
 
@@ -135,7 +196,7 @@ async def workers(
         act = Activator(
             sup, keys, lambda: rec.fleet, lambda r: 0, lambda: 1 << 40, metrics, ActivatorOptions()
         )
-        auto = Autoscaler(rec, redis, keys, metrics, every_s=0.2)
+        auto = Autoscaler(rec, redis, keys, metrics, every_s=0.2, act=act)
         try:
             async with control_loops(sup, rec, act, auto):
                 yield sup, metrics, redis, keys
@@ -147,21 +208,44 @@ def ready(sup: Supervisor) -> int:
     return sum(r.state is ReplicaState.READY for r in sup.replicas)
 
 
-async def stream(c: httpx.AsyncClient, url: str, model: str) -> tuple[int, bool]:
-    """One chat stream: (status, ended with [DONE])."""
+def chat(model: str) -> Request:
     body = {"model": model, "max_tokens": 16, "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
-    async with c.stream("POST", url + "/v1/chat/completions", json=body) as r:
-        lines = [line async for line in r.aiter_lines() if line.startswith("data: ")]
-        return r.status_code, bool(lines) and lines[-1] == "data: [DONE]"
+    return Request("chat-stream", "/v1/chat/completions", body, True)
+
+
+async def held(c: httpx.AsyncClient, url: str, model: str, rid: str) -> tuple[Outcome, float | None]:
+    """The request held through the cold start (a stream), judged; with the ETA its first comment told."""
+    told: float | None = None
+    events: list[bytes] = []
+    req = chat(model)
+    async with c.stream("POST", url + req.path, json=req.body, headers={"x-request-id": rid}) as r:
+        if r.status_code != 200:
+            return Outcome(req.kind, True, *judge_whole(r.status_code, await r.aread())), None
+        async for line in r.aiter_lines():
+            if line.startswith("data:"):
+                events.append(line.removeprefix("data:").strip().encode())
+            elif told is None and (m := ETA_COMMENT.match(line)):
+                told = float(m.group(1))
+    return Outcome(req.kind, True, *judge_stream(events)), told
+
+
+@dataclass
+class Sent:
+    """What one cycle sent: the outcomes, the first answer's time, the ETA told, the most READY."""
+
+    outcomes: list[Outcome]
+    first_s: float
+    told: float | None
+    most: int
 
 
 async def one_cycle(
-    c: httpx.AsyncClient, sup: Supervisor, gateways: list[str], model: str, burst: int
-) -> tuple[float, int, int, int, int]:
-    """(first answer s, most READY, requests, failed, cut) of one cycle from zero."""
+    c: httpx.AsyncClient, sup: Supervisor, gateways: list[str], model: str, burst: int, ids: str
+) -> Sent:
+    """One cycle from zero: the held request, then ``burst`` streams over the gateways; ids ``<ids><n>``."""
     started = time.perf_counter()
-    results = [await stream(c, gateways[0], model)]
-    first = time.perf_counter() - started
+    first, told = await held(c, gateways[0], model, f"{ids}0")
+    first_s = time.perf_counter() - started
     most = ready(sup)
     done = asyncio.Event()
 
@@ -172,12 +256,48 @@ async def one_cycle(
             await asyncio.sleep(0.05)
 
     watcher = asyncio.create_task(watch())
-    results += await asyncio.gather(*(stream(c, gateways[i % len(gateways)], model) for i in range(burst)))
+    rest = await asyncio.gather(
+        *(send(c, gateways[i % len(gateways)], chat(model), f"{ids}{i + 1}", {}) for i in range(burst))
+    )
     done.set()
     await watcher
-    failed = sum(status != 200 for status, _ in results)
-    cut = sum(status == 200 and not finished for status, finished in results)
-    return first, most, len(results), failed, cut
+    return Sent([first, *rest], first_s, told, most)
+
+
+def judged(sent: Sent, runs: EngineRuns, ids: str) -> tuple[int, int, int, int, int, int, int]:
+    """(requests, answered, clear, lost, cut, ran twice, unseen) by the fault suite's checkers; unseen:
+    answered, yet no engine logged its generation."""
+    report = client_report(sent.outcomes, gateway_killed=False)
+    unseen = sum(o.outcome == ANSWERED and f"{ids}{n}" not in runs.ids for n, o in enumerate(sent.outcomes))
+    lost, cut = len(report.no_answer), len(report.cut_streams)
+    return report.sent, report.answered, report.clear, lost, cut, len(runs.ran_twice), unseen
+
+
+async def at_zero(c: httpx.AsyncClient, gateways: list[str], model: str) -> bool:
+    """Every gateway lists no replica of ``model`` (its /ready detail, seen from this host): a request
+    sent now is held at zero, with an ETA."""
+    for url in gateways:
+        r = await c.get(url + "/ready")
+        if r.json().get("models", {}).get(model, {}).get("replicas", 0):
+            return False
+    return True
+
+
+async def back_at_zero(sup: Supervisor, most: int) -> int:
+    """Wait until the model is back at zero; the most READY meanwhile (or ``most``, if more)."""
+    seen = [most]
+
+    def zero() -> bool:
+        seen.append(ready(sup))
+        return not sup.replicas
+
+    await until(zero, 600, "the model back at zero", interval_s=0.05)
+    return max(seen)
+
+
+def logs(tmp: Path) -> list[Path]:
+    """The replicas' logs (``<replica id>.log``; the checkers read only the engines' lines)."""
+    return sorted(tmp.glob("*.log"))
 
 
 async def run(tmp: Path, real: bool, cycles: int, burst: int, delay_s: float, redis_url: str) -> Report:
@@ -193,13 +313,25 @@ async def run(tmp: Path, real: bool, cycles: int, burst: int, delay_s: float, re
         sup, metrics, redis, keys = w
         for i in range(1, cycles + 1):
             await until(lambda: not sup.replicas, 600, "the model at zero")
+            await until(lambda: at_zero(c, [a, b], model), 30, "the gateways see the model at zero")
             cold0 = metrics.cold_starts.labels(model)._sum.get()
-            first, most, n, failed, cut = await one_cycle(c, sup, [a, b], model, burst)
+            eta = await read_cold_start(redis, keys, model)
+            ids = f"asc.{i}."
+            sent = await one_cycle(c, sup, [a, b], model, burst, ids)
             cold = metrics.cold_starts.labels(model)._sum.get() - cold0
-            mean = await read_cold_start(redis, keys, model, sup.replicas[0].spec.device_kind) or 0.0
-            report.cycles.append(Cycle(first, cold, mean, most, n, failed, cut))
-            print(f"cycle {i}: first answer {first:.2f} s, cold start {cold:.2f} s (mean {mean:.2f} s), "
-                  f"{most} READY at most, {n} requests, {failed} failed, {cut} cut", flush=True)  # fmt: skip
+            mean = await read_cold_start(redis, keys, model) or 0.0
+            most = await back_at_zero(sup, sent.most)  # its logs complete then
+            runs = count_engine_runs(logs(tmp), ids, {})
+            n, answered, clear, lost, cut, twice, unseen = judged(sent, runs, ids)
+            cycle = Cycle(sent.first_s, cold, mean, most, sent.most, n, answered, clear, lost, cut, twice,
+                          unseen, eta, sent.told)  # fmt: skip
+            report.cycles.append(cycle)
+            err = "none" if cycle.eta_error is None else f"{cycle.eta_error:+.0%}"
+            print(f"cycle {i}: first answer {sent.first_s:.2f} s, cold start {cold:.2f} s "
+                  f"(mean {mean:.2f} s), ETA {eta} s (told {sent.told}, error {err}), "
+                  f"{most} READY at most ({sent.most} in the burst), {n} requests, {answered} answered, "
+                  f"{clear} clear errors, {lost} lost, {cut} cut, {twice} ran twice, {unseen} unseen",
+                  flush=True)  # fmt: skip
     return report
 
 

@@ -66,7 +66,8 @@ class SupervisorMetrics:
         )
         self.sleeps = Counter(
             "llmgw_supervisor_sleeps",
-            "On-demand models put to sleep, by reason (idle, room: to let another model wake).",
+            "Replicas put to sleep, by reason (idle, room: to let another model wake, scale_down: the "
+            "scaler removed it where sleep exists; stopped after one more scale_down_delay_s).",
             ["model", "reason"],
             registry=r,
         )

@@ -84,7 +84,7 @@ def build_control_plane(
         sup, keys, lambda: rec.fleet, estimate, free_bytes, metrics, activator or ActivatorOptions(),
         gpu_reading=gpu_reading, weights=weights,
     )  # fmt: skip
-    auto = Autoscaler(rec, registry.redis, keys, metrics)
+    auto = Autoscaler(rec, registry.redis, keys, metrics, act=act)
     return ControlPlane(sup, rec, act, metrics, state, TaskGroup(metrics.failed), auto)
 
 

@@ -30,6 +30,7 @@ EXPECTED = {
     "LLMGWFleetChangeFailed": (">", 0.0, "0s", "warning"),
     "LLMGWWakeFailed": (">", 0.0, "0s", "warning"),
     "LLMGWScaleShort": (">", 0.0, "10m", "warning"),
+    "LLMGWHeldPastETA": (">", 0.2, "0s", "warning"),
     "LLMGWTargetDown": ("<", 1.0, "2m", "warning"),
 }
 

@@ -25,13 +25,18 @@ from contract.fleet_file import FleetWatch
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryWriter, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
+from gateway.admission.base import Ticket
+from gateway.admission.queue_scripts import QueueScripts, ticket_id
+from gateway.admission.redis_wire import PipelinedRedis
 from testing.fake_nvidia_smi import fake_gpu_env
 from testing.fake_workers import fake_gpu_launch
 from testing.poll import until
 from testing.procs import free_port
 from tests.workers.test_on_demand import OPTIONS, Stack, fits
+from workers.autoscale.loop import Autoscaler
 from workers.converge.loop import Reconciler
 from workers.host.gpu import nvidia_smi_reading
+from workers.life.adopt import pid_alive
 from workers.life.owner import Replica, Supervisor
 from workers.ondemand.activator import Activator, ActivatorOptions
 from workers.replica.oom import needed_bytes
@@ -57,8 +62,9 @@ def estimate(r: Replica) -> int:
 
 @asynccontextmanager
 async def gpu_stack(
-    tmp: Path, redis_url: str, models: list[dict[str, Any]], host_ram_gib: float = 0
+    tmp: Path, redis_url: str, models: list[dict[str, Any]], host_ram_gib: float = 0, scale: bool = False
 ) -> AsyncIterator[Stack]:
+    """The control plane on a FAKE GPU; ``scale``: with the scaler's loop too."""
     redis = aioredis.Redis.from_url(redis_url)
     keys = RedisKeys(f"gs{uuid.uuid4().hex[:6]}")
     metrics = SupervisorMetrics()
@@ -78,8 +84,9 @@ async def gpu_stack(
             ActivatorOptions(tick_s=0.05, gpu_settle_s=SETTLE_S),
             gpu_reading=nvidia_smi_reading, weights=lambda r: 13 * GIB,
         )  # fmt: skip
+        auto = Autoscaler(rec, redis, keys, metrics, every_s=0.05, act=act) if scale else None
         try:
-            async with control_loops(sup, rec, act):
+            async with control_loops(sup, rec, act, auto):
                 yield Stack(sup, act, redis, keys, metrics, path)
         finally:
             await redis.aclose()
@@ -204,3 +211,40 @@ async def test_a_sleep_that_keeps_most_of_the_memory_stops_the_replica_from_then
         await wake(st, "e")
         await idle(st, "e")  # stopped directly this time
         assert not st.replica("e-0").process.alive
+
+
+async def test_a_scale_down_sleeps_first_and_demand_back_within_the_delay_wakes_it_rather_than_starting(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Issue 47 item 4: where sleep exists, the scaler's scale-down drains the replica and puts it to sleep
+    in place; demand that returns within the delay wakes it (same process, one /wake_up, no new replica,
+    no cold start); asleep for the whole delay, it is stopped."""
+    rule = {"min_replicas": 0, "max_replicas": 2, "target_per_replica": 1, "scale_down_delay_s": 1.0}
+    model = {"name": "g", "replicas": 0, "scaling": rule, "sleep": {"level": "auto"}}
+    async with gpu_stack(tmp_path, redis_url, [with_calls(tmp_path, model)], 40, scale=True) as st:
+        queue = QueueScripts(PipelinedRedis.like(st.redis, 2.0), st.keys, ttl_ms=30_000)
+
+        async def demand(n: int) -> str:  # a request waits in the shared queue (no capacity granted)
+            t = ticket_id("gw-a", str(n))
+            await queue.acquire(Ticket(f"r{n}", "g", "t", 0, 10, 30.0, 100), t, 0)
+            return t
+
+        first = await demand(0)
+        cold = await until(lambda: st.metrics.cold_starts.labels("g")._sum.get(), deadline_s=30)  # from 0
+        pid = st.replica("g-0").process.pid
+        assert pid is not None
+        await queue.leave("g", first, False, 0)
+        await until(lambda: st.state("g-0") is ReplicaState.ASLEEP, deadline_s=30)  # after the delay
+        assert st.replica("g-0").process.alive and st.act.levels["g-0"] == 1  # asleep in place, listed
+        assert st.count(st.metrics.sleeps, "g", "scale_down") == 1
+
+        again = await demand(1)  # within the delay
+        await until(lambda: st.state("g-0") is ReplicaState.READY, deadline_s=30)
+        assert st.replica("g-0").process.pid == pid  # woken, not started
+        assert [r.spec.id for r in st.sup.replicas] == ["g-0"]
+        assert st.metrics.cold_starts.labels("g")._sum.get() == cold  # a wake is no cold start
+
+        await queue.leave("g", again, False, 0)
+        await until(lambda: not st.sup.replicas, deadline_s=30)  # asleep for the delay, then stopped
+        assert not pid_alive(pid)
+        assert calls_file(tmp_path, "g") == ["POST /sleep?level=1", "POST /wake_up", "POST /sleep?level=1"]

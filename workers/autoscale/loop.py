@@ -13,7 +13,11 @@ Every ``every_s`` :class:`Autoscaler` reads, per such model, the demand summed o
   (from the decision to READY) is observed and folded into the model's mean in Redis
   (:func:`contract.cold_starts.record_cold_start`), which the gateways' ETA reads;
 * down: the idlest replica is drained and retired through the owner's one drain
-  (:meth:`Reconciler.scale_down`), so what runs on it finishes.
+  (:meth:`Reconciler.scale_down`), so what runs on it finishes. Where sleep exists (a GPU replica
+  launched with vLLM's sleep mode, given the activator), it is drained and put to sleep in place instead
+  (:meth:`Activator.sleep`, the same drain) and stays listed ASLEEP for one more ``scale_down_delay_s``
+  (:mod:`workers.autoscale.parked`), then is retired; demand that returns meanwhile wakes it through the
+  activator's one wake (:meth:`Activator.wake_now`) instead of starting a new replica.
 
 The loop is supervised (:func:`contract.supervision.every`): a failed tick, a Redis outage included
 (:data:`contract.redis_url.REDIS_DOWN`), is logged and counted and the next one comes after the one
@@ -30,6 +34,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Protocol
 
 import redis.asyncio as aioredis
 
@@ -43,6 +48,7 @@ from contract.replica_metrics import SupervisorMetrics
 from contract.scaling import ScalingRule, scaling_rule
 from contract.supervision import every
 from workers.autoscale.decide import ModelScaler
+from workers.autoscale.parked import Parked
 from workers.converge.actions import Start, plan
 from workers.converge.loop import Reconciler
 from workers.life.owner import Replica
@@ -71,6 +77,22 @@ def next_start(rec: Reconciler, model: str, count: int) -> ReplicaSpec | None:
     return next((a.spec for a in actions if isinstance(a, Start) and a.spec.model.name == model), None)
 
 
+class Sleeps(Protocol):
+    """What the scaler asks of the activator where sleep exists (the ``Activator`` of workers.ondemand)."""
+
+    def sleep_mode(self, r: Replica) -> bool:
+        """Whether ``r`` sleeps in place (a GPU replica launched with vLLM's sleep mode)."""
+        ...
+
+    async def sleep(self, r: Replica, why: str, reason: str = "idle") -> None:
+        """Drain ``r`` (the one drain) and put it to sleep, published ASLEEP."""
+        ...
+
+    async def wake_now(self, model: str, replicas: list[Replica], why: str) -> None:
+        """Wake ``replicas`` through the model's one wake, and wait for it."""
+        ...
+
+
 class Autoscaler:
     """The supervised scaling loop (see the module doc)."""
 
@@ -82,9 +104,12 @@ class Autoscaler:
         metrics: SupervisorMetrics,
         every_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        act: Sleeps | None = None,
     ) -> None:
         self.rec, self.redis, self.keys, self.metrics = rec, redis, keys, metrics
-        self.every_s, self.clock = every_s, clock
+        self.every_s, self.clock, self.act = every_s, clock, act
+        self.parked = Parked()
+        """Replicas a scale-down put to sleep (where sleep exists), stopped after one more delay."""
         self.scalers: dict[str, ModelScaler] = {}
         self.refusing: set[str] = set()
         """Models whose next replica did not fit (logged once until it fits again)."""
@@ -130,17 +155,55 @@ class Autoscaler:
         inflight = await replica_inflight(self.redis, self.keys, m.name)
         if self.rec.lock.locked():
             return
-        ids = [r.spec.id for r in self.listed(m.name)]
+        listed = self.listed(m.name)
+        self.parked.keep_only([r.spec.id for r in listed if r.state is ReplicaState.ASLEEP])
+        ids = [r.spec.id for r in listed if r.spec.id not in self.parked]
         scaler = self.scaler(m.name, rule)
         total = max(demand.total, 1 if demand.waiting_at_zero else 0)
-        fits = scaler.auto.needed(total) <= len(ids) or await self.fits(m.name, len(ids) + 1)
+        fits = scaler.auto.needed(total) <= len(listed) or await self.fits(m.name, len(listed) + 1)
         d = scaler.decide(demand.total, demand.waiting_at_zero, ids, inflight, self.clock(), fits)
         self.report(m.name, d.desired)
         if d.remove is not None:
-            await self.rec.scale_down(self.rec.sup.find(d.remove), len(ids) - 1)
+            await self.remove(self.rec.sup.find(d.remove), len(listed) - 1)
         elif d.start:
-            await self.grow(m.name, len(ids), len(ids) + d.start)
+            await self.add(m.name, [r.spec.id for r in listed], d.start)
+        await self.stop_parked(m.name, rule)
         self.metrics.replicas_actual.labels(m.name).set(len(self.listed(m.name)))
+
+    def sleeps_first(self, r: Replica) -> bool:
+        """Whether ``r`` sleeps before it goes: a READY GPU replica with vLLM's sleep mode."""
+        return self.act is not None and r.state is ReplicaState.READY and self.act.sleep_mode(r)
+
+    async def remove(self, r: Replica, left: int) -> None:
+        """Scale ``r``'s model down by ``r``: asleep (parked) where sleep exists, else drained and retired."""
+        if self.act is not None and self.sleeps_first(r):
+            delay = scaling_rule(r.spec.model).scale_down_delay_s
+            log.info("autoscale model=%s replica=%s sleeps before it goes (stopped in %g s unless demand "
+                     "returns)", r.spec.model.name, r.spec.id, delay)  # fmt: skip
+            await self.act.sleep(r, "scale down", reason="scale_down")
+            if r.state is ReplicaState.ASLEEP:
+                self.parked.park(r.spec.id, self.clock())
+                return
+        await self.rec.scale_down(r, left)
+
+    async def add(self, name: str, listed: list[str], start: int) -> None:
+        """``start`` more serving replicas: the parked ones woken first, the rest started."""
+        wake = self.parked.to_wake(listed, start) if self.act is not None else []
+        if self.act is not None and wake:
+            for rid in wake:
+                self.parked.take(rid)
+            log.info("autoscale model=%s wakes %s: demand returned within the delay", name, ", ".join(wake))
+            await self.act.wake_now(name, [self.rec.sup.find(rid) for rid in wake], "demand returned")
+        if start > len(wake):
+            await self.grow(name, len(listed), len(listed) + start - len(wake))
+
+    async def stop_parked(self, name: str, rule: ScalingRule) -> None:
+        """Retire the parked replicas asleep for ``scale_down_delay_s`` (drained before they slept)."""
+        listed = [r.spec.id for r in self.listed(name)]
+        for rid in self.parked.due(listed, self.clock(), rule.scale_down_delay_s):
+            self.parked.take(rid)
+            log.info("autoscale model=%s replica=%s asleep for the delay: stopped", name, rid)
+            await self.rec.scale_down(self.rec.sup.find(rid), len(self.listed(name)) - 1)
 
     async def fits(self, name: str, count: int) -> bool:
         """Whether the next replica of ``name`` fits the host's memory (the reconciler's headroom probe);

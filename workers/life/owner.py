@@ -228,10 +228,13 @@ class Supervisor:
     async def wake(self, r: Replica, bring_up: Step) -> bool:
         """WAKING with a new instance, ``bring_up`` (start or resume it, warm it up), READY and watched.
         A failed bring-up stops the process and leaves it ASLEEP. False when it did not wake (or was
-        retired meanwhile)."""
+        retired meanwhile); a replica awake already (another wake came first) is left as it is: True
+        when it serves."""
         async with r.lock:
             if r.retired or self.stopping.is_set():
                 return False
+            if r.state is not ReplicaState.ASLEEP:
+                return r.state in ROUTABLE
             self.launched(r)
             await self.move(r, ReplicaState.WAKING)
             try:

@@ -202,10 +202,25 @@ class Activator:
         self.sleeping[model] = task
         task.add_done_callback(lambda _: self.sleeping.pop(model, None))
 
-    def spawn_wake(self, model: str, replicas: list[Replica], why: str) -> None:
+    def spawn_wake(self, model: str, replicas: list[Replica], why: str) -> asyncio.Task[bool]:
+        """Wake the model's ``replicas`` in a task of its own; one wake per model at a time: while one is
+        under way, that one is the answer."""
+        held = self.wakes.get(model)
+        if held is not None:
+            return held
         task = asyncio.create_task(guarded("wake", self.wake(model, replicas, why), self.failed, model))
         self.wakes[model] = task
         task.add_done_callback(lambda _: self.wakes.pop(model, None))
+        return task
+
+    def sleep_mode(self, r: Replica) -> bool:
+        """Whether ``r`` sleeps in place (a GPU replica launched with vLLM's sleep mode)."""
+        return self.choice.sleep_mode(r)
+
+    async def wake_now(self, model: str, replicas: list[Replica], why: str) -> None:
+        """Wake ``replicas`` (the scaler's: demand came back for replicas it put to sleep) through the one
+        wake of the model, and wait for it; a wake already under way is waited for instead."""
+        await asyncio.shield(self.spawn_wake(model, replicas, why))
 
     async def wake(self, model: str, replicas: list[Replica], why: str) -> None:
         """Make room, start each replica, warm it up, publish it READY and announce the model ready."""
