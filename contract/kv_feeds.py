@@ -18,6 +18,7 @@ from contract.kv_keyer import load_keyer
 from contract.kv_trust import APPROXIMATE, EXACT
 from contract.redis_keys import RedisKeys
 from contract.replica_metrics import SupervisorMetrics
+from contract.supervision import cancelled
 
 log = logging.getLogger("llmgw.kv_feed")
 
@@ -92,8 +93,5 @@ class KvFeeds:
                 self.feeds[rid] = (t, feed, asyncio.create_task(feed.run(), name=f"kv feed {rid}"))
 
     async def aclose(self) -> None:
-        tasks = [task for _t, _f, task in self.feeds.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancelled([task for _t, _f, task in self.feeds.values()])
         self.feeds.clear()

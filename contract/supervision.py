@@ -153,3 +153,10 @@ class TaskGroup:
         for _, task in reversed(chosen):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def cancelled(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait until each has ended (their errors and cancellations swallowed)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

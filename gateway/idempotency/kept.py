@@ -19,6 +19,7 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable
 from typing import Any
 
+from contract.supervision import cancelled
 from gateway.errors import ClientClosedRequest, sse_error_event
 from gateway.idempotency.events import Event, EventIds, EventLog
 from gateway.idempotency.store import IdempotencyStore, KeyNames
@@ -52,10 +53,7 @@ class KeptStreams:
 
     async def aclose(self) -> None:
         """At shutdown (after the open streams were ended): what still runs or waits is cancelled."""
-        tasks = list(self.tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancelled(list(self.tasks))
 
     def keep(
         self, ctx: RequestContext, keys: KeyNames, parts: AsyncIterable[Any], grace_s: float

@@ -1,15 +1,14 @@
 """Models on demand, the supervisor's side: wake a model when a gateway asks, put it to sleep by policy.
 
 Every ``tick_s`` the activator reads, per on-demand model, the wake request and the demand the gateways
-leave in Redis (:mod:`workers.ondemand.demand`). The residency autopilot decides the rest
-(:mod:`workers.ondemand.steering`): which idle models sleep first for an asked model to fit, the idle
-timeout, headroom and wakes ahead; with the fleet's ``defaults.autopilot: false``, the previous policy
-(the room's ledger, :mod:`workers.ondemand.room`, on a GPU :mod:`workers.ondemand.gpu_room`, and the idle
-timeout). The owner wakes a replica (:meth:`workers.life.owner.Supervisor.wake`: WAKING, started or
-resumed, one token decoded, READY), the model is announced on :attr:`RedisKeys.state_channel`; a sleep
-drains it (``Supervisor.sleep``), by one strategy of :mod:`workers.ondemand.sleepers`: on a CPU the process
-stops; on a GPU with ``--enable-sleep-mode`` it sleeps in place at level 1 or 2 (stopped instead once it
-keeps half or more of its memory asleep). Each wake and sleep is one log line and one count."""
+leave in Redis (:mod:`workers.ondemand.demand`). The residency autopilot (:mod:`workers.ondemand.steering`)
+decides the rest: which idle models sleep first for an asked one to fit, the idle timeout, headroom and
+wakes ahead; with ``defaults.autopilot: false``, the previous policy (the room's ledger,
+:mod:`workers.ondemand.room` / :mod:`workers.ondemand.gpu_room`, and the idle timeout). The owner wakes a
+replica (:meth:`workers.life.owner.Supervisor.wake`: WAKING, started or resumed, one token, READY) and the
+model is announced on :attr:`RedisKeys.state_channel`; a sleep drains it, by a strategy of
+:mod:`workers.ondemand.sleepers` (CPU: the process stops; GPU with sleep mode: level 1 or 2 in place,
+stopped instead once it keeps half its memory asleep). Each wake and sleep: one log line, one count."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ from contract.redis_keys import RedisKeys
 from contract.redis_url import REDIS_DOWN
 from contract.registry import ROUTABLE, ReplicaState
 from contract.replica_metrics import SupervisorMetrics
-from contract.supervision import guarded
+from contract.supervision import cancelled, guarded
 from workers.converge.actions import device_key
 from workers.host.gpu import GpuReader, nvidia_smi_reading
 from workers.host.rss import tree_rss_bytes
@@ -94,13 +93,8 @@ class Activator:
         self.gpu = GpuRoom(self)
         """The GPU ledgers and their measurements."""
         deadline = sup.options.ready_deadline_s
-        self.choice = SleepChoice(
-            ProcessStop(sup.client, deadline),
-            VllmSleep(sup.client, deadline),
-            weights,
-            fleet,
-            lambda: sup.replicas,
-        )
+        stop, sleep = ProcessStop(sup.client, deadline), VllmSleep(sup.client, deadline)
+        self.choice = SleepChoice(stop, sleep, weights, fleet, lambda: sup.replicas)
         self.levels, self.stop_instead = self.choice.levels, self.choice.stop_instead
         self.steer = Steering(self)
         """The residency autopilot (on unless the fleet's ``defaults.autopilot`` is false)."""
@@ -133,10 +127,7 @@ class Activator:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.closing.wait(), self.options.tick_s)
         finally:
-            tasks = [*self.wakes.values(), *self.sleeping.values()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancelled([*self.wakes.values(), *self.sleeping.values()])
 
     def failed(self, action: str, model: str) -> None:
         self.metrics.actions.labels(action, model, "failed").inc()
@@ -315,8 +306,7 @@ class Activator:
         if r.on_gpu:
             self.unmeasured[r.spec.id] = f"wake from level {level}"
         if r.spec.device_kind == "cpu" and r.process.pid is not None:
-            size = await asyncio.to_thread(self.measure, r.process.pid)
-            self.measured[r.spec.model.name] = size
+            size = self.measured[r.spec.model.name] = await asyncio.to_thread(self.measure, r.process.pid)
             self.metrics.resident.labels(r.spec.model.name, r.spec.id).set(size)
         return True
 
@@ -334,9 +324,7 @@ class Activator:
         if not await self.sup.sleep(r, put_to_sleep, lambda r: self.announce(r.spec.model.name)):
             return
         self.metrics.sleeps.labels(r.spec.model.name, reason).inc()
-        log.info(
-            "replica=%s asleep (%s)", r.spec.id, f"level {levels[0]}" if levels[0] else "process stopped"
-        )
+        log.info("replica=%s asleep (%s)", r.spec.id, f"level {levels[0]}" if levels[0] else "stopped")
 
     async def put_to_sleep(self, r: Replica, level: SleepLevel | None = None) -> SleepLevel:
         """The drained replica asleep by its strategy, measured on a GPU; returns the level it sleeps at.
