@@ -86,6 +86,7 @@ class Topology:
     kind: str
     url: str
     nodes: list[Node] = field(default_factory=list)
+    binary: str = "redis-server"  # or another server that takes its flags (the tests' valkey-server)
 
     @property
     def data_ports(self) -> list[int]:
@@ -170,11 +171,11 @@ def without_replicaof(argv: list[str]) -> list[str]:
     return argv[:at] + argv[at + 3 :]
 
 
-def data_node(tmp: Path, role: str, extra: list[str]) -> Node:
+def data_node(tmp: Path, topo: Topology, role: str, extra: list[str]) -> Node:
     port = cluster_port() if role == "cluster" else free_port()
     d = tmp / f"{role}-{port}"
     d.mkdir(parents=True)
-    return spawn([*redis_server_argv("redis-server", port, d), *extra], d / "redis.log", role, port)
+    return spawn([*redis_server_argv(topo.binary, port, d), *extra], d / "redis.log", role, port)
 
 
 def serving(port: int) -> bool:
@@ -182,16 +183,16 @@ def serving(port: int) -> bool:
 
 
 def start_single(tmp: Path, topo: Topology) -> None:
-    node = data_node(tmp, "single", [])
+    node = data_node(tmp, topo, "single", [])
     topo.nodes.append(node)
     topo.url = f"redis://{HOST}:{node.port}/0"
     poll(lambda: serving(node.port), 10, "redis-server")
 
 
 def start_sentinel(tmp: Path, topo: Topology) -> None:
-    master = data_node(tmp, "master", [])
+    master = data_node(tmp, topo, "master", [])
     topo.nodes.append(master)
-    replica = data_node(tmp, "replica", ["--replicaof", HOST, str(master.port)])
+    replica = data_node(tmp, topo, "replica", ["--replicaof", HOST, str(master.port)])
     topo.nodes.append(replica)
     poll(lambda: "master_link_status:up" in cli(replica.port, "INFO", "replication"), 15, "replica link")
     for _ in range(3):
@@ -203,9 +204,7 @@ def start_sentinel(tmp: Path, topo: Topology) -> None:
             f"port {port}\nbind {HOST}\ndir {d}\nsentinel monitor {SERVICE} {HOST} {master.port} 2\n"
             f"sentinel down-after-milliseconds {SERVICE} 1000\nsentinel failover-timeout {SERVICE} 5000\n"
         )
-        topo.nodes.append(
-            spawn(["redis-server", str(conf), "--sentinel"], d / "sentinel.log", "sentinel", port)
-        )
+        topo.nodes.append(spawn([topo.binary, str(conf), "--sentinel"], d / "sentinel.log", "sentinel", port))
     sentinels = [n.port for n in topo.nodes if n.role == "sentinel"]
     topo.url = "redis+sentinel://" + ",".join(f"{HOST}:{p}" for p in sentinels) + f"/{SERVICE}?db=0"
     poll(lambda: all(sees_replicas(p) for p in sentinels), 20, "sentinels")
@@ -221,7 +220,7 @@ def start_cluster(tmp: Path, topo: Topology) -> None:
     extra = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
     extra += ["--cluster-node-timeout", "2000"]
     for _ in range(6):
-        topo.nodes.append(data_node(tmp, "cluster", extra))
+        topo.nodes.append(data_node(tmp, topo, "cluster", extra))
     nodes = topo.nodes
     topo.url = "redis+cluster://" + ",".join(f"{HOST}:{n.port}" for n in nodes)
     poll(lambda: all(serving(n.port) for n in nodes), 10, "cluster nodes")
@@ -247,10 +246,11 @@ STARTERS: dict[str, Callable[[Path, Topology], None]] = {
 }
 
 
-def start(kind: str, tmp: Path) -> Topology:
-    """Start ``kind`` (one of :data:`KINDS`) with its files under ``tmp``; stopped again if it fails."""
+def start(kind: str, tmp: Path, binary: str = "redis-server") -> Topology:
+    """Start ``kind`` (one of :data:`KINDS`) with its files under ``tmp``, its nodes ``binary`` (redis-server
+    or another server that takes its flags: valkey-server); stopped again if it fails."""
     tmp.mkdir(parents=True, exist_ok=True)
-    topo = Topology(kind, "")
+    topo = Topology(kind, "", binary=binary)
     try:
         STARTERS[kind](tmp, topo)
     except BaseException:
