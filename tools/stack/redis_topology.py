@@ -31,6 +31,9 @@ KINDS = ("single", "sentinel", "cluster")
 SERVICE = "llmgw"
 
 
+# A master sends a new replica its first full copy at once, not after Redis's default 5 s wait for more
+# replicas to share the transfer: each Sentinel and Cluster topology serves 5 s sooner, revived nodes too.
+NO_SYNC_DELAY = ("--repl-diskless-sync-delay", "0")
 BUS_OFFSET = 10_000  # a cluster node's bus port is its port + 10000
 CLUSTER_PORTS = (12_000, 22_000)  # node and bus ports both below the kernel's ephemeral range
 
@@ -190,9 +193,9 @@ def start_single(tmp: Path, topo: Topology) -> None:
 
 
 def start_sentinel(tmp: Path, topo: Topology) -> None:
-    master = data_node(tmp, topo, "master", [])
+    master = data_node(tmp, topo, "master", [*NO_SYNC_DELAY])
     topo.nodes.append(master)
-    replica = data_node(tmp, topo, "replica", ["--replicaof", HOST, str(master.port)])
+    replica = data_node(tmp, topo, "replica", [*NO_SYNC_DELAY, "--replicaof", HOST, str(master.port)])
     topo.nodes.append(replica)
     poll(lambda: "master_link_status:up" in cli(replica.port, "INFO", "replication"), 15, "replica link")
     for _ in range(3):
@@ -218,7 +221,7 @@ def sees_replicas(sentinel_port: int) -> bool:
 
 def start_cluster(tmp: Path, topo: Topology) -> None:
     extra = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-    extra += ["--cluster-node-timeout", "2000"]
+    extra += ["--cluster-node-timeout", "2000", *NO_SYNC_DELAY]
     for _ in range(6):
         topo.nodes.append(data_node(tmp, topo, "cluster", extra))
     nodes = topo.nodes
@@ -231,6 +234,14 @@ def start_cluster(tmp: Path, topo: Topology) -> None:
     )  # fmt: skip
     poll(topo.settled, 30, "cluster")
     poll(lambda: all(synced(n.port) for n in nodes), 30, "cluster replicas in sync")
+    poll(lambda: all(sees_roles(n.port, len(nodes) // 2) for n in nodes), 30, "cluster roles known to all")
+
+
+def sees_roles(port: int, masters: int) -> bool:
+    """The node on ``port`` knows every node's role: ``masters`` masters and as many replicas (just after
+    ``--cluster create``, a replica can still be a master without slots in another node's view)."""
+    flags = [line.split()[2] for line in cli(port, "CLUSTER", "NODES").splitlines() if line.strip()]
+    return sum("master" in f for f in flags) == masters and sum("slave" in f for f in flags) == masters
 
 
 def synced(port: int) -> bool:
