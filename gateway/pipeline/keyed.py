@@ -81,7 +81,7 @@ async def keyed(
         raise
     if isinstance(response, StreamingResponse):
         grace = ctx.model.stream_grace_s if ctx.model is not None else 0.0
-        response.body_iterator = gw.kept.keep(ctx, keys, response.body_iterator, grace)
+        response.body_iterator = gw.kept.keep(ctx, keys, response.body_iterator, grace, gone)
     else:
         body = bytes(response.body)
         await quietly(gw.idempotency.finish(keys.record, ctx.request_id, ctx.status, ctx.reply_type, False,

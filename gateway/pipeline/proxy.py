@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from starlette.responses import Response
 from starlette.types import Receive, Scope
 
+from contract.fleet import Model
 from gateway.endpoints import Route
 from gateway.errors import GatewayError, InternalError, ModelNotFound, error_response
 from gateway.migration.stream import plan_migration
@@ -99,7 +100,7 @@ class Proxy:
             lease = await admit(gw, ctx, pool, watch)  # 4
             parts = answer(gw, ctx, pool, lease)  # 5, 6, 7 (the lease is held and released there)
             left = "the client disconnected before the answer was ready"
-            first = await watched(anext(parts), watch, left, gw.open_requests)
+            first = await watched(anext(parts), kept_watch(ctx, model, watch), left, gw.open_requests)
         if streaming(ctx):
             return self.relayed(ctx, parts, limits)
         await parts.aclose()
@@ -131,3 +132,14 @@ class Proxy:
         response = error_response(err, ctx.api.dialect)
         response.headers["x-request-id"] = ctx.request_id
         return response
+
+
+def kept_watch(ctx: RequestContext, model: Model, watch: asyncio.Future[None]) -> asyncio.Future[None]:
+    """The watch over a request's wait for its first part: the client's, except for a stream with an
+    ``Idempotency-Key`` whose model keeps streams for their clients (``stream_grace_s``). Sent to a
+    replica, that generation runs on when its client leaves before the first byte as after it (its
+    key held, its events kept: gateway/idempotency/kept.py), so that the retry attaches to it instead
+    of running a second one; a future that never ends."""
+    if ctx.stream and model.stream_grace_s > 0 and "idempotency-key" in ctx.headers:
+        return asyncio.get_running_loop().create_future()
+    return watch

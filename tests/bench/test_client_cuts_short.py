@@ -28,21 +28,7 @@ async def keyed(setup: Setup) -> Table:
     return await run_trials(setup, 2 * len(CUTS), seed=46, rid_prefix="keyed.")
 
 
-FINDING = (
-    "finding: a keyed stream whose client leaves after the engine has it, before its first byte, is "
-    "cancelled and its key freed: the SDK's retry runs a second generation"
-)
-
-
-@pytest.mark.parametrize(
-    "cut",
-    [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=FINDING))
-        if c == "before-first-byte"
-        else c
-        for c in CUTS
-    ],
-)
+@pytest.mark.parametrize("cut", CUTS)
 async def test_a_cut_keyed_stream_retried_as_the_sdk_does_runs_once_and_reads_the_same_bytes(
     keyed: Table, cut: str
 ) -> None:
@@ -60,7 +46,6 @@ async def test_the_fault_checker_counts_a_retry_without_a_key_as_a_second_genera
     assert plain.ran_twice == ["plain.0", "plain.1", "plain.2"]  # every cut point: run again
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=FINDING)
 def test_the_fault_checker_finds_no_second_generation_of_a_keyed_retry(setup: Setup, keyed: Table) -> None:
     runs = count_engine_runs(setup.logs, "keyed.", {})
     assert len(runs.ids) == len(keyed.trials)
