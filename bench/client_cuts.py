@@ -54,6 +54,8 @@ class Setup:
     generations: Count
     began: Began
     max_tokens: int = 16
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent with every request (a tenant's ``Authorization``)."""
     logs: list[Path] = field(default_factory=list)
     """The engines' request logs (``Received request <id>``), where known: the fault checker reads them."""
 
@@ -158,13 +160,13 @@ async def hold_unread(
 
 async def sdk_retry(url: str, req: dict[str, Any], headers: dict[str, str]) -> bytes:
     """The request again through the openai SDK (its own retries on; ``extra_headers``), its raw bytes."""
-    sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=2, timeout=60.0)
+    extra = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+    key = headers.get("authorization", "").removeprefix("Bearer ") or "none"  # the SDK's own header
+    sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=2, timeout=60.0)
     try:
-        extra = {k: v for k, v in req.items() if k not in ("model", "messages", "max_tokens", "temperature",
-                                                          "stream")}  # fmt: skip
         async with sdk.chat.completions.with_streaming_response.create(
             model=req["model"], messages=req["messages"], max_tokens=req["max_tokens"],
-            temperature=req["temperature"], stream=True, extra_headers=headers, extra_body=extra or None,
+            temperature=req["temperature"], stream=True, extra_headers=extra,
         ) as r:  # fmt: skip
             return b"".join([part async for part in r.iter_bytes()])
     finally:
@@ -187,7 +189,7 @@ async def reached(count: Count, rid: str, n: int) -> bool:
 async def reference(setup: Setup, client: httpx.AsyncClient, prompt: str) -> bytes:
     """An uninterrupted keyed stream of ``prompt``: what every resumed one must equal."""
     r = await client.post(f"{setup.gateways[0]}/v1/chat/completions", json=body(setup, prompt),
-                          headers={"idempotency-key": uuid.uuid4().hex})  # fmt: skip
+                          headers={**setup.headers, "idempotency-key": uuid.uuid4().hex})  # fmt: skip
     r.raise_for_status()
     return masked(r.content)
 
@@ -198,7 +200,7 @@ async def trial(
 ) -> Trial:  # fmt: skip
     """One cut and its retry; the generations the engines ran for it."""
     req = body(setup, prompt)
-    headers = {"x-request-id": rid or f"cut-{uuid.uuid4().hex[:12]}"}
+    headers = {**setup.headers, "x-request-id": rid or f"cut-{uuid.uuid4().hex[:12]}"}
     if keyed:
         headers["idempotency-key"] = uuid.uuid4().hex
     first, again = rng.choice(setup.gateways), rng.choice(setup.gateways)
