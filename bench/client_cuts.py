@@ -35,7 +35,10 @@ import openai
 
 from testing.poll import until
 
-CUTS = ("before-first-byte", "mid-stream", "last-event")
+CUTS = ("before-first-byte", "mid-stream", "last-event", "whole")
+"""Where the client's connection is cut: a stream's, once an engine has it and before the client read a
+byte, after two events, before the last (``[DONE]``); ``whole``: a non-streamed request's, once an engine
+has it (the SDK's read timeout)."""
 PROMPTS = ("Tell me about the sea.", "Name three colours.", "Count to ten.", "Describe a lighthouse.")
 MASK = ((re.compile(rb'"id": ?"[^"]*"'), b'"id":""'), (re.compile(rb'"created": ?\d+'), b'"created":0'))
 Count = Callable[[str], Awaitable[int]]
@@ -103,10 +106,10 @@ class Table:
         return sum(max(0, t.generations - 1) for t in self.trials)
 
 
-def body(setup: Setup, prompt: str) -> dict[str, Any]:
+def body(setup: Setup, prompt: str, stream: bool = True) -> dict[str, Any]:
     msgs = [{"role": "user", "content": prompt}]
-    return {"model": setup.model, "messages": msgs, "max_tokens": setup.max_tokens, "temperature": 0,
-            "stream": True}  # fmt: skip
+    req = {"model": setup.model, "messages": msgs, "max_tokens": setup.max_tokens, "temperature": 0}
+    return {**req, "stream": True} if stream else req  # as the SDK writes it (its retry: the same body)
 
 
 def masked(stream: bytes) -> bytes:
@@ -127,7 +130,7 @@ async def first_attempt(
 ) -> bytes:
     """The request, cut at ``cut``: what the client got before its connection closed."""
     got = b""
-    if cut == "before-first-byte":  # gone once an engine has the request, having read nothing
+    if cut in ("before-first-byte", "whole"):  # gone once an engine has the request, having read nothing
         held = asyncio.create_task(hold_unread(client, url, req, headers))
         try:
             rid = headers["x-request-id"]
@@ -160,6 +163,8 @@ async def hold_unread(
 
 async def sdk_retry(url: str, req: dict[str, Any], headers: dict[str, str]) -> bytes:
     """The request again through the openai SDK (its own retries on; ``extra_headers``), its raw bytes."""
+    if not req.get("stream"):
+        return await sdk_whole(url, req, headers)
     extra = {k: v for k, v in headers.items() if k.lower() != "authorization"}
     key = headers.get("authorization", "").removeprefix("Bearer ") or "none"  # the SDK's own header
     sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=2, timeout=60.0)
@@ -169,6 +174,21 @@ async def sdk_retry(url: str, req: dict[str, Any], headers: dict[str, str]) -> b
             temperature=req["temperature"], stream=True, extra_headers=extra,
         ) as r:  # fmt: skip
             return b"".join([part async for part in r.iter_bytes()])
+    finally:
+        await sdk.close()
+
+
+async def sdk_whole(url: str, req: dict[str, Any], headers: dict[str, str]) -> bytes:
+    """A non-streamed request again through the openai SDK, its raw body."""
+    extra = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+    key = headers.get("authorization", "").removeprefix("Bearer ") or "none"
+    sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=2, timeout=60.0)
+    try:
+        raw = await sdk.chat.completions.with_raw_response.create(
+            model=req["model"], messages=req["messages"], max_tokens=req["max_tokens"],
+            temperature=req["temperature"], extra_headers=extra,
+        )  # fmt: skip
+        return raw.http_response.content
     finally:
         await sdk.close()
 
@@ -186,9 +206,9 @@ async def reached(count: Count, rid: str, n: int) -> bool:
     return await count(rid) >= n
 
 
-async def reference(setup: Setup, client: httpx.AsyncClient, prompt: str) -> bytes:
-    """An uninterrupted keyed stream of ``prompt``: what every resumed one must equal."""
-    r = await client.post(f"{setup.gateways[0]}/v1/chat/completions", json=body(setup, prompt),
+async def reference(setup: Setup, client: httpx.AsyncClient, prompt: str, stream: bool = True) -> bytes:
+    """An uninterrupted keyed request of ``prompt``: what every resumed one must equal."""
+    r = await client.post(f"{setup.gateways[0]}/v1/chat/completions", json=body(setup, prompt, stream),
                           headers={**setup.headers, "idempotency-key": uuid.uuid4().hex})  # fmt: skip
     r.raise_for_status()
     return masked(r.content)
@@ -199,7 +219,7 @@ async def trial(
     keyed: bool = True, rid: str = "",
 ) -> Trial:  # fmt: skip
     """One cut and its retry; the generations the engines ran for it."""
-    req = body(setup, prompt)
+    req = body(setup, prompt, stream=cut != "whole")
     headers = {**setup.headers, "x-request-id": rid or f"cut-{uuid.uuid4().hex[:12]}"}
     if keyed:
         headers["idempotency-key"] = uuid.uuid4().hex
@@ -221,11 +241,12 @@ async def run_trials(setup: Setup, trials: int, seed: int, keyed: bool = True, r
     """``trials`` trials, the cut points in turn, the prompts in turn, one at a time."""
     rng, table = random.Random(seed), Table()
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=5.0)) as client:
-        refs = {p: await reference(setup, client, p) for p in PROMPTS}
+        refs = {(p, s): await reference(setup, client, p, s) for p in PROMPTS for s in (True, False)}
         for i in range(trials):
             cut, prompt = CUTS[i % len(CUTS)], PROMPTS[i % len(PROMPTS)]
             rid = f"{rid_prefix}{i}" if rid_prefix else ""
-            table.trials.append(await trial(setup, client, cut, prompt, refs[prompt], rng, keyed, rid))
+            want = refs[prompt, cut != "whole"]
+            table.trials.append(await trial(setup, client, cut, prompt, want, rng, keyed, rid))
     return table
 
 

@@ -19,21 +19,22 @@ from bench.faults.workload import CHAT
 
 
 async def client_cut_retry(c: Ctx) -> str:
-    """Two keyed streams per cut point (before the first byte once a replica has it, mid-stream, at the
-    last event), each cut and retried through the SDK; answered when the client's bytes equal an
-    uninterrupted stream's (ids and times masked), lost otherwise."""
+    """Two keyed requests per cut point (a stream before its first byte once a replica has it,
+    mid-stream, at the last event; a non-streamed one once a replica has it), each cut and retried
+    through the SDK; answered when the client's bytes equal an uninterrupted request's (ids and times
+    masked), lost otherwise."""
     cfg = c.stack.config
     gateways = [f"http://{cfg.host}:{port}" for port in cfg.gateway_ports]
     rng = random.Random(c.load.seed)
     async with httpx.AsyncClient(timeout=httpx.Timeout(c.load.timeout_s, connect=5.0)) as client:
         counts = FakeCounts(client, replica_urls(c))
         setup = Setup(gateways, CHAT, counts.runs, counts.began, 8, headers=c.load.tenants[0])
-        want = await reference(setup, client, PROMPTS[0])
+        want = {s: await reference(setup, client, PROMPTS[0], s) for s in (True, False)}
         for cut in CUTS * 2:
-            t = await trial(setup, client, cut, PROMPTS[0], want, rng, rid=c.load.next_id())
+            t = await trial(setup, client, cut, PROMPTS[0], want[cut != "whole"], rng, rid=c.load.next_id())
             why = t.error or ("" if t.identical else "the resumed stream differs from an uninterrupted one")
             c.strike.outcomes.append(Outcome(f"cut-{cut}", True, LOST if why else ANSWERED, why))
     ends = Counter(o.outcome for o in c.strike.outcomes)
-    return f"{len(CUTS) * 2} keyed streams cut and retried as the SDK does: " + ", ".join(
+    return f"{len(CUTS) * 2} keyed requests cut and retried as the SDK does: " + ", ".join(
         f"{n} {k}" for k, n in ends.most_common()
     )

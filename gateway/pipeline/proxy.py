@@ -135,11 +135,12 @@ class Proxy:
 
 
 def kept_watch(ctx: RequestContext, model: Model, watch: asyncio.Future[None]) -> asyncio.Future[None]:
-    """The watch over a request's wait for its first part: the client's, except for a stream with an
-    ``Idempotency-Key`` whose model keeps streams for their clients (``stream_grace_s``). Sent to a
-    replica, that generation runs on when its client leaves before the first byte as after it (its
-    key held, its events kept: gateway/idempotency/kept.py), so that the retry attaches to it instead
-    of running a second one; a future that never ends."""
-    if ctx.stream and model.stream_grace_s > 0 and "idempotency-key" in ctx.headers:
+    """The watch over a request's wait for its first part (a stream's first bytes, a whole answer): the
+    client's, except for a request with an ``Idempotency-Key`` to a model that keeps answers for their
+    clients (``stream_grace_s`` > 0): sent to a replica, that generation runs on when its client
+    leaves, its key held and its answer kept (a stream's events: gateway/idempotency/kept.py, its
+    grace counted from then; a whole answer once it came), so that the retry attaches to it instead of
+    running a second one. Its watch is a future that never ends (the stopping gateway still ends it)."""
+    if model.stream_grace_s > 0 and "idempotency-key" in ctx.headers:
         return asyncio.get_running_loop().create_future()
     return watch

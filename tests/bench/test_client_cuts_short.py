@@ -43,7 +43,7 @@ async def test_the_fault_checker_counts_a_retry_without_a_key_as_a_second_genera
 ) -> None:
     await run_trials(setup, len(CUTS), seed=46, keyed=False, rid_prefix="plain.")
     plain = count_engine_runs(setup.logs, "plain.", {})
-    assert plain.ran_twice == ["plain.0", "plain.1", "plain.2"]  # every cut point: run again
+    assert plain.ran_twice == ["plain.0", "plain.1", "plain.2", "plain.3"]  # every cut point: run again
 
 
 def test_the_fault_checker_finds_no_second_generation_of_a_keyed_retry(setup: Setup, keyed: Table) -> None:
