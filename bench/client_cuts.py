@@ -57,6 +57,8 @@ class Setup:
     generations: Count
     began: Began
     max_tokens: int = 16
+    prompts: tuple[str, ...] = PROMPTS
+    """The trials' prompts, in turn."""
     headers: dict[str, str] = field(default_factory=dict)
     """Sent with every request (a tenant's ``Authorization``)."""
     logs: list[Path] = field(default_factory=list)
@@ -241,9 +243,9 @@ async def run_trials(setup: Setup, trials: int, seed: int, keyed: bool = True, r
     """``trials`` trials, the cut points in turn, the prompts in turn, one at a time."""
     rng, table = random.Random(seed), Table()
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=5.0)) as client:
-        refs = {(p, s): await reference(setup, client, p, s) for p in PROMPTS for s in (True, False)}
+        refs = {(p, s): await reference(setup, client, p, s) for p in setup.prompts for s in (True, False)}
         for i in range(trials):
-            cut, prompt = CUTS[i % len(CUTS)], PROMPTS[i % len(PROMPTS)]
+            cut, prompt = CUTS[i % len(CUTS)], setup.prompts[i % len(setup.prompts)]
             rid = f"{rid_prefix}{i}" if rid_prefix else ""
             want = refs[prompt, cut != "whole"]
             table.trials.append(await trial(setup, client, cut, prompt, want, rng, keyed, rid))

@@ -6,8 +6,10 @@ the replicas' own count of the generations they ran.
   tests run them); the count is the engines' ``/stats`` ``started``: every generation begun, one cut
   short included.
 - ``vllm``: the stack of tools/stack (Redis, the supervisor, the gateways) with the default fleet's
-  SmolLM2 alone, two vLLM CPU replicas; the count is vLLM's ``vllm:request_success_total`` summed over
-  its ``finished_reason`` labels (an aborted generation counts too) and both replicas.
+  SmolLM2 alone, two vLLM CPU replicas, one prompt for every trial; the count is the larger of vLLM's
+  ``vllm:request_success_total`` (every ``finished_reason``; a generation its client aborted is not
+  counted there) and ``vllm:prompt_tokens_total`` over the prompt's length (vLLM's ``/tokenize``): the
+  prefills, an aborted generation's too once its first token came), both summed over the replicas.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from pathlib import Path
 
 import httpx
 
-from bench.client_cuts import Setup
+from bench.client_cuts import PROMPTS, Setup
 from contract.vllm_metrics import running_and_waiting
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.procs import free_port, free_port_run, start_fake_engine, start_redis
 
 SUCCESS = re.compile(rb"^vllm:request_success_total\{[^}]*\}\s+([0-9.eE+-]+)$", re.M)
+PROMPT_TOKENS = re.compile(rb"^vllm:prompt_tokens_total\{[^}]*\}\s+([0-9.eE+-]+)$", re.M)
 VLLM_PORTS = (18500, 18501)  # bench.migration_check.cpu_fleet's
 
 
@@ -95,13 +98,23 @@ async def in_engines(client: httpx.AsyncClient, urls: list[str], key: str = "") 
     return total
 
 
-async def successes(client: httpx.AsyncClient, urls: list[str], key: str) -> int:
-    """vLLM's ``vllm:request_success_total``, every finish reason, summed over ``urls``."""
-    total = 0.0
+async def vllm_runs(client: httpx.AsyncClient, urls: list[str], key: str, prompt_len: int) -> int:
+    """The generations vLLM ran, summed over ``urls``: finished (``vllm:request_success_total``, every
+    finish reason) or prefilled (``vllm:prompt_tokens_total`` / ``prompt_len``), whichever is more."""
+    done = prefilled = 0.0
     for url in urls:
         text = (await client.get(f"{url}/metrics", headers=bearer(key))).content
-        total += sum(float(v) for v in SUCCESS.findall(text))
-    return round(total)
+        done += sum(float(v) for v in SUCCESS.findall(text))
+        prefilled += sum(float(v) for v in PROMPT_TOKENS.findall(text))
+    return max(round(done), round(prefilled / prompt_len))
+
+
+async def prompt_tokens(client: httpx.AsyncClient, url: str, key: str, model: str, prompt: str) -> int:
+    """A chat prompt's length in tokens, its template applied (vLLM's ``/tokenize``)."""
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}]}
+    r = await client.post(f"{url}/tokenize", json=body, headers=bearer(key))
+    r.raise_for_status()
+    return int(r.json()["count"])
 
 
 @contextlib.asynccontextmanager
@@ -122,15 +135,16 @@ async def vllm_setup(gateways: int, max_tokens: int) -> AsyncIterator[Setup]:
             await stack.up()
             urls = [f"http://127.0.0.1:{p}" for p in VLLM_PORTS]
             async with httpx.AsyncClient(timeout=5.0) as client:
-                key = config.vllm_api_key
+                key, model = config.vllm_api_key, "smollm2-135m-instruct"
+                length = await prompt_tokens(client, urls[0], key, model, PROMPTS[0])
 
                 async def count(rid: str) -> int:
-                    return await successes(client, urls, key)
+                    return await vllm_runs(client, urls, key, length)
 
                 async def began(rid: str) -> bool:
                     return await in_engines(client, urls, key) > 0
 
                 gws = [f"http://127.0.0.1:{p}" for p in config.gateway_ports]
-                yield Setup(gws, "smollm2-135m-instruct", count, began, max_tokens)
+                yield Setup(gws, model, count, began, max_tokens, prompts=PROMPTS[:1])
         finally:
             await stack.down()
