@@ -374,7 +374,7 @@ faults: install
 	  | tee bench/results/faults.log
 
 # Client cuts and SDK-like retries with an Idempotency-Key (issue 46): FAKE ENGINE by default; with
-# CUTS_ARGS='--engine vllm --trials 24 --max-tokens 32' two SmolLM2 CPU replicas under the supervisor.
+# CUTS_ARGS='--engine vllm --trials 24 --control 4 --max-tokens 32' two SmolLM2 CPU replicas under the supervisor.
 CUTS_ARGS ?= --engine fake --trials 30
 client-cuts: install
 	set -o pipefail; flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.client_cuts $(CUTS_ARGS) \
