@@ -119,6 +119,19 @@ class RedisKeys:
         """A keyed stream's events as relayed (a Redis stream, entry ``0-<n>`` for SSE id ``n``)."""
         return f"{self.prefix}:idem:{{{tenant}}}:{key_digest}:events"
 
+    # background Responses (gateway/responses_api/background.py): one record per tenant and response id,
+    # under the tenant's hash tag: its status and response object, its events, and its runner's heartbeat
+    def background(self, tenant: str, response_id: str) -> str:
+        return f"{self.prefix}:bg:{{{tenant}}}:{response_id}"
+
+    def background_events(self, tenant: str, response_id: str) -> str:
+        """A background response's events (a Redis stream, entry ``0-<n+1>`` for sequence number n)."""
+        return f"{self.prefix}:bg:{{{tenant}}}:{response_id}:events"
+
+    def background_run(self, tenant: str, response_id: str) -> str:
+        """Present while a gateway runs the response (renewed by it; gone: the gateway was lost)."""
+        return f"{self.prefix}:bg:{{{tenant}}}:{response_id}:run"
+
     # LoRA adapters loaded at run time through the gateway's admin API (gateway/lora.py)
     def lora(self, model: str) -> str:
         return f"{self.prefix}:lora:{{{model}}}"

@@ -30,6 +30,7 @@ from gateway.errors import (
     NotFound,
     error_response,
 )
+from gateway.fleet_reload import FleetReload
 from gateway.idempotency.events import EventLog
 from gateway.idempotency.kept import KeptStreams
 from gateway.idempotency.store import IdempotencyStore
@@ -39,14 +40,14 @@ from gateway.on_demand.wake import ReadyNotices, Wakes
 from gateway.periodic import Background
 from gateway.pipeline.proxy import Proxy
 from gateway.redis_clients import RedisClients, build_redis_clients
-from gateway.replicas.discovery import Discovery
+from gateway.replicas.discovery import Departures, Discovery, nothing_indexed
 from gateway.replicas.ejection import Ejection
-from gateway.replicas.fleet_reload import FleetReload
 from gateway.replicas.inflight import InflightShare
 from gateway.replicas.model_cards import CardFetcher
 from gateway.replicas.monitor import Monitor
 from gateway.replicas.table import ReplicaTable
 from gateway.responses_api.affinity import ResponseAffinity
+from gateway.responses_api.background import BackgroundResponses, BackgroundStore
 from gateway.routing import load_routable_fleet
 from gateway.routing.factory import PolicyFactory
 from gateway.routing.prefix.shared_index import SharedIndex
@@ -84,6 +85,9 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     policy_for = PolicyFactory(settings, index)
     store = KeyStore(clients.keys, keys)
     idempotency = IdempotencyStore(redis, keys, settings.idempotency_ttl_s, settings.request_timeout_s)
+    events = EventLog(redis, settings.idempotency_max_events)
+    kept = KeptStreams(idempotency, events, metrics)
+    background = BackgroundStore(redis, keys, events, settings.responses_ttl_s)
     return Gateway(
         settings=settings,
         fleet=fleet,
@@ -113,7 +117,8 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         index=index,
         affinity=ResponseAffinity(redis, keys, settings.responses_ttl_s),
         idempotency=idempotency,
-        kept=KeptStreams(idempotency, EventLog(redis, settings.idempotency_max_events), metrics),
+        kept=kept,
+        background=BackgroundResponses(background, kept, metrics),
         lora=AdapterStore(redis, keys, fleet.models, table),
         tracing=Tracing(settings.tracing, settings.otlp_traces_endpoint, settings.gateway_id),
     )
@@ -199,7 +204,8 @@ def add_error_handlers(app: FastAPI) -> None:
 
 def create_app(settings: GatewaySettings, **fastapi_kwargs: Any) -> FastAPI:
     gw = build_gateway(settings)
-    discovery = Discovery(gw.redis.state, gw.keys, gw.fleet, gw.table, gw.metrics, gw.upstream, gw.index)
+    departures = Departures(gw.upstream.retain, gw.index.forget_absent if gw.index else nothing_indexed)
+    discovery = Discovery(gw.redis.state, gw.keys, gw.fleet, gw.table, gw.metrics, departures)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

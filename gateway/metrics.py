@@ -182,6 +182,13 @@ class GatewayMetrics:
             ["outcome"],
             registry=r,
         )
+        self.background = Counter(
+            "llmgw_background_responses",
+            "Background Responses (background: true): created (by this gateway), and run to their end here:"
+            " completed, incomplete, failed (the generation failed, or the gateway stopped) or cancelled.",
+            ["outcome"],
+            registry=r,
+        )
         self.stream_stalled = Counter(
             "llmgw_stream_stalled",
             "Streams ended because their client made no write progress for stream_write_timeout_s, or took "

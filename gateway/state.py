@@ -22,6 +22,7 @@ from gateway.replicas.inflight import InflightShare
 from gateway.replicas.model_cards import ModelCards
 from gateway.replicas.table import Endpoint, ReplicaTable
 from gateway.responses_api.affinity import ResponseAffinity
+from gateway.responses_api.background import BackgroundResponses
 from gateway.routing.base import Policy
 from gateway.routing.factory import PolicyFactory
 from gateway.routing.prefix.shared_index import SharedIndex
@@ -57,6 +58,8 @@ class Gateway:
     idempotency: IdempotencyStore
     kept: KeptStreams
     """The keyed streams this gateway relays (gateway/idempotency/kept.py)."""
+    background: BackgroundResponses
+    """The background Responses this gateway runs (gateway/responses_api/background.py)."""
     lora: AdapterStore
     key_store: KeyStore
     # The Authorization each replica gets: the workers' key to supervised ones, an endpoint's own to it.

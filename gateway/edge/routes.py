@@ -16,7 +16,6 @@ from gateway.admin.auth import operator_view
 from gateway.edge.openapi import request_body
 from gateway.endpoints import ROUTES, Route
 from gateway.errors import ModelNotFound, error_response
-from gateway.on_demand.wake import model_state
 from gateway.pipeline.proxy import Proxy
 from gateway.replicas.discovery import Discovery
 from gateway.replicas.table import Endpoint
@@ -34,7 +33,7 @@ def model_entry(name: str, model: Model, created: int, gw: Gateway) -> dict[str,
         "created": created,
         "owned_by": "llm-gateway",
         **gw.cards.card(name, model.name),
-        "state": model_state(gw.table.pool(model.name)),
+        "state": gw.table.pool(model.name).state,
         "activation": model.activation,
     }
 
@@ -86,7 +85,7 @@ def readiness(gw: Gateway, discovery: Discovery) -> tuple[bool, dict[str, Any]]:
         p.model: {
             "ready_replicas": p.ready_count,
             "replicas": len(p.endpoints),
-            "state": model_state(p),
+            "state": p.state,
             "kv_index": kv_index_modes(p.endpoints),
         }
         for p in gw.table.pools()

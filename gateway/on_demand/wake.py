@@ -19,7 +19,6 @@ from redis.asyncio.client import PubSub
 
 from contract.fleet import Model
 from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaState
 from gateway.errors import ModelUnavailable
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN
@@ -148,19 +147,3 @@ class ReadyNotices:
         if pubsub is not None:
             with contextlib.suppress(*REDIS_DOWN):
                 await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
-
-
-MODEL_STATES = ("awake", "waking", "asleep", "unavailable")
-
-
-def model_state(pool: ModelPool) -> str:
-    """What /v1/models and /ready say of a model: awake (a replica takes requests), waking (one is
-    starting), asleep (stopped until a request wakes it), or unavailable (none of these)."""
-    if pool.ready_count:
-        return "awake"
-    states = {e.record.state for e in pool.endpoints}
-    if states & {ReplicaState.WAKING, ReplicaState.STARTING}:
-        return "waking"
-    if ReplicaState.ASLEEP in states:
-        return "asleep"
-    return "unavailable"

@@ -24,6 +24,7 @@ from gateway.endpoints import Route
 from gateway.errors import GatewayError, InternalError, ModelNotFound, error_response
 from gateway.migration.stream import plan_migration
 from gateway.migration.whole import plan_whole
+from gateway.pipeline import background as background_api
 from gateway.pipeline.admit import admit, at_zero, held_eta
 from gateway.pipeline.held_stream import held_stream
 from gateway.pipeline.intake import read_body, request_id, upstream_id, wanted_headers
@@ -81,6 +82,8 @@ class Proxy:
     ) -> Response:
         gw, s = self.gw, self.gw.settings
         parse(ctx, s.prefix_chars, s.prefix_chunk_bytes, s.prefix_max_chunks)  # 2
+        if ctx.api.stored and (kept := await self.background(ctx, receive)) is not None:
+            return kept  # a background response: run by a gateway, answered from Redis
         if ctx.media:
             await check_media(ctx.media, self.media_domains)
         await locate(ctx, gw.names, gw.affinity)  # 3 (a GET or cancel: its model is the response's)
@@ -105,6 +108,16 @@ class Proxy:
             return self.relayed(ctx, parts, limits)
         await parts.aclose()
         return WholeResponse(first, ctx.status, ctx.request_id, ctx.reply_type, limits)
+
+    async def background(self, ctx: RequestContext, receive: Receive) -> Response | None:
+        """A background Response's create, GET or cancel (gateway/pipeline/background.py); None
+        for any other Responses request. Its run is this request path, with no client to watch."""
+        return await background_api.served(
+            self.gw,
+            ctx,
+            lambda run: self.serve(run, receive, asyncio.get_running_loop().create_future()),
+            self.relayed,
+        )
 
     def relayed(
         self, ctx: RequestContext, parts: AsyncIterator[bytes], limits: tuple[tuple[str, str], ...] = ()

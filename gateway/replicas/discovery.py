@@ -1,5 +1,7 @@
 """Follows the replica registry in Redis (and the fleet's external endpoints) into the ReplicaTable;
-what belonged to a replica that left (its metric series, its upstream connections) goes with it.
+what belonged to a replica that left goes with it: its metric series here, and through the
+:class:`Departures` hooks the app wires (the upstream connections of URLs no replica has, the shared
+prefix index's entries of replicas that left a model).
 
 When Redis comes back as a new server (its ``run_id`` changed: restarted or replaced, and so empty),
 a model whose registry reads empty keeps its last known replicas for up to ``hold_s`` (one registry TTL),
@@ -11,6 +13,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
@@ -18,11 +22,8 @@ from contract.fleet import Fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import RegistryTiming, ReplicaRecord, read_registry, redis_run_id
 from gateway.metrics import GatewayMetrics
-from gateway.on_demand.wake import MODEL_STATES, model_state
 from gateway.redis_clients import REDIS_DOWN
-from gateway.replicas.table import ReplicaTable
-from gateway.routing.prefix.shared_index import SharedIndex
-from gateway.upstream.http1 import ConnectionPool
+from gateway.replicas.table import MODEL_STATES, ReplicaTable
 
 log = logging.getLogger("llmgw.discovery")
 
@@ -41,6 +42,21 @@ def external_records(fleet: Fleet) -> dict[str, list[ReplicaRecord]]:
     }
 
 
+async def nothing_indexed(model: str, present: list[str]) -> list[str]:
+    """The departed hook without a shared prefix index: nothing to forget."""
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class Departures:
+    """What the app does when replicas leave: ``retain`` gets the URLs still listed (the upstream pool
+    closes the others' connections); ``forget`` gets a changed model and its present replica ids and
+    returns the ids it dropped (the shared prefix index)."""
+
+    retain: Callable[[Iterable[str]], object]
+    forget: Callable[[str, list[str]], Awaitable[list[str]]] = nothing_indexed
+
+
 class Discovery:
     """One task: every poll interval, the registry's records replace each managed model's pool."""
 
@@ -51,13 +67,11 @@ class Discovery:
         fleet: Fleet,
         table: ReplicaTable,
         metrics: GatewayMetrics,
-        upstream: ConnectionPool,
-        index: SharedIndex | None = None,
+        departures: Departures,
         hold_s: float = RegistryTiming().ttl_s,
     ) -> None:
         self.redis, self.keys, self.fleet, self.table, self.metrics = redis, keys, fleet, table, metrics
-        self.upstream = upstream
-        self.index = index
+        self.departures = departures
         self.redis_ok = False
         self._external = external_records(fleet)
         self.hold_s = hold_s
@@ -99,7 +113,7 @@ class Discovery:
                 states = ", ".join(f"{r.id}={r.state.value}" for r in wanted) or "none"
                 log.info("model=%s replicas changed: %s", m.name, states)
                 changed[m.name] = [r.id for r in wanted]
-        self.upstream.retain(e.url for e in self.table.endpoints())
+        self.departures.retain(e.url for e in self.table.endpoints())
         return changed
 
     def _sync(self, model: str, wanted: list[ReplicaRecord]) -> bool:
@@ -112,10 +126,8 @@ class Discovery:
 
     async def forget_departed(self, changed: dict[str, list[str]]) -> None:
         """Drop from the shared prefix index the replicas that left a model's registry."""
-        if self.index is None:
-            return
         for model, present in changed.items():
-            gone = await self.index.forget_absent(model, present)
+            gone = await self.departures.forget(model, present)
             if gone:
                 log.info("model=%s prefix index dropped departed replicas: %s", model, ",".join(gone))
 
@@ -135,13 +147,13 @@ class Discovery:
     def apply_external_only(self) -> None:
         for name, recs in self._external.items():
             self._sync(name, recs)
-        self.upstream.retain(e.url for e in self.table.endpoints())
+        self.departures.retain(e.url for e in self.table.endpoints())
 
     async def tick(self) -> None:
         await self.refresh()
         for pool in self.table.pools():
             self.metrics.ready_replicas.labels(pool.model).set(pool.ready_count)
             self.metrics.wake_timeouts.labels(pool.model)  # at zero until a wake times out: alerts see it
-            state = model_state(pool)
+            state = pool.state
             for s in MODEL_STATES:
                 self.metrics.model_state.labels(pool.model, s).set(1 if s == state else 0)

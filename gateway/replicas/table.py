@@ -84,6 +84,10 @@ class Endpoint:
         return self.record.routable and self.failures == 0
 
 
+MODEL_STATES = ("awake", "waking", "asleep", "unavailable")
+"""A model's states as :attr:`ModelPool.state` names them (the ``llmgw_model_state`` series)."""
+
+
 @dataclass(slots=True)
 class ModelPool:
     model: str
@@ -106,6 +110,20 @@ class ModelPool:
     @property
     def capacity(self) -> int:
         return sum(e.record.concurrency for e in self.endpoints if e.record.routable)
+
+    @property
+    def state(self) -> str:
+        """What /v1/models and /ready say of the model (one of :data:`MODEL_STATES`): awake (a replica
+        takes requests), waking (one is starting), asleep (stopped until a request wakes it), or
+        unavailable (none of these)."""
+        if self.ready_count:
+            return "awake"
+        states = {e.record.state for e in self.endpoints}
+        if states & {ReplicaState.WAKING, ReplicaState.STARTING}:
+            return "waking"
+        if ReplicaState.ASLEEP in states:
+            return "asleep"
+        return "unavailable"
 
 
 class ReplicaTable:

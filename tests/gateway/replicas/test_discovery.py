@@ -8,7 +8,7 @@ from contract.fleet import parse_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord
 from gateway.metrics import GatewayMetrics
-from gateway.replicas.discovery import Discovery
+from gateway.replicas.discovery import Departures, Discovery
 from gateway.replicas.table import ReplicaTable
 from gateway.upstream.http1 import ConnectionPool
 from testing.gateway import fleet_yaml
@@ -23,7 +23,7 @@ def record(rid: str) -> ReplicaRecord:
 async def test_replicas_that_leave_take_their_series_and_pools_with_them() -> None:
     metrics, upstream, table = GatewayMetrics(), ConnectionPool(), ReplicaTable(["m"])
     redis = aioredis.Redis.from_url("redis://127.0.0.1:1/0")  # never contacted: apply() reads no Redis
-    discovery = Discovery(redis, RedisKeys("unused"), FLEET, table, metrics, upstream)
+    discovery = Discovery(redis, RedisKeys("unused"), FLEET, table, metrics, Departures(upstream.retain))
     discovery.apply([record("a"), record("b")])
     for ep in table.endpoints():
         metrics.inflight.labels("m", ep.id).set(1)

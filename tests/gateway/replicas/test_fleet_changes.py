@@ -17,7 +17,7 @@ from contract.fleet import parse_fleet
 from contract.redis_keys import RedisKeys
 from contract.registry import ReplicaRecord
 from gateway.metrics import GatewayMetrics
-from gateway.replicas.discovery import Discovery
+from gateway.replicas.discovery import Departures, Discovery
 from gateway.replicas.table import ReplicaTable
 from gateway.upstream.http1 import ConnectionPool
 from testing.gateway import fleet_yaml, register, serve_gateway
@@ -50,7 +50,9 @@ async def test_a_redis_restart_keeps_the_last_known_replicas_until_republished(
     keys = RedisKeys("rr")
     fleet = parse_fleet(FLEET)
     table = ReplicaTable(m.name for m in fleet.models)
-    d = Discovery(redis, keys, fleet, table, GatewayMetrics(), ConnectionPool(8, 1.0), hold_s=30)
+    d = Discovery(
+        redis, keys, fleet, table, GatewayMetrics(), Departures(ConnectionPool(8, 1.0).retain), hold_s=30
+    )
     try:
         await publish(redis, keys, ReplicaRecord(id="m-0", model="m", url="http://127.0.0.1:1"))
         await publish(redis, keys, ReplicaRecord(id="n-0", model="n", url="http://127.0.0.1:2"))
