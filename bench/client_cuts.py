@@ -1,16 +1,17 @@
 """`make client-cuts`: a client whose connection is cut, and that retries as the official openai SDK does,
-never starts a second generation (issue 46). Each trial sends a stream at temperature 0 with its own
+never starts a second generation (issue 46). Each trial sends a request at temperature 0 with its own
 ``Idempotency-Key`` (and ``X-Request-Id``) to one of several gateways (chosen at random, as a load
-balancer does; one Redis behind them all), cuts its connection at a point (before the first byte,
-mid-stream, at the last event), then comes back through the openai SDK itself (``extra_headers``:
-the same key and id, and ``Last-Event-ID`` after the last event it got) to a gateway chosen again. The
-table: trials per cut point, duplicate generations counted from the ENGINES' OWN counts (the FAKE
-ENGINE's ``/stats``, vLLM's ``vllm:request_success_total``), resumed streams byte-identical to an
-uninterrupted run of the same prompt (its per-generation ``id`` and ``created`` masked), resumes served
-by another gateway than the cut one.
+balancer does; one Redis behind them all), cuts its connection at a point (:data:`CUTS`: a stream before
+its first byte, mid-stream, at its last event; a non-streamed request while it runs), then comes back
+through the openai SDK itself (``extra_headers``: the same key and id, and ``Last-Event-ID`` after the
+last event it got) to a gateway drawn again. The table: trials per cut point, duplicate generations
+counted from the ENGINES' OWN counts (bench/client_cuts_stacks.py: the FAKE ENGINE's generations per
+request id; vLLM's successes or prefills), answers byte-identical to an uninterrupted run of the same
+prompt (its per-generation ``id`` and ``created`` masked), retries served by another gateway than the
+cut one. ``--control N`` adds N trials without a key: their second generations must show.
 
     python -m bench.client_cuts --engine fake --trials 30          # FAKE ENGINE, in-process gateways
-    python -m bench.client_cuts --engine vllm --trials 24          # two SmolLM2 CPU replicas (minutes)
+    python -m bench.client_cuts --engine vllm --trials 24 --control 4   # two SmolLM2 CPU replicas
     python -m bench.client_cuts --engine fake --no-key             # what a client without a key costs
 """
 
