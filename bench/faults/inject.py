@@ -15,6 +15,7 @@ import httpx
 
 from bench.faults.checks import ANSWERED, stalled_total
 from bench.faults.ctx import DOWN_S, PAUSE_S, Ctx, freeze, prompt_request, replica_urls, set_knob
+from bench.faults.inject_client import client_cut_retry
 from bench.faults.inject_redis import redis_hup, redis_kill9, redis_pause_all, sentinel_failover
 from bench.faults.stack import (
     CRASH_PROMPT,
@@ -258,6 +259,7 @@ FAULTS: dict[str, Fault] = {
     "hup-gateway": gateway_hup,
     "slow-upload": slow_upload,
     "slow-reader": slow_reader,
+    "client-cut-retry": client_cut_retry,
     "kill9-supervisor": supervisor_kill9,
     "stop-supervisor": supervisor_stop,
     "hup-supervisor": supervisor_hup,

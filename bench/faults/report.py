@@ -9,8 +9,9 @@ from typing import Any
 
 REGISTRY_TARGET_S = 10.0
 MUST_ANSWER = frozenset({"none", "slow-health", "reset-before-write", "stop-supervisor", "hup-supervisor",
-                         "kill9-supervisor"})  # fmt: skip
-"""Faults off the request path: the replicas serve on, so every request must be answered (but 429s)."""
+                         "kill9-supervisor", "client-cut-retry"})  # fmt: skip
+"""Faults off the request path (or a client's own cut and retry): the replicas serve on, so every request
+must be answered (but 429s)."""
 
 
 @dataclass

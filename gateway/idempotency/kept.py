@@ -56,11 +56,20 @@ class KeptStreams:
         await cancelled(list(self.tasks))
 
     def keep(
-        self, ctx: RequestContext, keys: KeyNames, parts: AsyncIterable[Any], grace_s: float
+        self,
+        ctx: RequestContext,
+        keys: KeyNames,
+        parts: AsyncIterable[Any],
+        grace_s: float,
+        gone: asyncio.Future[None] | None = None,
     ) -> AsyncIterator[bytes]:
-        """The client's side of a kept stream; its producer starts now."""
+        """The client's side of a kept stream; its producer starts now. ``gone``: the server's future that
+        ends when the client leaves, also before the response began (its relay never started, so never
+        ended either)."""
         kept = Kept(self, ctx, keys, parts, grace_s)
         kept.producer = self.spawn(kept.produce(), "kept_stream")
+        if gone is not None:
+            gone.add_done_callback(lambda _: kept.left())
         return kept.relay()
 
 
@@ -92,7 +101,9 @@ class Kept:
                 self.left()
 
     def left(self) -> None:
-        """The client went away before the end: the grace period starts (none: cancelled now)."""
+        """The client went away before the end: the grace period starts (none: cancelled now); once."""
+        if not self.client:
+            return
         self.client = False
         assert self.producer is not None
         if self.producer.done():

@@ -5,7 +5,9 @@ cost for it is one lookup in the headers it already read.
 The key is claimed in Redis (gateway/idempotency/store.py). The request that claims it runs as any
 other, and its answer is kept as the key's record: a non-streamed answer's body once read; a stream is
 kept as it passes, its events numbered (``id:``) and written to Redis, and runs on for the model's
-``stream_grace_s`` once its client left (gateway/idempotency/kept.py). Another request with the same
+``stream_grace_s`` once its client left (gateway/idempotency/kept.py); a request sent to a replica is
+not cancelled when its client leaves before its first byte (gateway/pipeline/proxy.py, ``kept_watch``),
+so a non-streamed one runs on to its answer. Another request with the same
 key and body, on any gateway, runs nothing (``idempotent-replayed: true``):
 
 - a stream follows the running one from Redis once its first event is there (from the start, or after
@@ -81,7 +83,7 @@ async def keyed(
         raise
     if isinstance(response, StreamingResponse):
         grace = ctx.model.stream_grace_s if ctx.model is not None else 0.0
-        response.body_iterator = gw.kept.keep(ctx, keys, response.body_iterator, grace)
+        response.body_iterator = gw.kept.keep(ctx, keys, response.body_iterator, grace, gone)
     else:
         body = bytes(response.body)
         await quietly(gw.idempotency.finish(keys.record, ctx.request_id, ctx.status, ctx.reply_type, False,

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from starlette.responses import Response
 from starlette.types import Receive, Scope
 
+from contract.fleet import Model
 from gateway.endpoints import Route
 from gateway.errors import GatewayError, InternalError, ModelNotFound, error_response
 from gateway.migration.stream import plan_migration
@@ -102,7 +103,7 @@ class Proxy:
             lease = await admit(gw, ctx, pool, watch)  # 4
             parts = answer(gw, ctx, pool, lease)  # 5, 6, 7 (the lease is held and released there)
             left = "the client disconnected before the answer was ready"
-            first = await watched(anext(parts), watch, left, gw.open_requests)
+            first = await watched(anext(parts), kept_watch(ctx, model, watch), left, gw.open_requests)
         if streaming(ctx):
             return self.relayed(ctx, parts, limits)
         await parts.aclose()
@@ -144,3 +145,15 @@ class Proxy:
         response = error_response(err, ctx.api.dialect)
         response.headers["x-request-id"] = ctx.request_id
         return response
+
+
+def kept_watch(ctx: RequestContext, model: Model, watch: asyncio.Future[None]) -> asyncio.Future[None]:
+    """The watch over a request's wait for its first part (a stream's first bytes, a whole answer): the
+    client's, except for a request with an ``Idempotency-Key`` to a model that keeps answers for their
+    clients (``stream_grace_s`` > 0): sent to a replica, that generation runs on when its client
+    leaves, its key held and its answer kept (a stream's events: gateway/idempotency/kept.py, its
+    grace counted from then; a whole answer once it came), so that the retry attaches to it instead of
+    running a second one. Its watch is a future that never ends (the stopping gateway still ends it)."""
+    if model.stream_grace_s > 0 and "idempotency-key" in ctx.headers:
+        return asyncio.get_running_loop().create_future()
+    return watch

@@ -6,6 +6,8 @@ cancelled at the end of its model's grace period (at once with none), and its ke
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
 import uuid
 from typing import Any
@@ -106,3 +108,34 @@ async def test_with_no_grace_period_a_keyed_stream_is_cancelled_when_its_client_
 
 async def idle(c: httpx.AsyncClient, engine: Proc) -> bool:
     return int((await stats(c, engine))["inflight"]) == 0
+
+
+async def test_a_keyed_stream_left_before_its_first_byte_runs_on_for_its_grace_then_is_cancelled(
+    gateways: list[str], engine: Proc, http: httpx.AsyncClient
+) -> None:
+    long = {**STREAM, "model": "g", "max_tokens": 80}  # first byte 0.4 s late, then 4.8 s; grace 0.3 s
+    await until(lambda: idle(http, engine), 3.0, "the engine idle")
+    before, expired_before = await stats(http, engine), await grace_expired(http, gateways[1])
+    await http.get(f"{engine.url}/fault/latency?ms=400")
+    try:
+        held = asyncio.create_task(http.post(f"{gateways[1]}/v1/chat/completions", json=long,
+                                             headers={"idempotency-key": uuid.uuid4().hex}))  # fmt: skip
+        await until(lambda: busy(http, engine), 3.0, "the engine has it", interval_s=0.005)
+        held.cancel()  # the client leaves before any byte came: not cancelled with it, kept for its grace
+        began = time.monotonic()
+        await until(lambda: idle(http, engine), 4.0, "the engine's generation aborted after its grace")
+    finally:
+        await http.get(f"{engine.url}/fault/latency?ms=0")
+    assert 0.3 <= time.monotonic() - began < 3.0  # its grace, well before its 4.8 s of tokens
+    assert (await stats(http, engine))["started"] - before["started"] == 1
+    assert await grace_expired(http, gateways[1]) == expired_before + 1
+
+
+async def busy(c: httpx.AsyncClient, engine: Proc) -> bool:
+    return int((await stats(c, engine))["inflight"]) > 0
+
+
+async def grace_expired(c: httpx.AsyncClient, gateway: str) -> float:
+    text = (await c.get(f"{gateway}/metrics")).text
+    found = re.search(r'^llmgw_idempotent_requests_total\{outcome="grace_expired"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
