@@ -1,8 +1,8 @@
 """The fleet file: one YAML document that declares every model the gateway serves.
 
-The supervisor, the planner, the gateway and the deployment renderers all read this one
-schema, so nothing drifts between a laptop and a cluster.  Validation errors name the
-field path and the reason (see :func:`load_fleet`).
+The supervisor, the planner, the gateway and the deployment renderers all read this one schema, so
+nothing drifts between a laptop and a cluster. Validation errors name the field path and the reason
+(see :func:`load_fleet`).
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from contract.scaling import ScalingField, devices_problem
 
 ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 PolicyName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+"""A routing policy's name; the gateway checks it against its one registry (``gateway.routing``)."""
 MediaDomain = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")]
+"""A host name (lower case) or IPv4 address, as vLLM compares it with a media URL's parsed host."""
 NO_MEDIA_DOMAIN = "no-media.invalid"
 """vLLM's media-domain allow-list for a model whose fleet entry names none (the supervisor's and the
 rendered deployments' alike): a host under the reserved ``.invalid`` top-level domain (RFC 6761), which
 never resolves, so vLLM refuses every media URL before any fetch; an empty list would let vLLM fetch
 from every host."""
-"""A host name (lower case) or IPv4 address, as vLLM compares it with a media URL's parsed host."""
-"""A routing policy's name; the gateway checks it against its one registry (``gateway.routing``)."""
 
 
 class Strict(BaseModel):
@@ -212,8 +212,7 @@ class Model(Strict):
     """Counts once the model is awake: an on-demand model's wake has its own ``wake_timeout_s``."""
     stream_grace_s: Annotated[float, Field(ge=0)] = 30.0
     """How long a stream with an ``Idempotency-Key`` runs on once its client left, for it to come back (any
-    gateway); cancelled if unclaimed by then (a keyed non-streamed request runs on to its answer, kept for
-    the retry). ``0``: both cancelled when their client leaves, as requests without a key."""
+    gateway; a keyed non-streamed request runs to its answer); then cancelled. ``0``: cancelled at once."""
     activation: Literal["always", "on_demand"] = "always"
     """``always``: started with the fleet; ``on_demand``: asleep until a request waits for it."""
     idle_timeout_s: Annotated[float, Field(gt=0)] = 300.0

@@ -8,14 +8,19 @@ the first client got after that event, ``id:`` lines included."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Literal
 
 import redis.asyncio as aioredis
 from redis.typing import EncodableT, FieldT
 
 Event = tuple[int, bytes]
 """(id, the event's bytes as relayed: ``id: <n>\\n`` then the event, up to its blank line)."""
+Verdict = Literal["running", "over"] | bytes
+"""What a follower learns when no new event is there: the writer runs on (look again), it is over (one
+more look, for events written before, then the end), or the last bytes to send (an error event)."""
+POLL_FIRST_S, POLL_MAX_S = 0.01, 0.1
 
 
 class EventIds:
@@ -82,3 +87,35 @@ class EventLog:
 
     async def drop(self, key: str) -> None:
         await self.redis.delete(key)
+
+
+async def tail(
+    events: EventLog, key: str, after: int, verdict: Callable[[], Awaitable[Verdict]]
+) -> AsyncIterator[bytes]:
+    """The events of ``key`` after id ``after``, kept then live as they are written, to the end entry; while
+    none is new, ``verdict`` says whether to look again (polled from ``POLL_FIRST_S``, doubling to
+    ``POLL_MAX_S``), to end after one more look, or to end with the bytes it gives."""
+    interval, last_look = POLL_FIRST_S, False
+    while True:
+        entries = await events.after(key, after)
+        if entries:
+            interval, out = POLL_FIRST_S, list[bytes]()
+            for seq, event in entries:
+                if event is None:
+                    yield b"".join(out)
+                    return
+                out.append(event)
+                after = seq
+            yield b"".join(out)
+            continue
+        said = await verdict()
+        if isinstance(said, bytes):
+            yield said
+            return
+        if said == "over":
+            if last_look:
+                return
+            last_look = True
+            continue
+        await asyncio.sleep(interval)
+        interval = min(POLL_MAX_S, interval * 2)

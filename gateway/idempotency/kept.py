@@ -21,7 +21,7 @@ from typing import Any
 
 from contract.supervision import cancelled
 from gateway.errors import ClientClosedRequest, sse_error_event
-from gateway.idempotency.events import Event, EventIds, EventLog
+from gateway.idempotency.events import Event, EventIds, EventLog, Verdict, tail
 from gateway.idempotency.store import IdempotencyStore, KeyNames
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN
@@ -29,7 +29,6 @@ from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.proxy")
 BATCH, FLUSH_S = 32, 0.05
-FOLLOW_FIRST_S, FOLLOW_MAX_S = 0.01, 0.1
 
 
 class KeptStreams:
@@ -200,37 +199,21 @@ class Kept:
             await quietly(self.streams.events.append(self.keys.events, batch, ttl, end), self.ctx)
 
 
-async def follow(
+def follow(
     store: IdempotencyStore, events: EventLog, keys: KeyNames, after: int, holder: str, dialect: Any
 ) -> AsyncIterator[bytes]:
     """A kept stream's events after id ``after`` from Redis, then the live rest as it is written, to its
     end; a stream whose request ended without finishing (cancelled, its gateway gone) ends with an SSE
     error event that may be retried."""
-    interval, last_look = FOLLOW_FIRST_S, False
-    while True:
-        entries = await events.after(keys.events, after)
-        if entries:
-            interval, out = FOLLOW_FIRST_S, list[bytes]()
-            for seq, event in entries:
-                if event is None:
-                    yield b"".join(out)
-                    return
-                out.append(event)
-                after = seq
-            yield b"".join(out)
-            continue
+
+    async def verdict() -> Verdict:
         record = await store.read(keys.record)
         if record is None or (record.request_id != holder and not record.done):
             err = ClientClosedRequest("the request that held this Idempotency-Key ended unfinished; retry it")
-            yield sse_error_event(err, dialect)
-            return
-        if record.done:  # its events were all written before: one more look, then over
-            if last_look:
-                return
-            last_look = True
-            continue
-        await asyncio.sleep(interval)  # polled: the next events, or the end
-        interval = min(FOLLOW_MAX_S, interval * 2)
+            return sse_error_event(err, dialect)
+        return "over" if record.done else "running"
+
+    return tail(events, keys.events, after, verdict)
 
 
 async def quietly(step: Awaitable[None], ctx: RequestContext) -> None:

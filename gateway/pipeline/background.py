@@ -15,7 +15,6 @@ Another tenant's id, or one expired: 404 ``response_not_found``, as for a respon
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -25,6 +24,7 @@ import orjson
 from starlette.responses import Response
 
 from gateway.errors import InvalidRequest, NoReadyReplica, ResponseNotFound
+from gateway.idempotency.events import Verdict, tail
 from gateway.pipeline.replies import WholeResponse
 from gateway.pipeline.resolve import resolve
 from gateway.pipeline.settle import finish
@@ -42,7 +42,6 @@ from gateway.state import Gateway
 from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.proxy")
-FIRST_POLL_S, MAX_POLL_S = 0.01, 0.1
 Relayed = Callable[[RequestContext, AsyncIterator[bytes]], Response]
 
 
@@ -129,28 +128,12 @@ async def cancel(bg: BackgroundResponses, ctx: RequestContext) -> Response:
     return WholeResponse(orjson.dumps(obj), 200, ctx.request_id, "application/json")
 
 
-async def follow(bg: BackgroundResponses, names: Names, after: int) -> AsyncIterator[bytes]:
+def follow(bg: BackgroundResponses, names: Names, after: int) -> AsyncIterator[bytes]:
     """The events after sequence number ``after``, kept then live, to the end entry (or, without one, to
     a record that says the response is over)."""
-    events, store, mark = bg.store.events, bg.store, after + 1
-    interval, last_look = FIRST_POLL_S, False
-    while True:
-        entries = await events.after(names.events, mark)
-        if entries:
-            interval, out = FIRST_POLL_S, list[bytes]()
-            for seq, event in entries:
-                if event is None:
-                    yield b"".join(out)
-                    return
-                out.append(event)
-                mark = seq
-            yield b"".join(out)
-            continue
-        found = await store.read(names)
-        if found is None or found.status in TERMINAL:  # one more look at what was written before
-            if last_look:
-                return
-            last_look = True
-            continue
-        await asyncio.sleep(interval)  # polled: the next events, or the end
-        interval = min(MAX_POLL_S, interval * 2)
+
+    async def verdict() -> Verdict:
+        found = await bg.store.read(names)
+        return "over" if found is None or found.status in TERMINAL else "running"
+
+    return tail(bg.store.events, names.events, after + 1, verdict)
