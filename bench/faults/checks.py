@@ -254,8 +254,26 @@ def task_failures(metrics_text: str) -> dict[str, float]:
     return {m.group(1) or "": float(m.group(2)) for m in METRIC.finditer(metrics_text)}
 
 
+def counter_rise(before: float, after: float) -> float:
+    """One process' counter's rise over a cell: ``after - before``, or ``after`` when it went down (the
+    process was started again in the cell and counts from 0)."""
+    return after - before if after >= before else after
+
+
 def failures_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
-    return {k: v - before.get(k, 0.0) for k, v in after.items() if v > before.get(k, 0.0)}
+    """One process' task failures' rise by label (:func:`counter_rise`), the labels that rose."""
+    rises = {k: counter_rise(before.get(k, 0.0), v) for k, v in after.items()}
+    return {k: v for k, v in rises.items() if v > 0}
+
+
+def task_failures_rise(before: Sequence[str], after: Sequence[str]) -> dict[str, float]:
+    """``llmgw_task_failures_total``'s rise by label over a cell, summed over the processes: one exposition
+    text each, in the same order before and after ('' for one unreachable)."""
+    out: dict[str, float] = {}
+    for b, a in zip(before, after, strict=True):
+        for k, v in failures_delta(task_failures(b), task_failures(a)).items():
+            out[k] = out.get(k, 0.0) + v
+    return out
 
 
 @dataclass(frozen=True)
@@ -313,6 +331,12 @@ STALLED = re.compile(r"^llmgw_stream_stalled_total(\{[^}]*\})?\s+([0-9.eE+-]+)$"
 def stalled_total(metrics_text: str) -> float:
     """``llmgw_stream_stalled_total`` summed over its labels (and the texts joined)."""
     return sum(float(m.group(2)) for m in STALLED.finditer(metrics_text))
+
+
+def stalled_rise(before: Sequence[str], after: Sequence[str]) -> float:
+    """``llmgw_stream_stalled_total``'s rise over a cell, summed over the processes (one exposition text
+    each, in the same order before and after; :func:`counter_rise`: a gateway started again counts anew)."""
+    return sum(counter_rise(stalled_total(b), stalled_total(a)) for b, a in zip(before, after, strict=True))
 
 
 def not_dropped(ids: Sequence[str], stalled_delta: float, logs: Mapping[str, bytes]) -> list[str]:

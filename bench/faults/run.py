@@ -42,7 +42,7 @@ from bench.faults.stack import (
     descendants_of,
     key_states,
     make_stack,
-    metrics_text,
+    metrics_texts,
     metrics_urls,
     registry_whole,
     run_processes,
@@ -126,8 +126,7 @@ async def run_cell(
     cell = Cell(fault, topology, seed, redis_outage=fault in REDIS_FAULTS)
     load = Load(stack.config.nginx_url, keys, mix(plan.max_tokens), f"flt.{cell_id}.", plan.clients,
                 plan.client_timeout_s, seed=seed)  # fmt: skip
-    before_text = await metrics_text(metrics_urls(stack))
-    before = checks.task_failures(before_text)
+    before_texts = await metrics_texts(metrics_urls(stack))  # one a process: a restarted one counts anew
     loader = asyncio.create_task(load.run())
     await asyncio.sleep(plan.warm_s)
     ctx = Ctx(stack, load)
@@ -157,8 +156,8 @@ async def run_cell(
         whole = False
         cell.problems.append(f"not back to strength within 60 s: {type(exc).__name__}: {exc}")
     cell.capacity_held = await settled_capacity(stack, plan.settle_s)
-    after_text = await metrics_text(metrics_urls(stack))
-    cell.task_failures = checks.failures_delta(before, checks.task_failures(after_text))
+    after_texts = await metrics_texts(metrics_urls(stack))
+    cell.task_failures = checks.task_failures_rise(before_texts, after_texts)
     back = whole if cell.registry_back_s is None or not cell.redis_outage else True
     cell.task_deaths = checks.task_deaths(exits, back, bool(cell.task_failures))
     found = [p for p in find_orphans(stack, marker) if p.pid not in seen_orphans]  # the cell's own
@@ -175,7 +174,7 @@ async def run_cell(
     runs = checks.count_engine_runs(replica_logs(stack), f"flt.{cell_id}.", strike.cuts)
     cell.at_engines, cell.ran_twice = len(runs.ids), runs.ran_twice
     cell.rerun_after_kill, cell.continued = len(runs.rerun_after_kill), sum(runs.moved.values())
-    stalled = checks.stalled_total(after_text) - checks.stalled_total(before_text)
+    stalled = checks.stalled_rise(before_texts, after_texts)
     cell.not_dropped = checks.not_dropped(strike.stalled, stalled, checks.read_logs(replica_logs(stack)))
     cell.not_injected = strike.not_injected
     if report.answered and not runs.ids:

@@ -133,14 +133,21 @@ async def key_states(stack: Stack) -> list[KeyState]:
     return out
 
 
-async def metrics_text(urls: list[str]) -> str:
-    """The Prometheus texts of ``urls`` joined (an unreachable one adds nothing)."""
+async def metrics_texts(urls: list[str]) -> list[str]:
+    """The Prometheus text of each of ``urls``, in their order ('' for an unreachable one)."""
     texts = []
     async with httpx.AsyncClient(timeout=3.0) as client:
         for url in urls:
+            text = ""
             with contextlib.suppress(httpx.HTTPError):
-                texts.append((await client.get(url)).text)
-    return "\n".join(texts)
+                text = (await client.get(url)).text
+            texts.append(text)
+    return texts
+
+
+async def metrics_text(urls: list[str]) -> str:
+    """The Prometheus texts of ``urls`` joined (an unreachable one adds nothing)."""
+    return "\n".join(t for t in await metrics_texts(urls) if t)
 
 
 def metrics_urls(stack: Stack) -> list[str]:

@@ -25,9 +25,11 @@ from bench.faults.checks import (
     not_dropped,
     orphans,
     registry_back_s,
+    stalled_rise,
     stalled_total,
     task_deaths,
     task_failures,
+    task_failures_rise,
 )
 
 OPENAI_ERROR = json.dumps({"error": {"message": "replica failed", "type": "server_error", "code": "x"}})
@@ -145,6 +147,26 @@ def test_task_failures_from_metrics() -> None:
     after = task_failures(text)
     assert after == {'{task="registry"}': 2.0, '{task="health"}': 0.0}
     assert failures_delta({'{task="registry"}': 1.0}, after) == {'{task="registry"}': 1.0}
+
+
+def test_counters_rise_per_process_and_across_a_restart() -> None:
+    """Each process' counter on its own (joined texts let one gateway's line hide the other's), and a
+    counter that went down is a process restarted in the cell: its rise is its value now. A gateway killed
+    -9 and started again after an earlier cell counted a slow reader read as a rise of -1 stalls."""
+    gw1_before = 'llmgw_stream_stalled_total{model="chat"} 1.0\nllmgw_task_failures_total{task="x"} 1.0\n'
+    gw1_after = 'llmgw_stream_stalled_total{model="chat"} 0.0\nllmgw_task_failures_total{task="x"} 0.0\n'
+    gw2 = 'llmgw_stream_stalled_total{model="chat"} 0.0\nllmgw_task_failures_total{task="x"} 0.0\n'
+    assert stalled_rise([gw1_before, gw2], [gw1_after, gw2]) == 0.0  # restarted, counted nothing since
+    assert not_dropped([], stalled_rise([gw1_before, gw2], [gw1_after, gw2]), {}) == []
+    assert stalled_rise([gw1_before, gw2], [gw1_before.replace("1.0", "3.0"), gw2]) == 2.0
+    assert stalled_rise([gw1_before.replace("1.0", "3.0")], [gw1_before]) == 1.0  # restarted, counted one
+    assert stalled_rise([""], [gw1_before]) == 1.0  # unreachable before (down): it counted one since
+    # gateway-1's failure is not hidden by gateway-2's line of the same label (joined, the last one won)
+    gw1_failed = gw1_before.replace('"x"} 1.0', '"x"} 2.0')
+    assert task_failures_rise([gw1_before, gw2], [gw1_failed, gw2]) == {'{task="x"}': 1.0}
+    assert task_failures_rise([gw1_before, gw2], [gw1_after, gw2]) == {}  # restarted: nothing since
+    assert task_failures_rise([gw1_failed], [gw1_before]) == {'{task="x"}': 1.0}  # restarted, one since
+    assert failures_delta({'{task="x"}': 3.0}, {'{task="x"}': 1.0}) == {'{task="x"}': 1.0}
 
 
 def test_task_deaths() -> None:
