@@ -4,10 +4,11 @@ Redis, keys on), a mixed load through nginx (bench/faults/workload.py), and the 
 bench/faults/inject.py one at a time, in an order drawn from ``--seed``. After each fault the checkers
 (bench/faults/checks.py) read the engines' logs, Redis, the metrics and the process table, and the row
 says: generations run twice, requests without an answer or clear error, streams cut without an error
-event (not counted where the fault killed the gateway), capacity held 10 s after the load stopped, silent
-task deaths, orphan processes, a slow reader's stream the gateway did not end (counted as stalled, its
-generation aborted at the engine), seconds until the registry was whole again after a Redis outage. The
-table goes to stdout and, with its date and seed, to ``--out`` (JSON). One cell again:
+event (not counted where the fault killed the gateway), capacity held ``settle_s`` (17 s, past the 15 s
+lease TTL) after the load stopped, silent task deaths, orphan processes, a slow reader's stream the
+gateway did not end (counted as stalled, its generation aborted at the engine), seconds until the
+registry was whole again after a Redis outage. The table goes to stdout and, with its date and seed, to
+``--out`` (JSON). One cell again:
 
     python -m bench.faults --seed 7 --fault kill9-engine --topology single
 """
