@@ -37,6 +37,7 @@ help:
 	@echo "make autoscale         3 cycles 0 -> 1 -> 2 -> 0 replicas under the supervisor as the scaler (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
 	@echo "make compat  the clients agent builders use (lm-eval, langchain, llama-index, litellm, guidellm, anthropic, Agents SDK) against a running stack (COMPAT_URL=$(COMPAT_URL))"
+	@echo "make keyed-cost  what an Idempotency-Key costs a stream: Redis commands, bytes, CPU per event; the gateway's CPU (FAKE ENGINE)"
 	@echo "make bench-agentic  agent sessions with tool pauses through 2 and 4 gateways, per routing policy (FAKE ENGINE)"
 	@echo "make bench-agentic-real  the same agentic trace on two real SmolLM2 CPU vLLM replicas (a smaller trace)"
 	@echo "make compose-test  compose.yaml on CPU with podman-compose (real vLLM): requests, crashes, down"
