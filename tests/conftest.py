@@ -37,10 +37,12 @@ class Topologies:
         self.tmp, self.started = tmp, {}  # type: dict[str, Topology]
         atexit.register(self.stop)  # also when the session's teardown never runs (an interrupted run)
 
-    def get(self, kind: str) -> Topology:
-        if kind not in self.started:
-            self.started[kind] = start(kind, self.tmp / kind)
-        return self.started[kind]
+    def get(self, kind: str, binary: str = "redis-server") -> Topology:
+        """``kind``'s topology of ``binary`` nodes (redis-server, or valkey-server: testing/procs.py)."""
+        name = kind if binary == "redis-server" else f"{kind}-{Path(binary).name}"
+        if name not in self.started:
+            self.started[name] = start(kind, self.tmp / name, binary)
+        return self.started[name]
 
     def stop(self) -> None:
         """Kill every node's process group; idempotent (the fixture's teardown, then atexit)."""

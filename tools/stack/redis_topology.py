@@ -31,6 +31,9 @@ KINDS = ("single", "sentinel", "cluster")
 SERVICE = "llmgw"
 
 
+# A master sends a new replica its first full copy at once, not after Redis's default 5 s wait for more
+# replicas to share the transfer: each Sentinel and Cluster topology serves 5 s sooner, revived nodes too.
+NO_SYNC_DELAY = ("--repl-diskless-sync-delay", "0")
 BUS_OFFSET = 10_000  # a cluster node's bus port is its port + 10000
 CLUSTER_PORTS = (12_000, 22_000)  # node and bus ports both below the kernel's ephemeral range
 
@@ -86,6 +89,7 @@ class Topology:
     kind: str
     url: str
     nodes: list[Node] = field(default_factory=list)
+    binary: str = "redis-server"  # or another server that takes its flags (the tests' valkey-server)
 
     @property
     def data_ports(self) -> list[int]:
@@ -170,11 +174,11 @@ def without_replicaof(argv: list[str]) -> list[str]:
     return argv[:at] + argv[at + 3 :]
 
 
-def data_node(tmp: Path, role: str, extra: list[str]) -> Node:
+def data_node(tmp: Path, topo: Topology, role: str, extra: list[str]) -> Node:
     port = cluster_port() if role == "cluster" else free_port()
     d = tmp / f"{role}-{port}"
     d.mkdir(parents=True)
-    return spawn([*redis_server_argv("redis-server", port, d), *extra], d / "redis.log", role, port)
+    return spawn([*redis_server_argv(topo.binary, port, d), *extra], d / "redis.log", role, port)
 
 
 def serving(port: int) -> bool:
@@ -182,16 +186,16 @@ def serving(port: int) -> bool:
 
 
 def start_single(tmp: Path, topo: Topology) -> None:
-    node = data_node(tmp, "single", [])
+    node = data_node(tmp, topo, "single", [])
     topo.nodes.append(node)
     topo.url = f"redis://{HOST}:{node.port}/0"
     poll(lambda: serving(node.port), 10, "redis-server")
 
 
 def start_sentinel(tmp: Path, topo: Topology) -> None:
-    master = data_node(tmp, "master", [])
+    master = data_node(tmp, topo, "master", [*NO_SYNC_DELAY])
     topo.nodes.append(master)
-    replica = data_node(tmp, "replica", ["--replicaof", HOST, str(master.port)])
+    replica = data_node(tmp, topo, "replica", [*NO_SYNC_DELAY, "--replicaof", HOST, str(master.port)])
     topo.nodes.append(replica)
     poll(lambda: "master_link_status:up" in cli(replica.port, "INFO", "replication"), 15, "replica link")
     for _ in range(3):
@@ -203,9 +207,7 @@ def start_sentinel(tmp: Path, topo: Topology) -> None:
             f"port {port}\nbind {HOST}\ndir {d}\nsentinel monitor {SERVICE} {HOST} {master.port} 2\n"
             f"sentinel down-after-milliseconds {SERVICE} 1000\nsentinel failover-timeout {SERVICE} 5000\n"
         )
-        topo.nodes.append(
-            spawn(["redis-server", str(conf), "--sentinel"], d / "sentinel.log", "sentinel", port)
-        )
+        topo.nodes.append(spawn([topo.binary, str(conf), "--sentinel"], d / "sentinel.log", "sentinel", port))
     sentinels = [n.port for n in topo.nodes if n.role == "sentinel"]
     topo.url = "redis+sentinel://" + ",".join(f"{HOST}:{p}" for p in sentinels) + f"/{SERVICE}?db=0"
     poll(lambda: all(sees_replicas(p) for p in sentinels), 20, "sentinels")
@@ -219,9 +221,9 @@ def sees_replicas(sentinel_port: int) -> bool:
 
 def start_cluster(tmp: Path, topo: Topology) -> None:
     extra = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-    extra += ["--cluster-node-timeout", "2000"]
+    extra += ["--cluster-node-timeout", "2000", *NO_SYNC_DELAY]
     for _ in range(6):
-        topo.nodes.append(data_node(tmp, "cluster", extra))
+        topo.nodes.append(data_node(tmp, topo, "cluster", extra))
     nodes = topo.nodes
     topo.url = "redis+cluster://" + ",".join(f"{HOST}:{n.port}" for n in nodes)
     poll(lambda: all(serving(n.port) for n in nodes), 10, "cluster nodes")
@@ -232,6 +234,14 @@ def start_cluster(tmp: Path, topo: Topology) -> None:
     )  # fmt: skip
     poll(topo.settled, 30, "cluster")
     poll(lambda: all(synced(n.port) for n in nodes), 30, "cluster replicas in sync")
+    poll(lambda: all(sees_roles(n.port, len(nodes) // 2) for n in nodes), 30, "cluster roles known to all")
+
+
+def sees_roles(port: int, masters: int) -> bool:
+    """The node on ``port`` knows every node's role: ``masters`` masters and as many replicas (just after
+    ``--cluster create``, a replica can still be a master without slots in another node's view)."""
+    flags = [line.split()[2] for line in cli(port, "CLUSTER", "NODES").splitlines() if line.strip()]
+    return sum("master" in f for f in flags) == masters and sum("slave" in f for f in flags) == masters
 
 
 def synced(port: int) -> bool:
@@ -247,10 +257,11 @@ STARTERS: dict[str, Callable[[Path, Topology], None]] = {
 }
 
 
-def start(kind: str, tmp: Path) -> Topology:
-    """Start ``kind`` (one of :data:`KINDS`) with its files under ``tmp``; stopped again if it fails."""
+def start(kind: str, tmp: Path, binary: str = "redis-server") -> Topology:
+    """Start ``kind`` (one of :data:`KINDS`) with its files under ``tmp``, its nodes ``binary`` (redis-server
+    or another server that takes its flags: valkey-server); stopped again if it fails."""
     tmp.mkdir(parents=True, exist_ok=True)
-    topo = Topology(kind, "")
+    topo = Topology(kind, "", binary=binary)
     try:
         STARTERS[kind](tmp, topo)
     except BaseException:

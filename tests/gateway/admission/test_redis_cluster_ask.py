@@ -17,7 +17,7 @@ from gateway.admission.redis_cluster_wire import ClusterPipelined
 from gateway.admission.redis_wire import Endpoint
 from tests.conftest import Topologies
 from tools.stack.ports import HOST
-from tools.stack.redis_topology import cli
+from tools.stack.redis_topology import Topology, cli
 
 
 @dataclass
@@ -47,8 +47,13 @@ def moved_count(port: int) -> int:
 
 
 @pytest.fixture
-def migrating(topologies: Topologies) -> Iterator[Migrating]:
-    cluster = topologies.get("cluster")
+def cluster(topologies: Topologies) -> Topology:
+    """The shared Redis Cluster (test_on_valkey.py's: its Valkey cluster)."""
+    return topologies.get("cluster")
+
+
+@pytest.fixture
+def migrating(cluster: Topology) -> Iterator[Migrating]:
     key = f"{{ask{uuid.uuid4().hex[:8]}}}:k"
     source = cluster.master_port(key)
     ids = masters(source)
