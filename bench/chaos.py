@@ -67,12 +67,12 @@ from bench.faults.checks import (
     judge_stream,
     judge_whole,
 )
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, ReplicaState, read_registry
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from gateway.settings import GatewaySettings
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord, ReplicaState, read_registry
+from llmgw_tools.stack.stack import REPO, Stack, StackConfig
 from testing.poll import until
-from tools.stack.stack import REPO, Stack, StackConfig
 from workers.life.adopt import StateFile, pid_alive
 
 log = logging.getLogger("llmgw.chaos")

@@ -5,7 +5,7 @@ the replicas' own count of the generations they ran.
   logged as vLLM's ``--enable-log-requests`` does), and the gateways in this process (uvicorn, as the
   tests run them); the count is the engines' ``/stats`` ``started``: every generation begun, one cut
   short included.
-- ``vllm``: the stack of tools/stack (Redis, the supervisor, the gateways) with the default fleet's
+- ``vllm``: the stack of llmgw_tools/stack (Redis, the supervisor, the gateways) with the default fleet's
   SmolLM2 alone, two vLLM CPU replicas, one prompt for every trial; the count is the larger of vLLM's
   ``vllm:request_success_total`` (every ``finished_reason``; a generation its client aborted is not
   counted there) and ``vllm:prompt_tokens_total`` over the prompt's length (vLLM's ``/tokenize``): the
@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 
 from bench.client_cuts import PROMPTS, Setup
-from contract.vllm_metrics import running_and_waiting
+from llmgw_contract.vllm_metrics import running_and_waiting
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.procs import free_port, free_port_run, start_fake_engine, start_redis
 
@@ -121,7 +121,7 @@ async def prompt_tokens(client: httpx.AsyncClient, url: str, key: str, model: st
 async def vllm_setup(gateways: int, max_tokens: int) -> AsyncIterator[Setup]:
     """The stack with two SmolLM2 CPU replicas and ``gateways`` gateways (a minute or two to start)."""
     from bench.migration_check import cpu_fleet
-    from tools.stack.stack import Stack, StackConfig
+    from llmgw_tools.stack.stack import Stack, StackConfig
 
     with tempfile.TemporaryDirectory(prefix="llmgw-cuts-") as tmp:
         config = StackConfig(

@@ -18,11 +18,11 @@ import yaml
 
 from bench.routing import Counters
 from bench.routing_sim import ready
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, publish
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord, publish
+from llmgw_tools.stack.stack import script
 from testing.poll import wait_until
 from testing.procs import Proc, free_port, free_port_run, http_ok, spawn
-from tools.stack.stack import script
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,12 +57,12 @@ import yaml
 
 from bench.chaos import Request, Tally, free_port, requests_for, send
 from bench.faults.checks import ANSWERED, CLEAR, CUT, LOST
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, ReplicaState, read_registry
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord, ReplicaState, read_registry
+from llmgw_tools.stack.keeper import KeepPolicy
+from llmgw_tools.stack.services import Service
+from llmgw_tools.stack.stack import REPO, Stack, StackConfig
 from testing.poll import until
-from tools.stack.keeper import KeepPolicy
-from tools.stack.services import Service
-from tools.stack.stack import REPO, Stack, StackConfig
 
 log = logging.getLogger("llmgw.fleet_scenarios")
 CHAT, EMBED = "smollm2-135m-instruct", "all-minilm-l6-v2"

@@ -39,13 +39,13 @@ import redis.asyncio as aioredis
 
 from bench.loadgen import Result, Target, percentile, run
 from bench.routing_workloads import chat_messages, document, question
-from contract.redis_keys import RedisKeys
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_tools.stack.redis import redis_server_argv
+from llmgw_tools.stack.render import nginx_conf
 from testing.otlp import trace_receiver
 from testing.poll import wait_until
 from testing.procs import REPO, Proc, free_port, http_ok, port_open, spawn
-from tools.stack.redis import redis_server_argv
-from tools.stack.render import nginx_conf
 
 PROXY_CORE, LOAD_CORE = "0", "1"
 SHAPES = {"non-stream": (False, 16), "stream": (True, 64), "followup-2k": (False, 16)}

@@ -35,13 +35,13 @@ import yaml
 from bench.hotpath import tree_cpu_s
 from bench.redis_capacity import Sample, sample
 from bench.redis_capacity_http import answers
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
-from contract.registry import ReplicaRecord, publish
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
+from llmgw_contract.registry import ReplicaRecord, publish
+from llmgw_tools.stack.ports import free_port
+from llmgw_tools.stack.redis_topology import Topology, start
 from testing.poll import wait_until
 from testing.procs import Proc, spawn
-from tools.stack.ports import free_port
-from tools.stack.redis_topology import Topology, start
 
 MODEL = "cap-model-0"
 GATEWAY_BIN = str(Path(sys.executable).parent / "llmgw-gateway")

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, publish, read_registry
 from gateway.admission.presence import Presence
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord, publish, read_registry
 from testing.procs import start_redis
 
 BATCH = 10_000

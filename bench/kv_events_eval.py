@@ -48,9 +48,9 @@ import msgspec
 import zmq
 from tokenizers import Tokenizer
 
-from contract.kv_events import Batch, Removed, Stored, as_int
 from gateway.routing.prefix.chain import request_chain
 from gateway.routing.prefix.index import PickInput, PrefixIndex, ReplicaView, capacity_keys
+from llmgw_contract.kv_events import Batch, Removed, Stored, as_int
 from testing.poll import wait_until
 
 REPO = Path(__file__).resolve().parents[1]

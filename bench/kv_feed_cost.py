@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from contract.kv_events import Batch, BlockMirror, Stored
-from contract.kv_keyer import load_keyer
 from gateway.routing.prefix.chain import request_chain
+from llmgw_contract.kv_events import Batch, BlockMirror, Stored
+from llmgw_contract.kv_keyer import load_keyer
 from workers.replica.weights import default_models_dir
 
 BLOCK = 128
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     keyer = load_keyer(model_dir, None, 512, 64)
     assert keyer is not None and keyer.frames is not None
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    from contract.chat_frames import jinja_render
+    from llmgw_contract.chat_frames import jinja_render
 
     render = jinja_render((model_dir / "chat_template.jinja").read_text(), {})
     head = ("request", "tokens", "blocks", "agent: events->keys", "gateway: chain", "keys")

@@ -36,9 +36,9 @@ import psutil  # type: ignore[import-untyped]
 import yaml
 
 from bench.chaos import free_port, until_true
-from contract.vllm_metrics import running_and_waiting
-from contract.vllm_probe import requests_in_engine
-from tools.stack.stack import Stack, StackConfig
+from llmgw_contract.vllm_metrics import running_and_waiting
+from llmgw_contract.vllm_probe import requests_in_engine
+from llmgw_tools.stack.stack import Stack, StackConfig
 
 REPO = Path(__file__).resolve().parents[1]
 log = logging.getLogger("migration_check")

@@ -30,11 +30,11 @@ import httpx
 import redis.asyncio as aioredis
 import yaml
 
-from contract.fleet import load_fleet
-from contract.fleet_file import FleetWatch
-from contract.redis_keys import RedisKeys
-from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
-from contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.fleet import load_fleet
+from llmgw_contract.fleet_file import FleetWatch
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import RegistryTiming, RegistryWriter, ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
 from testing.gateway import serve_gateway
 from testing.poll import until
 from testing.procs import free_port, start_redis

@@ -3,7 +3,7 @@
 Four gateways' shared-state clients (the real admission queue and shared prefix index, each gateway with
 its own connections, in this process) run, per request, what a gateway runs: acquire, the prefix-index
 pick, release; paced at ``--rate`` requests/s for ``--seconds`` against one Redis, a Sentinel setup and a
-6-node Cluster, each started on loopback (tools/stack/redis_topology.py). From every data node's INFO
+6-node Cluster, each started on loopback (llmgw_tools/stack/redis_topology.py). From every data node's INFO
 (commandstats, net bytes, used CPU) before and after, it prints per request: Redis commands (top level:
 EVALSHA and the rest), bytes in and out, Redis CPU microseconds (summed over the masters; replicas'
 CPU separately), and each as a ratio to the single server measured in the same run. No engine is involved:
@@ -21,15 +21,15 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
 from gateway.admission.base import Ticket
 from gateway.admission.redis_queue import RedisAdmission
 from gateway.redis_clients import blocking_client, fast_client
 from gateway.routing.prefix.chain import chain_keys
 from gateway.routing.prefix.index import PickInput, ReplicaView
 from gateway.routing.prefix.shared_index import SharedIndex
-from tools.stack.redis_topology import KINDS, Topology, start
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
+from llmgw_tools.stack.redis_topology import KINDS, Topology, start
 
 GATEWAYS, MODELS, REPLICAS, CAPACITY = 4, 2, 4, 64
 

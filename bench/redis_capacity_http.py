@@ -9,11 +9,13 @@ node's INFO (commandstats calls, net bytes in/out, used CPU) before and after th
 idle window of the same length with the gateways up, so the per-request figures are given both all-in
 (the gateways' periodic beats, registry polls and in-flight shares included) and net of that idle
 background. Each topology (one server, Sentinel, Cluster) is started on loopback
-(tools/stack/redis_topology.py) and measured in the same run, the single server first: the ratios are to it.
+(llmgw_tools/stack/redis_topology.py) and measured in the same run, the single server first: the ratios are
+to it.
 
 ``--baseline COMMIT`` adds a row measured first, on a one-server topology of its own: the gateways of an
 older commit (a ``git archive`` copy, run with ``PYTHONPATH`` pointing at it; its replicas registered by
-its own ``contract.registry``), e.g. the code before issue 28 (``3bd38e4^``); ratios to it are given too.
+its own ``llmgw_contract.registry``), e.g. the code before issue 28 (``3bd38e4^``); ratios to it are given
+too.
 """
 
 from __future__ import annotations
@@ -32,14 +34,14 @@ import yaml
 
 from bench.loadgen import Result, Target, run
 from bench.redis_capacity import Sample, sample
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
-from contract.registry import ReplicaRecord, publish
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
+from llmgw_contract.registry import ReplicaRecord, publish
+from llmgw_tools.stack.ports import bindable, free_port
+from llmgw_tools.stack.redis_topology import Topology
+from llmgw_tools.stack.stack import REPO
 from testing.poll import wait_until
 from testing.procs import Proc, http_ok, spawn
-from tools.stack.ports import bindable, free_port
-from tools.stack.redis_topology import Topology
-from tools.stack.stack import REPO
 
 GATEWAYS, MODELS, REPLICAS, CAPACITY = 4, 2, 2, 256
 PREFIX = "cap"
@@ -118,8 +120,8 @@ async def register(redis_url: str, engines: list[tuple[str, Proc]]) -> None:
 REGISTER = """
 import asyncio, sys
 import redis.asyncio as aioredis
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, publish
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord, publish
 async def main(url, prefix, concurrency, replicas):
     redis = aioredis.Redis.from_url(url)
     for spec in replicas:

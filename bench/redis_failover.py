@@ -1,7 +1,7 @@
 """The Redis master killed -9 under load through nginx with two gateways (``make redis-failover``).
 
 Per topology (Sentinel, Cluster; ``--topology`` picks), on loopback: the topology
-(tools/stack/redis_topology.py), FAKE ENGINE replicas (testing/fake_engine.py, not a model; two, each
+(llmgw_tools/stack/redis_topology.py), FAKE ENGINE replicas (testing/fake_engine.py, not a model; two, each
 logging every generation's request id like vLLM's ``--enable-log-requests``), a registration loop that
 republishes them every second (as the sidecars do), two ``llmgw-gateway`` processes and real nginx in
 front. ``--clients`` closed-loop clients send a steady mix of streamed and non-streamed chat requests
@@ -38,15 +38,15 @@ import orjson
 import redis.asyncio as aioredis
 import yaml
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
-from contract.registry import ReplicaRecord, publish
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
+from llmgw_contract.registry import ReplicaRecord, publish
+from llmgw_tools.stack.ports import free_port
+from llmgw_tools.stack.redis_topology import Topology, start
+from llmgw_tools.stack.render import nginx_conf
+from llmgw_tools.stack.stack import REPO, tool
 from testing.poll import wait_until
 from testing.procs import Proc, http_ok, spawn
-from tools.stack.ports import free_port
-from tools.stack.redis_topology import Topology, start
-from tools.stack.render import nginx_conf
-from tools.stack.stack import REPO, tool
 
 MODEL, REPLICAS, CAPACITY, PREFIX = "fo-model", 2, 4, "fo"
 GATEWAY_BIN = str(Path(sys.executable).parent / "llmgw-gateway")

@@ -19,11 +19,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.liveness import StampTiming
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_tools.stack.redis_topology import KINDS, start
 from testing.procs import start_fake_engine
 from testing.reclaim import killed_gateway_reclaim
-from tools.stack.redis_topology import KINDS, start
 
 TARGET_S = 3.0
 

@@ -78,15 +78,15 @@ from bench.routing_workloads import (
     templates,
 )
 from bench.vllm_serve import ServeBench, ServeResult, run_async
-from contract.fleet import load_fleet
-from contract.redis_keys import RedisKeys
-from contract.vllm_metrics import RUNNING, WAITING, gauge_sums
 from gateway.routing.prefix.key import chat_prefix_key
 from gateway.routing.registry import POLICIES as REGISTERED_POLICIES
 from gateway.routing.rendezvous import key_digest, score
 from gateway.settings import GatewaySettings
+from llmgw_contract.fleet import load_fleet
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.vllm_metrics import RUNNING, WAITING, gauge_sums
+from llmgw_tools.stack.stack import REPO, Stack, StackConfig
 from testing.poll import until
-from tools.stack.stack import REPO, Stack, StackConfig
 from workers.replica.launch import ReplicaSpec, plan_replicas
 
 POLICIES = tuple(REGISTERED_POLICIES)  # the one registry, in its order

@@ -38,8 +38,6 @@ import redis.asyncio as aioredis
 import yaml
 
 from bench.routing_workloads import chat_messages, conversations, templates
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, publish
 from gateway.replicas.table import Endpoint
 from gateway.routing.prefix.chain import request_chain
 from gateway.routing.prefix.index import (
@@ -55,9 +53,11 @@ from gateway.routing.prefix.index import (
 from gateway.routing.prefix.key import chat_prefix_key
 from gateway.routing.prefix.shared_index import SharedIndex
 from gateway.routing.rendezvous import rank
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord, publish
+from llmgw_tools.stack.stack import script
 from testing.poll import wait_until
 from testing.procs import REPO, Proc, free_port, free_port_run, http_ok, spawn, start_redis
-from tools.stack.stack import script
 
 MODEL = "sim-model"
 CHUNK, MAX_CHUNKS = 512, 64

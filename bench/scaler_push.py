@@ -26,10 +26,10 @@ from pathlib import Path
 import grpc  # type: ignore[import-untyped]
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.queue_scripts import Acquired, QueueScripts, ticket_id
 from gateway.admission.redis_wire import PipelinedRedis
+from llmgw_contract.redis_keys import RedisKeys
 from testing.procs import free_port, running, spawn, start_redis, wait_for_line
 from workers.scale.proto import externalscaler_pb2 as pb
 from workers.scale.proto import externalscaler_pb2_grpc as stubs

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.models import default_models_dir, prepared_path
+from llmgw_tools.models import default_models_dir, prepared_path
 
 DATASETS = ("random", "prefix_repetition")
 BACKENDS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}

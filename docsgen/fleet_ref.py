@@ -1,13 +1,14 @@
-"""The fleet-file reference: every field of ``contract.fleet``'s schema, one section per nested object."""
+"""The fleet-file reference: every field of ``llmgw_contract.fleet``'s schema, one section per nested
+object."""
 
 from __future__ import annotations
 
 import yaml
 from pydantic import BaseModel
 
-from contract.fleet import Fleet, Model, Source
 from docsgen.markdown import heading, one_line, page, source_of, table
 from docsgen.schema import field_rows, nested_models
+from llmgw_contract.fleet import Fleet, Model, Source
 
 INTRO = """Every field of the fleet file, from the schema the supervisor, the gateway, the planner and the
 renderers validate it with. `llmgw-fleet FILE` validates a file; an error names the field path and the

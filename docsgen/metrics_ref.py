@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
-from contract.replica_metrics import SupervisorMetrics
 from docsgen.markdown import cell, code, heading, page, source_of, table
 from gateway.metrics import GatewayMetrics
+from llmgw_contract.replica_metrics import SupervisorMetrics
 
 INTRO = """What the gateway (`llmgw_*`, on each gateway's `/metrics`) and the supervisor or the registration
 sidecar (`llmgw_supervisor_*`, port 9400) export, read off the registries they register on. vLLM's own

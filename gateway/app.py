@@ -14,8 +14,6 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from contract.backoff import Backoff
-from contract.redis_keys import RedisKeys
 from gateway.admin.routes import add_admin_routes
 from gateway.admission import build_admission
 from gateway.auth.keys import KeyStore
@@ -57,6 +55,8 @@ from gateway.state import Gateway
 from gateway.tracing import Tracing
 from gateway.upstream.credentials import credentials_for
 from gateway.upstream.http1 import ConnectionPool
+from llmgw_contract.backoff import Backoff
+from llmgw_contract.redis_keys import RedisKeys
 
 log = logging.getLogger("llmgw.app")
 

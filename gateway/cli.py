@@ -20,15 +20,15 @@ import uvicorn
 from fastapi import FastAPI
 from pydantic import ValidationError
 
-from contract.build_info import add_version_flag
-from contract.fleet import FleetError
-from contract.logs import configure_logging
 from gateway.app import create_app
 from gateway.edge.one_write import door_protocol
 from gateway.settings import GatewaySettings
 from gateway.shutdown import OpenRequests, graceful_s
 from gateway.tracing import TraceIdFilter
 from gateway.upstream.credentials import CredentialError
+from llmgw_contract.build_info import add_version_flag
+from llmgw_contract.fleet import FleetError
+from llmgw_contract.logs import configure_logging
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from contract.build_info import add_version_flag
-from contract.fleet import FleetError
 from gateway.routing import load_routable_fleet
+from llmgw_contract.build_info import add_version_flag
+from llmgw_contract.fleet import FleetError
 
 
 def main(argv: list[str] | None = None) -> int:

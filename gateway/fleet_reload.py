@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 
-from contract.fleet import Fleet, FleetError
-from contract.fleet_file import FleetFile, file_stamp
 from gateway.replicas.discovery import Discovery
 from gateway.state import Gateway
 from gateway.upstream.credentials import CredentialError, credentials_for
+from llmgw_contract.fleet import Fleet, FleetError
+from llmgw_contract.fleet_file import FleetFile, file_stamp
 
 log = logging.getLogger("llmgw.fleet")
 

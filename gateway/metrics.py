@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from contract.build_info import apply_conventions
+from llmgw_contract.build_info import apply_conventions
 
 LATENCY_BUCKETS = (
     0.005,

@@ -1,7 +1,7 @@
 """Background loops owned by the lifespan: run a step every interval until told to stop.
 
-Each loop is a long-lived task of a :class:`contract.supervision.TaskGroup` running
-:func:`contract.supervision.every`: a step that raises is logged with its traceback and counted
+Each loop is a long-lived task of a :class:`llmgw_contract.supervision.TaskGroup` running
+:func:`llmgw_contract.supervision.every`: a step that raises is logged with its traceback and counted
 (``failed(name, "")``; the gateway wires it to ``llmgw_task_failures_total``) and the loop goes on (next
 step after the one back-off, never later than its interval); a loop that ends while the gateway runs is
 logged and counted too. Stopping is by an event, not only by cancellation, so a library that swallows a
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from contract.supervision import Failed, TaskGroup, every, no_count
+from llmgw_contract.supervision import Failed, TaskGroup, every, no_count
 
 
 class Background:

@@ -1,5 +1,5 @@
 """Every Redis client of one gateway, built here by role and closed once by the lifespan, and the one
-name for "Redis is down" (:data:`REDIS_DOWN`, contract/redis_url.py's, for every topology).
+name for "Redis is down" (:data:`REDIS_DOWN`, llmgw_contract/redis_url.py's, for every topology).
 
 Roles: ``state`` (the registry, the in-flight share, wakes, stored responses' holders, LoRA records;
 2 s timeouts), ``keys`` (the API keys, in their persistent Redis), ``limits`` (the per-key rate limiter),
@@ -22,16 +22,16 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from contract.redis_url import REDIS_DOWN as REDIS_DOWN
-from contract.redis_url import connect, connect_sync, parse
 from gateway.settings import GatewaySettings
+from llmgw_contract.redis_url import REDIS_DOWN as REDIS_DOWN
+from llmgw_contract.redis_url import connect, connect_sync, parse
 
 STATE_TIMEOUT_S = 2.0
 
 
 def fast_client(url: str, timeout_s: float, max_connections: int | None = None) -> aioredis.Redis:
     """A client that fails fast: short timeouts, one immediate retry (the scripts are idempotent), TCP
-    keepalive; for any URL form of contract/redis_url.py (one server, Sentinel, Cluster)."""
+    keepalive; for any URL form of llmgw_contract/redis_url.py (one server, Sentinel, Cluster)."""
     return connect(
         url,
         socket_timeout=timeout_s,

@@ -6,8 +6,6 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from contract.fleet import Fleet, Model
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import Admission
 from gateway.auth.base import Authenticator
 from gateway.auth.keys import KeyStore
@@ -31,6 +29,8 @@ from gateway.shutdown import OpenRequests
 from gateway.tracing import Tracing
 from gateway.upstream.credentials import Credentials
 from gateway.upstream.http1 import ConnectionPool
+from llmgw_contract.fleet import Fleet, Model
+from llmgw_contract.redis_keys import RedisKeys
 
 
 @dataclass(slots=True)

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from contract.fleet import Model
 from gateway.endpoints import ROUTES, Route
 from gateway.errors import GatewayError
 from gateway.replicas.table import Endpoint
+from llmgw_contract.fleet import Model
 
 FLOW = "llmgw.flow"
 """The scope key of the server's write flow control (``write_paused``: the client is not reading)."""

@@ -12,12 +12,12 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
-from contract.registry import ReplicaRecord, ReplicaState, publish
 from gateway.app import create_app
 from gateway.edge.one_write import door_protocol
 from gateway.settings import GatewaySettings
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
+from llmgw_contract.registry import ReplicaRecord, ReplicaState, publish
 from testing.poll import until
 from testing.procs import free_port
 

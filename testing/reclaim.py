@@ -22,11 +22,11 @@ from pathlib import Path
 
 import httpx
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
 from gateway.admission.base import Ticket
 from gateway.admission.redis_queue import RedisAdmission
 from gateway.redis_clients import blocking_client, fast_client, presence_client
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
 from testing.gateway import fleet_yaml, register, wait_ready
 from testing.poll import until
 from testing.procs import Proc, free_port, spawn

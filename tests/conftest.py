@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from llmgw_tools.stack.redis_topology import Topology, start
 from testing.procs import Proc, start_redis
-from tools.stack.redis_topology import Topology, start
 
 
 @pytest.fixture(scope="session")

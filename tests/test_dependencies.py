@@ -16,10 +16,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("gateway", "workers", "contract", "tools")
+PACKAGES = ("gateway", "workers", "llmgw_contract", "llmgw_tools")
 FIRST_PARTY = {*PACKAGES, "testing", "bench", "docsgen", "tests"}
 VLLM_PROVIDED = {"torch", "transformers", "gguf"}
-"""Imported only inside tools/models/convert.py's functions (the model preparation): vLLM's CPU build, which
+"""Imported only inside llmgw_tools/models/convert.py's functions (the model preparation): vLLM's CPU build,
+which
 the Makefile installs beside the project, brings torch and transformers; the Makefile installs gguf."""
 
 
@@ -101,8 +102,8 @@ def test_undeclared_vllm_modules_are_imported_lazily_by_model_preparation_only(
     """torch, transformers and gguf stay out of every import path but ``llmgw-prepare``'s conversion."""
     for module, files in imports.items():
         if module in VLLM_PROVIDED:
-            assert set(files) == {"tools/models/convert.py"}, module
-    tree = ast.parse((REPO / "tools" / "models" / "convert.py").read_text())
+            assert set(files) == {"llmgw_tools/models/convert.py"}, module
+    tree = ast.parse((REPO / "llmgw_tools" / "models" / "convert.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Import | ast.ImportFrom):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]

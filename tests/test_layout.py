@@ -1,4 +1,4 @@
-"""The package layout holds: ``gateway`` and ``workers`` never import each other, ``contract`` imports
+"""The package layout holds: ``gateway`` and ``workers`` never import each other, ``llmgw_contract`` imports
 neither, and the gateway image carries the gateway and the contract only."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
     "gateway": {"workers"},
     "workers": {"gateway"},
-    "contract": {"gateway", "workers"},
+    "llmgw_contract": {"gateway", "workers"},
 }
 
 
@@ -51,7 +51,7 @@ def test_the_check_sees_an_import_it_forbids(tmp_path: Path) -> None:
 def test_gateway_image_carries_the_gateway_and_the_contract_only() -> None:
     dockerfile = (REPO / "deploy" / "docker" / "Dockerfile.gateway").read_text()
     copied = {line.split()[1] for line in dockerfile.splitlines() if line.startswith("COPY ")}
-    assert copied == {"pyproject.toml", "gateway", "contract"}
+    assert copied == {"pyproject.toml", "gateway", "llmgw_contract"}
 
 
 # --- the workers' rooms and the contract (issue 26) ------------------------------------------------------
@@ -69,7 +69,7 @@ ROOM_MAY_IMPORT = {
     "scale": set(),  # KEDA's external scaler: the contract's demand and rules only
     "autoscale": {"replica", "life", "host", "planner", "converge"},  # the supervisor as the scaler
 }
-"""Which rooms each room may import (besides itself and ``contract``): the arrows only run down."""
+"""Which rooms each room may import (besides itself and ``llmgw_contract``): the arrows only run down."""
 OFFLINE_TOOLS = ("models", "deploy", "stack")
 MAX_LINES = 350
 
@@ -104,15 +104,15 @@ def test_workers_rooms_import_only_downwards() -> None:
 def test_the_control_plane_never_imports_the_offline_tools() -> None:
     found = [
         str(path.relative_to(REPO))
-        for pkg in ("workers", "contract", "gateway")
+        for pkg in ("workers", "llmgw_contract", "gateway")
         for path in sorted((REPO / pkg).rglob("*.py"))
-        if "tools" in imported_packages(path)
+        if "llmgw_tools" in imported_packages(path)
     ]
     assert found == []
-    assert all((REPO / "tools" / name / "cli.py").is_file() for name in OFFLINE_TOOLS)
+    assert all((REPO / "llmgw_tools" / name / "cli.py").is_file() for name in OFFLINE_TOOLS)
 
 
-@pytest.mark.parametrize("package", ["workers", "contract"])
+@pytest.mark.parametrize("package", ["workers", "llmgw_contract"])
 def test_no_module_over_the_size_limit(package: str) -> None:
     sizes = {
         str(p.relative_to(REPO)): len(p.read_text().splitlines()) for p in (REPO / package).rglob("*.py")

@@ -10,7 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-PATHS = ["contract", "gateway", "workers", "tools", "tests", "bench", "testing", "docsgen"]
+PATHS = ["llmgw_contract", "gateway", "workers", "llmgw_tools", "tests", "bench", "testing", "docsgen"]
 
 
 @pytest.mark.parametrize(

@@ -5,5 +5,5 @@ weights, budgets), ``life`` (one replica's life: the owner, start, restart, publ
 ``converge`` (to the fleet file: the pure actions and the loop), ``ondemand`` (models on demand: demand,
 room, wake, sleep, ledgers), ``host`` (GPU, RSS, ports), ``planner``. ``wiring`` builds them, ``cli``
 runs them. The offline tools (model preparation, deployment renderers, the embedded stack) are in
-``tools``.
+``llmgw_tools``.
 """

@@ -11,16 +11,16 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from contract.build_info import add_version_flag
-from contract.fleet import Fleet, FleetError
-from contract.fleet_file import FleetWatch, read_fleet
-from contract.logs import configure_logging
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
-from contract.registry import RegistryTiming, RegistryWriter
-from contract.replica_metrics import SupervisorMetrics, serve_metrics
-from contract.supervision import EXIT_TASK_DIED
-from contract.vllm_probe import probe_client
+from llmgw_contract.build_info import add_version_flag
+from llmgw_contract.fleet import Fleet, FleetError
+from llmgw_contract.fleet_file import FleetWatch, read_fleet
+from llmgw_contract.logs import configure_logging
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
+from llmgw_contract.registry import RegistryTiming, RegistryWriter
+from llmgw_contract.replica_metrics import SupervisorMetrics, serve_metrics
+from llmgw_contract.supervision import EXIT_TASK_DIED
+from llmgw_contract.vllm_probe import probe_client
 from workers.converge.headroom import cpu_need_bytes, headroom_probe, host_available_bytes, weights_bytes
 from workers.host.gpu import ProbeError, gpu_memory, nvidia_smi_probe
 from workers.life.adopt import StateFile

@@ -3,7 +3,7 @@ the activator, the scaler (:mod:`workers.autoscale`), their metrics and the stat
 :func:`build_control_plane` and run by :func:`running` with one start and one shutdown order.
 ``llmgw-workers`` (and through it the embedded stack), the tests and the benchmarks all run it this way.
 
-Every long-lived task runs in one :class:`contract.supervision.TaskGroup`: one that ends while the
+Every long-lived task runs in one :class:`llmgw_contract.supervision.TaskGroup`: one that ends while the
 control plane runs is logged and counted, and ``llmgw-workers`` exits non-zero. The shutdown order: the
 activator is told to close, the activator's, the reconciler's and the scaler's loops are cancelled, the
 owner drains every replica (within the grace period) and stops them, its own loop ends, the state file
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import httpx
 
-from contract.fleet_file import FleetWatch
-from contract.kv_feeds import KvFeeds
-from contract.registry import RegistryWriter
-from contract.replica_metrics import SupervisorMetrics
-from contract.supervision import TaskGroup
+from llmgw_contract.fleet_file import FleetWatch
+from llmgw_contract.kv_feeds import KvFeeds
+from llmgw_contract.registry import RegistryWriter
+from llmgw_contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.supervision import TaskGroup
 from workers.autoscale.loop import Autoscaler
 from workers.converge.loop import HeadroomProbe, LaunchFor, Reconciler
 from workers.host.gpu import GpuReader, MemoryProbe, nvidia_smi_probe, nvidia_smi_reading

@@ -15,9 +15,9 @@ import httpx
 
 from bench.faults.checks import Exit, Outcome
 from bench.faults.workload import CHAT, Load, Request, send, with_prompt
+from llmgw_tools.stack.redis_topology import Node
+from llmgw_tools.stack.stack import Stack
 from testing.poll import until
-from tools.stack.redis_topology import Node
-from tools.stack.stack import Stack
 from workers.life.adopt import StateFile, pid_alive
 
 PAUSE_S = 4.0  # a SIGSTOP lasts this long (past the gateways' 5 s chunk timeout only with the load's own)

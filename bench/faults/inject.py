@@ -25,8 +25,8 @@ from bench.faults.stack import (
     registry_whole,
 )
 from bench.faults.workload import CHAT, ON_DEMAND, Request, mix, send, slow_read, slow_uploads
+from llmgw_tools.stack.stack import Stack
 from testing.poll import until
-from tools.stack.stack import Stack
 from workers.life.adopt import pid_alive
 
 # ---- replicas (engines) -------------------------------------------------------------------------

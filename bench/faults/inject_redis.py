@@ -14,9 +14,9 @@ from pathlib import Path
 
 from bench.faults.ctx import DOWN_S, PAUSE_S, Ctx, freeze
 from bench.faults.workload import CHAT
-from contract.redis_keys import RedisKeys
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_tools.stack.redis_topology import SERVICE, Node, cli
 from testing.poll import until
-from tools.stack.redis_topology import SERVICE, Node, cli
 
 
 async def redis_kill9(c: Ctx) -> str:

@@ -50,9 +50,9 @@ from bench.faults.stack import (
     tenants,
 )
 from bench.faults.workload import Load, mix
-from contract.registry import RegistryTiming
-from tools.stack.redis_topology import KINDS
-from tools.stack.stack import REPO, Stack
+from llmgw_contract.registry import RegistryTiming
+from llmgw_tools.stack.redis_topology import KINDS
+from llmgw_tools.stack.stack import REPO, Stack
 from workers.life.adopt import StateFile
 
 log = logging.getLogger("llmgw.faults")

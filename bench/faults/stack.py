@@ -1,4 +1,5 @@
-"""The fault suite's stack: the embedded stack (tools/stack/stack.py) on free ports with keys on, its Redis
+"""The fault suite's stack: the embedded stack (llmgw_tools/stack/stack.py) on free ports with keys on, its
+Redis
 one server, Sentinel or Cluster, the supervisor's replicas FAKE ENGINE processes (testing/fake_workers.py,
 not a model: each logs every generation by request id and crashes or closes on the suite's prompts), two
 gateways behind real nginx; tenants with keys and limits in the key store; and what the checkers read
@@ -19,11 +20,11 @@ import yaml
 from bench.faults.checks import KeyState, ProcInfo, inflight_count
 from bench.faults.workload import CHAT, EMBED, ON_DEMAND
 from bench.fleet_scenarios import FakeWorkersStack
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
-from contract.registry import ReplicaState, read_registry
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
-from tools.stack.stack import Stack, StackConfig
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
+from llmgw_contract.registry import ReplicaState, read_registry
+from llmgw_tools.stack.stack import Stack, StackConfig
 
 CRASH_PROMPT, RESET_PROMPT = "FAULTS-CRASH-ON-THIS", "FAULTS-RESET-ON-THIS"
 MARKER = "LLMGW_FAULTS_RUN"

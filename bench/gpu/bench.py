@@ -31,7 +31,7 @@ import httpx
 
 from bench.gpu import memory
 from bench.gpu.loadgen import Load, RunResult, client_for, closed_loop
-from contract.fleet import load_fleet
+from llmgw_contract.fleet import load_fleet
 from workers.host.gpu import ProbeError, parse_gpu_memory
 from workers.replica.launch import plan_replicas
 

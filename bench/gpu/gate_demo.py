@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import redis.asyncio as aioredis
 
-from contract.fleet import load_fleet
-from contract.redis_keys import RedisKeys
-from contract.registry import RegistryTiming, RegistryWriter
+from llmgw_contract.fleet import load_fleet
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import RegistryTiming, RegistryWriter
 from workers.host.gpu import nvidia_smi_probe
 from workers.life.owner import Replica, Supervisor, SupervisorOptions
 from workers.replica.launch import build_launch, plan_replicas

@@ -107,7 +107,7 @@ install_run() {  # phase start: a fresh $RUN, vLLM's second half (.c2), the whee
   mkdir -p $VLLM && untar $VLLM .c2/*.tar.xz
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .whl2/*.whl || return 1
   untar /tmp .whl2/redis7.tar.xz
-  rm -rf $APP && mkdir -p $APP && cp -r "$SRC"/contract "$SRC"/gateway "$SRC"/workers "$SRC"/bench $APP/
+  rm -rf $APP && mkdir -p $APP && cp -r "$SRC"/llmgw_contract "$SRC"/gateway "$SRC"/workers "$SRC"/bench $APP/
 }
 
 lay_out_model() {  # lay_out_model NAME: its config (bench/gpu/configs) and the carried tokenizer

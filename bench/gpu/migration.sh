@@ -111,7 +111,7 @@ unpack)  # a folder of vLLM's .tar.xz files (.c1's, one call each), and what the
 start)
   cd "$(carry_root "$SRC")" || exit 1
   install_run || exit 1
-  cp -r "$SRC"/tools "$SRC"/testing $APP/  # bench.migration_check imports them (bench.chaos, tools.stack)
+  cp -r "$SRC"/llmgw_tools "$SRC"/testing $APP/  # bench.migration_check imports them (bench.chaos, llmgw_tools.stack)
   lay_out_model llama-2-7b
   lay_out_model smollm2 && cp "$SRC"/bench/gpu/configs/smollm2/generation_config.json $MODELS/smollm2/
   (cd $WEIGHTS && cat part? > $MODELS/smollm2/model.safetensors && cd $MODELS/smollm2 && sha256sum -c $WEIGHTS/sha256) \

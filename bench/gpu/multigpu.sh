@@ -69,7 +69,7 @@ start)
   mkdir -p $VLLM $RUN/logs && untar $VLLM .c2/*.tar.xz
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE .whl2/*.whl || exit 1
   untar /tmp .whl2/redis7.tar.xz
-  rm -rf $APP && mkdir -p $APP && cp -r "$SRC"/contract "$SRC"/gateway "$SRC"/workers "$SRC"/bench $APP/
+  rm -rf $APP && mkdir -p $APP && cp -r "$SRC"/llmgw_contract "$SRC"/gateway "$SRC"/workers "$SRC"/bench $APP/
   cp "$SRC"/bench/gpu/fleet-multigpu.yaml $RUN/fleet-multigpu.yaml
   for m in llama-2-7b qwen2-7b gemma-7b; do
     mkdir -p $MODELS/$m && cp "$SRC"/bench/gpu/configs/$m/config.json $MODELS/$m/

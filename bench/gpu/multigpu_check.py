@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from contract.fleet_file import read_fleet
+from llmgw_contract.fleet_file import read_fleet
 from workers.host.gpu import gpu_memory
 from workers.replica.launch import NVLINK_MULTICAST_OFF
 from workers.replica.placement import place_replicas

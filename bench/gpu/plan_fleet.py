@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from contract.fleet import load_fleet, parse_fleet
+from llmgw_contract.fleet import load_fleet, parse_fleet
 from workers.planner import Plan, make_config_loader, plan_fleet
 from workers.planner.cli import H200_BYTES
 from workers.planner.report import render

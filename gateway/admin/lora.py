@@ -11,11 +11,11 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
 
-from contract.fleet import ModelName
 from gateway.admin.auth import check_admin
 from gateway.errors import Conflict, InvalidRequest, NotFound, UpstreamError
 from gateway.lora.adapters import AdapterStore, RuntimeAdapter, holder_of, load, unload
 from gateway.state import Gateway
+from llmgw_contract.fleet import ModelName
 
 log = logging.getLogger("llmgw.admin")
 JSON = "application/json"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import Admission, AdmissionUnavailable, Lease, Ticket
 from gateway.admission.fallback import FallbackAdmission
 from gateway.admission.local import LocalAdmission
@@ -12,6 +11,7 @@ from gateway.admission.redis_queue import RedisAdmission
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import RedisClients
 from gateway.settings import GatewaySettings
+from llmgw_contract.redis_keys import RedisKeys
 
 __all__ = ["Admission", "AdmissionUnavailable", "Lease", "Ticket", "build_admission"]
 

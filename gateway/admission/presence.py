@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
-from contract.stamps import stamp
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.stamps import stamp
 
 
 class Presence:

@@ -15,10 +15,10 @@ import os
 from enum import IntEnum
 from importlib import resources
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.order import clamp_priority
 from gateway.admission.redis_wire import LeanScript, PipelinedRedis, Reply
+from llmgw_contract.redis_keys import RedisKeys
 
 Arg = str | int | float
 WAITER_GRACE_MS = 2000  # a queued waiter stays grantable this long past its own deadline

@@ -5,7 +5,7 @@ The slot map is learned from the replies: a call goes to the node the slot was l
 before that); ``MOVED slot host:port`` records the slot's new owner and sends the call there; ``ASK`` (a
 slot being migrated) sends ``ASKING`` and the call together to the named node once (its connection opened
 first when none is), without recording it. Every
-script of the project touches the keys of one slot (contract/redis_keys.py), so one node answers it.
+script of the project touches the keys of one slot (llmgw_contract/redis_keys.py), so one node answers it.
 """
 
 from __future__ import annotations

@@ -23,8 +23,6 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import REDIS_DOWN
 from gateway.admission.base import AdmissionUnavailable, Ticket
 from gateway.admission.liveness import StampTiming
 from gateway.admission.queue_scripts import (
@@ -43,6 +41,8 @@ from gateway.admission.unreleased import Unreleased
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.metrics import GatewayMetrics
 from gateway.periodic import Background
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import REDIS_DOWN
 
 log = logging.getLogger("llmgw.admission")
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """The thread that renews this gateway's admission presence stamps (see :mod:`gateway.admission.liveness`).
 
-It has its own synchronous Redis client (``contract.redis_url.connect_sync``: one server, Sentinel or
+It has its own synchronous Redis client (``llmgw_contract.redis_url.connect_sync``: one server, Sentinel or
 Cluster; built by the thread on first use and again after a failure to build, since a cluster client
 connects at once), so a busy or stalled event loop does not delay it, and it renews only while the loop made
 progress lately, so a hung loop's slots still come back. One stamp script per model (each in the model's
@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable
 import redis
 from redis.commands.core import Script
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import REDIS_DOWN
 from gateway.admission.liveness import PROGRESS_EVERY_S, LoopProgress, StampTiming, Streak
 from gateway.admission.queue_scripts import script_source
 from gateway.periodic import Background
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import REDIS_DOWN
 
 log = logging.getLogger("llmgw.admission")
 JOIN_S = 5.0

@@ -15,11 +15,11 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from contract.build_info import add_version_flag
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
 from gateway.auth.keys import ApiKey, KeyStore, StoredKey, new_secret
 from gateway.redis_clients import REDIS_DOWN
+from llmgw_contract.build_info import add_version_flag
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 

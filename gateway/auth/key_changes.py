@@ -12,9 +12,9 @@ import logging
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 
-from contract.redis_keys import RedisKeys
 from gateway.auth.key_cache import KeyCache
 from gateway.redis_clients import REDIS_DOWN
+from llmgw_contract.redis_keys import RedisKeys
 
 log = logging.getLogger("llmgw.auth")
 

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
+from llmgw_contract.redis_keys import RedisKeys
 
 SECRET_PREFIX = "llmgw-"
 

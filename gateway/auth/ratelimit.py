@@ -18,9 +18,9 @@ from enum import IntEnum
 
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.redis_cluster_wire import lean_client, socket_timeout
 from gateway.admission.redis_wire import LeanScript
+from llmgw_contract.redis_keys import RedisKeys
 
 WINDOW_S = 60
 DEFAULT_TIMEOUT_S = 1.0

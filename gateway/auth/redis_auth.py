@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from contract.redis_keys import RedisKeys
 from gateway.auth.base import Authenticator, OpenAuth
 from gateway.auth.key_cache import KeyCache
 from gateway.auth.key_changes import KeyChanges
@@ -31,6 +30,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN, RedisClients
 from gateway.settings import GatewaySettings
 from gateway.values import Caller, Charge, TokenCost
+from llmgw_contract.redis_keys import RedisKeys
 
 log = logging.getLogger("llmgw.auth")
 

@@ -11,7 +11,6 @@ import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from contract.fleet import Model
 from gateway.admin.auth import operator_view
 from gateway.edge.openapi import request_body
 from gateway.endpoints import ROUTES, Route
@@ -20,6 +19,7 @@ from gateway.pipeline.proxy import Proxy
 from gateway.replicas.discovery import Discovery
 from gateway.replicas.table import Endpoint
 from gateway.state import Gateway
+from llmgw_contract.fleet import Model
 
 JSON = "application/json"
 

@@ -19,13 +19,13 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable
 from typing import Any
 
-from contract.supervision import cancelled
 from gateway.errors import ClientClosedRequest, sse_error_event
 from gateway.idempotency.events import Event, EventIds, EventLog, Verdict, tail
 from gateway.idempotency.store import IdempotencyStore, KeyNames
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN
 from gateway.values import RequestContext
+from llmgw_contract.supervision import cancelled
 
 log = logging.getLogger("llmgw.proxy")
 BATCH, FLUSH_S = 32, 0.05

@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.errors import InvalidRequest
+from llmgw_contract.redis_keys import RedisKeys
 
 CLAIM = """
 local found = redis.call('HMGET', KEYS[1], 'fp', 'rid', 'state', 'status', 'type', 'stream', 'body')

@@ -18,10 +18,10 @@ import httpx
 import orjson
 import redis.asyncio as aioredis
 
-from contract.fleet import Model
-from contract.redis_keys import RedisKeys
 from gateway.redis_clients import REDIS_DOWN
 from gateway.replicas.table import Endpoint, ReplicaTable
+from llmgw_contract.fleet import Model
+from llmgw_contract.redis_keys import RedisKeys
 
 log = logging.getLogger("llmgw.lora")
 

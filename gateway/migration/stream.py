@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
-from contract.fleet import Model
 from gateway.errors import GatewayError
 from gateway.metrics import GatewayMetrics
 from gateway.migration.frames import EventSplitter
@@ -27,6 +26,7 @@ from gateway.settings import GatewaySettings
 from gateway.upstream.client import FAILURES, Retryable, Upstream
 from gateway.upstream.http1 import UpstreamClosed
 from gateway.values import MigrationPlan, RequestContext
+from llmgw_contract.fleet import Model
 
 log = logging.getLogger("llmgw.migration")
 CONTINUE_PATH = b"/v1/completions"

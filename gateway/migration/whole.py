@@ -14,9 +14,9 @@ from typing import Any
 
 import orjson
 
-from contract.fleet import Model
 from gateway.migration.plan import MOVABLE_PATHS, why_not
 from gateway.values import MigrationPlan, RequestContext
+from llmgw_contract.fleet import Model
 
 AS_STREAM = b'{"stream":true,"stream_options":{"include_usage":true},"return_token_ids":true,'
 SET_HERE = ("stream", "stream_options", "return_token_ids")

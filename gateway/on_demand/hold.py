@@ -6,7 +6,7 @@ and so no record, and the scaler starts one when a request waits. Its requests a
 queue (the on-demand wait, :func:`gateway.pipeline.admit.admit_waking`) instead of the 503 that a model
 with no record at all gets otherwise (``wake_unregistered_s``: the supervisor is down).
 
-The ETA is the model's measured cold start (:mod:`contract.cold_starts`) less the time since a request
+The ETA is the model's measured cold start (:mod:`llmgw_contract.cold_starts`) less the time since a request
 was first seen waiting for it at zero (:meth:`RedisKeys.waiting_since`, stamped by the demand read), or
 the whole estimate when nothing stamped it. A request whose deadline is shorter is refused at once.
 """
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from contract.cold_starts import read_cold_start
-from contract.fleet import Model
-from contract.redis_keys import RedisKeys
-from contract.scaling import scaling_rule
 from gateway.errors import ColdStartTooLong
 from gateway.redis_clients import REDIS_DOWN
 from gateway.values import Caller
+from llmgw_contract.cold_starts import read_cold_start
+from llmgw_contract.fleet import Model
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.scaling import scaling_rule
 
 MIN_ETA_S = 1.0
 """The least ETA told: a start already past its estimate is expected within about this."""

@@ -17,12 +17,12 @@ from collections.abc import Awaitable, Callable
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 
-from contract.fleet import Model
-from contract.redis_keys import RedisKeys
 from gateway.errors import ModelUnavailable
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN
 from gateway.replicas.table import ModelPool
+from llmgw_contract.fleet import Model
+from llmgw_contract.redis_keys import RedisKeys
 
 log = logging.getLogger("llmgw.wake")
 RECHECK_S = 0.5

@@ -9,8 +9,6 @@ import dataclasses
 import logging
 import time
 
-from contract.fleet import Model
-from contract.registry import ReplicaState
 from gateway.admission.base import Lease, Ticket
 from gateway.errors import ClientClosedRequest, GatewayError, ModelUnavailable, NoReadyReplica, WakeTimeout
 from gateway.on_demand.hold import Eta, hold_deadline_s, read_eta, scales_to_zero, too_short
@@ -18,6 +16,8 @@ from gateway.pipeline.watch import watched
 from gateway.replicas.table import ModelPool
 from gateway.state import Gateway
 from gateway.values import RequestContext
+from llmgw_contract.fleet import Model
+from llmgw_contract.registry import ReplicaState
 
 log = logging.getLogger("llmgw.proxy")
 

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator
 from starlette.responses import Response
 from starlette.types import Receive, Scope
 
-from contract.fleet import Model
 from gateway.endpoints import Route
 from gateway.errors import GatewayError, InternalError, ModelNotFound, error_response
 from gateway.migration.stream import plan_migration
@@ -39,6 +38,7 @@ from gateway.pipeline.watch import client_watch, watched
 from gateway.responses_api.stored import locate, locate_previous
 from gateway.state import Gateway
 from gateway.values import GONE, RequestContext
+from llmgw_contract.fleet import Model
 
 log = logging.getLogger("llmgw.proxy")
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from contract.fleet import Model
 from gateway.errors import Forbidden, InvalidRequest, ModelNotFound
 from gateway.lora.adapters import RuntimeAdapter
 from gateway.values import RequestContext
+from llmgw_contract.fleet import Model
 
 
 def resolve(

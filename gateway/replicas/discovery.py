@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from contract.fleet import Fleet
-from contract.redis_keys import RedisKeys
-from contract.registry import RegistryTiming, ReplicaRecord, read_registry, redis_run_id
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN
 from gateway.replicas.table import MODEL_STATES, ReplicaTable
+from llmgw_contract.fleet import Fleet
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import RegistryTiming, ReplicaRecord, read_registry, redis_run_id
 
 log = logging.getLogger("llmgw.discovery")
 

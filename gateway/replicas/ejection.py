@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from contract.backoff import Backoff
 from gateway.replicas.table import Endpoint
+from llmgw_contract.backoff import Backoff
 
 
 @dataclass(frozen=True, slots=True)

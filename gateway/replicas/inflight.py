@@ -20,9 +20,9 @@ from collections import Counter
 
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.redis_clients import REDIS_DOWN
 from gateway.replicas.table import ReplicaTable
+from llmgw_contract.redis_keys import RedisKeys
 
 log = logging.getLogger("llmgw.inflight")
 

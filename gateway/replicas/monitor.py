@@ -21,10 +21,10 @@ from collections.abc import Callable
 
 import httpx
 
-from contract.vllm_metrics import kv_cache_tokens, progress_mark, running_and_waiting
 from gateway.metrics import GatewayMetrics
 from gateway.replicas.ejection import Ejection
 from gateway.replicas.table import Endpoint, ReplicaTable
+from llmgw_contract.vllm_metrics import kv_cache_tokens, progress_mark, running_and_waiting
 
 log = logging.getLogger("llmgw.monitor")
 

@@ -1,7 +1,7 @@
 """What a replica's own signals say of its progress, the evidence a stalled stream moves on.
 
 :class:`Progress` is fed by the monitor (gateway/replicas/monitor.py): each ``/metrics`` scrape's
-progress mark (contract/vllm_metrics.py ``progress_mark``: vLLM's token and request counters, its batch
+progress mark (llmgw_contract/vllm_metrics.py ``progress_mark``: vLLM's token and request counters, its batch
 and cache gauges) and each failed probe or scrape. :class:`Gaps` is fed by the streams read from the
 replica (gateway/migration/stream.py): the time between its tokens. A stream that waits for a token
 longer than the bound learned from the gaps moves only when :meth:`Progress.quiet_since` says the

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from contract.registry import ReplicaRecord, ReplicaState
 from gateway.replicas.progress import Gaps, Progress
+from llmgw_contract.registry import ReplicaRecord, ReplicaState
 
 
 @dataclass(eq=False, slots=True)

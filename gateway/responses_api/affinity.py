@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
+from llmgw_contract.redis_keys import RedisKeys
 
 RESPONSE_ID = re.compile(rb'"id"\s*:\s*"(resp_[A-Za-z0-9_-]{1,200})"')
 Holder = tuple[str, str]

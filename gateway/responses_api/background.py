@@ -30,7 +30,6 @@ import orjson
 import redis.asyncio as aioredis
 from starlette.responses import Response, StreamingResponse
 
-from contract.redis_keys import RedisKeys
 from gateway.errors import GatewayError
 from gateway.idempotency.events import EventLog
 from gateway.idempotency.kept import KeptStreams, quietly
@@ -38,6 +37,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN
 from gateway.responses_api.background_events import TERMINAL, Event, Renumbered, error_of, with_status
 from gateway.values import RequestContext
+from llmgw_contract.redis_keys import RedisKeys
 
 log = logging.getLogger("llmgw.proxy")
 WATCH_S, BEAT_S, RUN_TTL_S = 0.1, 3.0, 15.0

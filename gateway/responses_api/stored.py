@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from contract.fleet import Model
 from gateway.errors import NoReadyReplica, ResponseNotFound, ResponseReplicaGone
 from gateway.redis_clients import REDIS_DOWN
 from gateway.replicas.table import Endpoint, ModelPool
 from gateway.responses_api.affinity import ResponseAffinity, response_id_in
 from gateway.values import RequestContext
+from llmgw_contract.fleet import Model
 
 log = logging.getLogger("llmgw.proxy")
 

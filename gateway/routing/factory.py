@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from contract.fleet import Model
 from gateway.routing.base import Policy, PolicyOptions
 from gateway.routing.prefix.shared_index import SharedIndex
 from gateway.routing.registry import build_policy
 from gateway.settings import GatewaySettings
+from llmgw_contract.fleet import Model
 
 
 class PolicyFactory:

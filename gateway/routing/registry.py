@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from contract.fleet_file import check_policies, read_fleet
 from gateway.routing.base import Policy, PolicyOptions
 from gateway.routing.least_inflight import LeastInflight
 from gateway.routing.power_of_two import PowerOfTwo
 from gateway.routing.prefix.affinity import PrefixAffinity
 from gateway.routing.round_robin import RoundRobin
 from gateway.routing.session import SessionAffinity
+from llmgw_contract.fleet_file import check_policies, read_fleet
 
 POLICIES: dict[str, type[Policy]] = {
     RoundRobin.name: RoundRobin,
@@ -27,5 +27,5 @@ def build_policy(name: str, options: PolicyOptions) -> Policy:
 
 
 load_routable_fleet = read_fleet
-""":func:`contract.fleet_file.read_fleet`: what the gateway, ``llmgw-fleet`` and the workers accept."""
+""":func:`llmgw_contract.fleet_file.read_fleet`: what the gateway, ``llmgw-fleet`` and the workers accept."""
 __all__ = ["POLICIES", "build_policy", "check_policies", "load_routable_fleet"]

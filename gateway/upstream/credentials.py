@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from contract.fleet import ExternalEndpoint, Fleet
 from gateway.replicas.table import Endpoint
 from gateway.settings import GatewaySettings
+from llmgw_contract.fleet import ExternalEndpoint, Fleet
 
 Headers = list[tuple[bytes, bytes]]
 

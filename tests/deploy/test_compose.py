@@ -15,8 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
-from contract.fleet import load_fleet
-from tools.deploy.common import ALERTMANAGER_CONF, ALERTMANAGER_PORT, REPO, slug
+from llmgw_contract.fleet import load_fleet
+from llmgw_tools.deploy.common import ALERTMANAGER_CONF, ALERTMANAGER_PORT, REPO, slug
 
 COMPOSE = REPO / "compose.yaml"
 SCHEMA = REPO / "deploy" / "schemas" / "compose-spec.json"
@@ -125,7 +125,7 @@ def required(name: str) -> str:
 def test_secure_by_default_with_secrets_compose_insists_on(compose: Obj) -> None:
     """Keys on with an admin key, Redis with a password, vLLM with an API key: all three secrets come from
     .env, with `${NAME:?...}` so that compose refuses to start without them (no default secret)."""
-    from tools.stack.redis import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
+    from llmgw_tools.stack.redis import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
 
     services = compose["services"]
     password = required("LLMGW_REDIS_PASSWORD")

@@ -16,11 +16,11 @@ import pytest
 import redis
 import yaml
 
-from contract.redis_url import parse
+from llmgw_contract.redis_url import parse
+from llmgw_tools.deploy.common import REPO
+from llmgw_tools.deploy.sentinel import OVERRIDE_FILE, SENTINELS, SERVICE, sentinel_conf
 from testing.poll import wait_until
 from testing.procs import Proc, free_port, spawn, start_redis
-from tools.deploy.common import REPO
-from tools.deploy.sentinel import OVERRIDE_FILE, SENTINELS, SERVICE, sentinel_conf
 
 Obj = dict[str, Any]
 PASSWORD = "${LLMGW_REDIS_PASSWORD:?set LLMGW_REDIS_PASSWORD in .env, see docs/deployment/index.md}"

@@ -45,7 +45,7 @@ def start_stack(tmp: Path, boxes: Containers) -> Stack:
     engine = start_fake_engine(tmp, "--model", MODEL, "--tokens", "5")
     record = {"id": f"{MODEL}-0", "model": MODEL, "url": engine.url, "concurrency": 4, "device": "cpu"}
     boxes.run(
-        "register", GATEWAY_IMAGE, "python", "-m", "contract.sidecar", "--record", json.dumps(record),
+        "register", GATEWAY_IMAGE, "python", "-m", "llmgw_contract.sidecar", "--record", json.dumps(record),
         "--redis-url", redis_url, "--metrics-host", "127.0.0.1", "--metrics-port", str(metrics_port),
         options=("--read-only",),
     )  # fmt: skip

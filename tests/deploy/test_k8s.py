@@ -17,10 +17,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from contract.drain import DRAIN_SCRIPT
-from contract.fleet import load_fleet
-from contract.registry import RegistryTiming, ReplicaRecord
-from tools.deploy.common import ALERTMANAGER_CONF, ALERTMANAGER_PORT, REPO, alerting_conf
+from llmgw_contract.drain import DRAIN_SCRIPT
+from llmgw_contract.fleet import load_fleet
+from llmgw_contract.registry import RegistryTiming, ReplicaRecord
+from llmgw_tools.deploy.common import ALERTMANAGER_CONF, ALERTMANAGER_PORT, REPO, alerting_conf
 
 K8S = REPO / "deploy" / "k8s"
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
@@ -208,7 +208,7 @@ def test_registration_sidecar_publishes_a_replica_record_of_its_pod(objects: lis
         if not name.startswith("vllm-"):
             continue
         register = next(c for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "register")
-        assert register["command"] == ["python"] and register["args"][:2] == ["-m", "contract.sidecar"]
+        assert register["command"] == ["python"] and register["args"][:2] == ["-m", "llmgw_contract.sidecar"]
         env = {
             e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
             for e in register["env"]
@@ -377,7 +377,7 @@ def redis_args(objects: list[Obj], name: str) -> list[str]:
 
 
 def test_redis_has_a_password_and_only_the_key_store_persists(objects: list[Obj]) -> None:
-    from tools.stack.redis import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
+    from llmgw_tools.stack.redis import EPHEMERAL_REDIS_ARGS, KEYS_REDIS_ARGS
 
     state = redis_args(objects, "redis")
     assert state[1 : 1 + len(EPHEMERAL_REDIS_ARGS)] == list(EPHEMERAL_REDIS_ARGS)
@@ -460,7 +460,7 @@ def test_model_pods_keep_their_deletion_cost_with_a_token_only_their_sidecar_mou
     objects: list[Obj],
 ) -> None:
     """The sidecar patches its pod's ``controller.kubernetes.io/pod-deletion-cost``
-    (contract/deletion_cost.py): the pods' account may get and patch pods; vLLM gets no token."""
+    (llmgw_contract/deletion_cost.py): the pods' account may get and patch pods; vLLM gets no token."""
     [rule] = of_kind(objects, "Role")["llmgw-model"]["rules"]
     assert rule == {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}
     binding = of_kind(objects, "RoleBinding")["llmgw-model"]

@@ -16,8 +16,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from llmgw_tools.deploy.common import ALERT_RULES, REPO
 from tests.deploy.test_k8s import strict
-from tools.deploy.common import ALERT_RULES, REPO
 
 OVERLAY = REPO / "deploy" / "k8s-prometheus-operator"
 COMPONENT = "../k8s/components/prometheus-operator"

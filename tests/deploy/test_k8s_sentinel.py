@@ -13,10 +13,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from contract.redis_url import parse
-from tools.deploy.common import REPO
-from tools.deploy.k8s_sentinel import SENTINEL_HOSTS, SENTINEL_NAME
-from tools.deploy.sentinel import SERVICE
+from llmgw_contract.redis_url import parse
+from llmgw_tools.deploy.common import REPO
+from llmgw_tools.deploy.k8s_sentinel import SENTINEL_HOSTS, SENTINEL_NAME
+from llmgw_tools.deploy.sentinel import SERVICE
 
 OVERLAY = REPO / "deploy" / "k8s-redis-sentinel"
 KUBECTL = str(Path(sys.executable).parent / "kubectl")

@@ -23,12 +23,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from llmgw_tools.deploy.common import NGINX_TEMPLATE, REPO
+from llmgw_tools.deploy.nginx import tls_lines
+from llmgw_tools.stack.render import nginx_conf
+from llmgw_tools.stack.stack import tool
 from testing.gateway import register as publish_record
 from testing.procs import Proc, free_port, http_ok, spawn, start_fake_engine, wait_until
-from tools.deploy.common import NGINX_TEMPLATE, REPO
-from tools.deploy.nginx import tls_lines
-from tools.stack.render import nginx_conf
-from tools.stack.stack import tool
 
 MODEL = "fake-chat"
 FLEET = f"models:\n  - name: {MODEL}\n    source: {{path: /nonexistent}}\n    policy: round_robin\n"
@@ -289,10 +289,10 @@ async def test_rate_limit_is_per_client_behind_a_trusted_proxy(tmp_path: Path, g
 
 
 def test_rendered_configs_keep_the_client_address() -> None:
-    from contract.fleet import load_fleet
-    from tools.deploy.compose import ComposeOptions, render_compose
-    from tools.deploy.k8s import K8sOptions, render_k8s
-    from tools.deploy.nginx import container_nginx_conf
+    from llmgw_contract.fleet import load_fleet
+    from llmgw_tools.deploy.compose import ComposeOptions, render_compose
+    from llmgw_tools.deploy.k8s import K8sOptions, render_k8s
+    from llmgw_tools.deploy.nginx import container_nginx_conf
 
     plain = container_nginx_conf(NGINX_TEMPLATE, ["gateway:9000"])
     assert "\n    set_real_ip_from" not in plain and "limit_req_zone $binary_remote_addr" in plain

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from contract.fleet import NO_MEDIA_DOMAIN, Fleet, load_fleet, parse_fleet
-from contract.registry import ReplicaRecord
-from tools.deploy import cli
-from tools.deploy.common import REPO, container_launch, slug
-from tools.deploy.compose import render_compose
-from tools.deploy.k8s import render_k8s
+from llmgw_contract.fleet import NO_MEDIA_DOMAIN, Fleet, load_fleet, parse_fleet
+from llmgw_contract.registry import ReplicaRecord
+from llmgw_tools.deploy import cli
+from llmgw_tools.deploy.common import REPO, container_launch, slug
+from llmgw_tools.deploy.compose import render_compose
+from llmgw_tools.deploy.k8s import render_k8s
 from workers.replica.launch import engine_args
 
 FLEET_FILE = REPO / "fleet.yaml"

@@ -18,14 +18,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from contract.fleet import Model, load_fleet
-from contract.kv_feed import KvEndpoints
-from contract.sidecar import options_from, parse_args
+from llmgw_contract.fleet import Model, load_fleet
+from llmgw_contract.kv_feed import KvEndpoints
+from llmgw_contract.sidecar import options_from, parse_args
+from llmgw_tools.deploy.common import MODELS_MOUNT, REPO, slug
+from llmgw_tools.deploy.k8s import network_policies
+from llmgw_tools.deploy.k8s_model_rbac import token_mount
 from tests.deploy.test_k8s import KUBECTL, VERSIONS, admitted
 from tests.deploy.test_render import default_fleet, render_to
-from tools.deploy.common import MODELS_MOUNT, REPO, slug
-from tools.deploy.k8s import network_policies
-from tools.deploy.k8s_model_rbac import token_mount
 from workers.replica.weights import weights_for
 
 Obj = dict[str, Any]
@@ -76,7 +76,7 @@ def test_compose_publishes_events_on_the_service_network_and_the_sidecar_follows
             assert "--kv-events-config" not in s["command"]
     register = services["register"]
     assert register["volumes"] == [workers[min(exact)]["volumes"][0]]
-    args = register["command"][3:]  # python -m contract.sidecar
+    args = register["command"][3:]  # python -m llmgw_contract.sidecar
     opts = options_from(parse_args([a.replace("$$", "$") for a in args]))
     assert opts.kv_events == {
         f"{model.name}-{i}": KvEndpoints.tcp(f"vllm-{slug(model.name)}-{i}") for i in range(model.replicas)
@@ -109,7 +109,8 @@ def test_kubernetes_pod_publishes_on_its_loopback_to_its_sidecar(rendered: tuple
         assert sidecar["volumeMounts"] == [models, token_mount()]
         assert "volumeMounts" not in vllm or token_mount() not in vllm["volumeMounts"]
         assert sidecar["securityContext"]["readOnlyRootFilesystem"] is True
-        args = [a.replace("$(POD_NAME)", "vllm-x-1") for a in sidecar["args"][2:]]  # -m contract.sidecar
+        # after -m llmgw_contract.sidecar
+        args = [a.replace("$(POD_NAME)", "vllm-x-1") for a in sidecar["args"][2:]]
         opts = options_from(parse_args(args))
         assert opts.kv_events == {"vllm-x-1": KvEndpoints.tcp("127.0.0.1")}
         assert opts.model_dirs == {model.name: Path(weights_for(model, MODELS_MOUNT))}

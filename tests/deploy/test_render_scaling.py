@@ -11,11 +11,11 @@ from typing import Any
 
 import yaml
 
-from contract.fleet import parse_fleet
+from llmgw_contract.fleet import parse_fleet
+from llmgw_tools.deploy.cli import main
+from llmgw_tools.deploy.common import REPO
+from llmgw_tools.deploy.k8s import K8sOptions, render_k8s
 from tests.deploy.test_k8s import keda_validator
-from tools.deploy.cli import main
-from tools.deploy.common import REPO
-from tools.deploy.k8s import K8sOptions, render_k8s
 
 FLEET = """models:
  - name: cold
@@ -73,7 +73,7 @@ def test_the_scaler_image_carries_the_contract_and_the_workers_and_passes_hadoli
     assert checked.returncode == 0, checked.stdout + checked.stderr
     text = dockerfile.read_text()
     copied = {line.split()[1] for line in text.splitlines() if line.startswith("COPY ")}
-    assert copied == {"pyproject.toml", "contract", "workers"} and "USER 10001:10001" in text
+    assert copied == {"pyproject.toml", "llmgw_contract", "workers"} and "USER 10001:10001" in text
 
 
 def test_the_prometheus_trigger_queries_the_server_the_render_option_names(tmp_path: Path) -> None:

@@ -20,8 +20,8 @@ from fastapi import FastAPI
 from gateway.cli import server_config
 from gateway.settings import GatewaySettings
 from gateway.shutdown import graceful_s
-from tools.deploy.common import NGINX_TEMPLATE, REPO
-from tools.stack.stack import Stack, StackConfig
+from llmgw_tools.deploy.common import NGINX_TEMPLATE, REPO
+from llmgw_tools.stack.stack import Stack, StackConfig
 
 NGINX_CONFS = [NGINX_TEMPLATE, REPO / "deploy/compose/nginx.conf", REPO / "deploy/k8s/nginx/nginx.conf"]
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from contract.fleet import Fleet, parse_fleet
 from docsgen import REPO, alerts_ref, cli_ref, fleet_ref, metrics_ref
 from docsgen.__main__ import main as docsgen_main
 from docsgen.pages import PAGES, REGENERATE, rendered, stale, write
 from gateway.settings import GatewaySettings
+from llmgw_contract.fleet import Fleet, parse_fleet
 
 
 @pytest.fixture(scope="module")

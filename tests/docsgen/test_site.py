@@ -38,7 +38,7 @@ def test_a_broken_link_fails_the_strict_build(tmp_path: Path) -> None:
 
 
 TOP_FOLDERS = (
-    *("contract/", "gateway/", "workers/", "bench/", "tests/", "testing/"),
+    *("llmgw_contract/", "llmgw_tools/", "gateway/", "workers/", "bench/", "tests/", "testing/"),
     *("deploy/", "grafana/", "docsgen/", "docs/"),
 )
 WRITTEN_ELSEWHERE: set[str] = set()

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from bench.chaos import with_request_logs
+from llmgw_tools.stack.stack import Stack, StackConfig
 from testing.otlp import TraceReceiver, trace_receiver
 from testing.procs import REPO, free_port
-from tools.stack.stack import Stack, StackConfig
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from bench.chaos import Plan, run_chaos
 from bench.faults.checks import CUT, LOST
-from tools.stack.stack import Stack
+from llmgw_tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 

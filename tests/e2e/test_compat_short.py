@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from llmgw_tools.stack.stack import Stack
 from testing.procs import REPO
 from tests.compat.run import SHORT, run, table
-from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 

@@ -20,14 +20,14 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, read_registry
-from contract.vllm_metrics import gauge_sums
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord, read_registry
+from llmgw_contract.vllm_metrics import gauge_sums
+from llmgw_tools.stack.stack import Stack
 from testing.gateway import serve_gateway
 from testing.otlp import TraceReceiver
 from testing.poll import until
 from tests.e2e.conftest import TRACED_MODEL
-from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 ADMIN = "edge-contract-admin-key-0123456789"

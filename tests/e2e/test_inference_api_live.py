@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tools.stack.stack import Stack
+from llmgw_tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from bench.migration_check import group_of
-from contract.vllm_probe import requests_in_engine
-from tools.stack.stack import Stack
+from llmgw_contract.vllm_probe import requests_in_engine
+from llmgw_tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 MODEL = "smollm2-135m-instruct"

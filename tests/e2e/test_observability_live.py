@@ -26,6 +26,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmgw_tools.stack.stack import Stack
 from testing.poll import until
 from tests.observability.promql import (
     DCGM_MARKER,
@@ -39,7 +40,6 @@ from tests.observability.promql import (
     panels,
     variable_query,
 )
-from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 CHAT = "smollm2-135m-instruct"

@@ -19,7 +19,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
-from tools.stack.stack import Stack
+from llmgw_tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from bench.vllm_serve import ServeBench, run
-from tools.stack.stack import Stack
+from llmgw_tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 

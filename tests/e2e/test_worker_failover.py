@@ -15,8 +15,8 @@ import httpx
 import psutil
 import pytest
 
+from llmgw_tools.stack.stack import Stack
 from testing.poll import until
-from tools.stack.stack import Stack
 
 pytestmark = pytest.mark.e2e
 MODEL = "smollm2-135m-instruct"

@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import redis.asyncio as aioredis
 
-from contract.fleet_file import FleetWatch
-from contract.redis_keys import RedisKeys
-from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
-from contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.fleet_file import FleetWatch
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import RegistryTiming, RegistryWriter, ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
 from testing.fake_workers import fake_launch
 from testing.gateway import serve_gateway
 from testing.poll import until

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from llmgw_tools.stack.render import prometheus_conf
 from tests.observability.promql import REPO, RULE_TESTS_DIR, AlertRule, load_alert_rules, rule_files
-from tools.stack.render import prometheus_conf
 
 PROMTOOL = shutil.which("promtool") or shutil.which("promtool", path="/usr/bin:/usr/local/bin")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (make install does)")

@@ -17,10 +17,10 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from contract.fleet import parse_fleet
-from contract.fleet_file import FleetWatch
-from contract.redis_keys import RedisKeys
-from contract.registry import RegistryWriter, ReplicaState, read_registry
+from llmgw_contract.fleet import parse_fleet
+from llmgw_contract.fleet_file import FleetWatch
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import RegistryWriter, ReplicaState, read_registry
 from testing.fake_workers import fake_launch
 from testing.poll import until
 from testing.procs import Proc, free_port, running, spawn, start_fake_engine, wait_until

@@ -22,14 +22,14 @@ import redis.asyncio as aioredis
 import yaml
 from prometheus_client import generate_latest
 
-from contract.cold_starts import read_cold_start
-from contract.fleet_file import FleetWatch
-from contract.redis_keys import RedisKeys
-from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
-from contract.replica_metrics import SupervisorMetrics
 from gateway.admission.base import Ticket
 from gateway.admission.queue_scripts import QueueScripts, ticket_id
 from gateway.admission.redis_wire import PipelinedRedis
+from llmgw_contract.cold_starts import read_cold_start
+from llmgw_contract.fleet_file import FleetWatch
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import RegistryTiming, RegistryWriter, ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
 from testing.fake_workers import fake_launch
 from testing.poll import until
 from testing.procs import free_port
@@ -42,7 +42,8 @@ from workers.replica.launch import ReplicaSpec
 from workers.wiring import control_loops
 
 # About one run of this module in five hung at shutdown: a cancel of the autoscaler lost inside every()'s
-# wait_for (Python 3.11), fixed there (contract/supervision.py). One stall was still seen in 16 runs after
+# wait_for (Python 3.11), fixed there (llmgw_contract/supervision.py). One stall was still seen in 16 runs
+# after
 # the fix, cause unknown. Each test takes 1-5 s; the bound makes a stall cost 2 minutes of CI, not 10.
 pytestmark = pytest.mark.timeout(120)
 
@@ -191,7 +192,7 @@ async def test_a_model_at_zero_starts_one_replica_for_a_waiting_request_and_reco
         await until(lambda: h.ids("z") == ["z-0"], deadline_s=30)
         mean = await until(lambda: read_cold_start(h.redis, h.keys, "z", "cpu"))
         assert isinstance(mean, float) and 0 < mean < 30
-        # the first start is the mean itself, stored to the millisecond (contract/cold_starts.py)
+        # the first start is the mean itself, stored to the millisecond (llmgw_contract/cold_starts.py)
         assert h.metrics.cold_starts.labels("z")._sum.get() == pytest.approx(mean, abs=1e-3)
         await h.gateway().leave("z", ticket_id("gw-a", "0"), False, 0)  # the request goes: idle
         await until(lambda: h.listed("z") == [], deadline_s=30)  # back to zero after the delay

@@ -3,7 +3,7 @@ the demand returns within it, within the rule's bounds, never a start that does 
 
 from __future__ import annotations
 
-from contract.scaling import ScalingRule
+from llmgw_contract.scaling import ScalingRule
 from workers.autoscale.decide import Decision, ModelScaler, idlest
 
 RULE = ScalingRule(min_replicas=1, max_replicas=3, target_per_replica=2, scale_down_delay_s=10.0)

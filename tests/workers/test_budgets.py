@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from contract.fleet import Fleet
-from tools.deploy.common import GpuSizing
-from tools.deploy.compose import ComposeOptions, render_compose
-from tools.deploy.k8s import K8sOptions, render_k8s
+from llmgw_contract.fleet import Fleet
+from llmgw_tools.deploy.common import GpuSizing
+from llmgw_tools.deploy.compose import ComposeOptions, render_compose
+from llmgw_tools.deploy.k8s import K8sOptions, render_k8s
 from workers.cli import launcher
 from workers.converge.loop import with_plan
 from workers.life.owner import Replica

@@ -9,8 +9,8 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
 from tests.conftest import Topologies
 from workers.ondemand.demand import requested
 

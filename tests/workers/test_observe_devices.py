@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contract.fleet import parse_fleet
-from contract.registry import ReplicaState
-from contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.fleet import parse_fleet
+from llmgw_contract.registry import ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
 from workers.life.observe import Observer
 from workers.replica.launch import ReplicaSpec
 

@@ -17,9 +17,9 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from contract.fleet import parse_fleet
-from contract.redis_keys import RedisKeys
-from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
+from llmgw_contract.fleet import parse_fleet
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from testing.fake_gpu_engine import fail_text
 from testing.poll import until
 from testing.procs import free_port

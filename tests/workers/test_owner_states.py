@@ -1,4 +1,4 @@
-"""The table of a replica's states (:mod:`contract.replica_states`) driven through the real owner: a
+"""The table of a replica's states (:mod:`llmgw_contract.replica_states`) driven through the real owner: a
 Hypothesis state machine calls :class:`workers.life.owner.Supervisor`'s own verbs (start, park, wake,
 sleep, replace, retire, fail, drain) in random order on replicas whose processes are FAKE PROCESSES
 (testing/fake_process.py) that start, fail and die as the machine says, with a real Redis behind the
@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from contract.fleet import parse_fleet
-from contract.redis_keys import RedisKeys
-from contract.registry import ROUTABLE, RegistryTiming, RegistryWriter, ReplicaState, read_registry
-from contract.replica_states import INITIAL, allowed
+from llmgw_contract.fleet import parse_fleet
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ROUTABLE, RegistryTiming, RegistryWriter, ReplicaState, read_registry
+from llmgw_contract.replica_states import INITIAL, allowed
 from testing.fake_process import FakeProcess
 from testing.poll import until
 from testing.procs import free_port

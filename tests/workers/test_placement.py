@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from contract.fleet import Fleet
-from tools.deploy.compose import ComposeOptions, plan
+from llmgw_contract.fleet import Fleet
+from llmgw_tools.deploy.compose import ComposeOptions, plan
 from workers.replica.launch import build_launch, plan_replicas
 from workers.replica.placement import place_replicas, placement_problems, take
 

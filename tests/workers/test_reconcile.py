@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from contract.fleet import Fleet, parse_fleet
-from contract.registry import ReplicaState
+from llmgw_contract.fleet import Fleet, parse_fleet
+from llmgw_contract.registry import ReplicaState
 from workers.converge.actions import (
     Action,
     PortLedger,

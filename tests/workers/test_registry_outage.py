@@ -17,13 +17,13 @@ from pathlib import Path
 import httpx
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import REDIS_DOWN, connect
-from contract.registry import RegistryTiming, RegistryWriter, ReplicaState, read_model
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import REDIS_DOWN, connect
+from llmgw_contract.registry import RegistryTiming, RegistryWriter, ReplicaState, read_model
+from llmgw_tools.stack.redis_topology import Topology, poll
 from testing.poll import until
 from tests.conftest import Topologies
 from tests.workers.test_supervisor import OPTIONS, fake_replica
-from tools.stack.redis_topology import Topology, poll
 from workers.life.owner import Supervisor
 
 TIMING = RegistryTiming(ttl_s=3.0, drain_grace_s=5)

@@ -1,5 +1,6 @@
 """The restart of a replica that died (workers/life/restart.py) runs the one rule of
-:class:`RestartBackoff` (the delays of contract/backoff.py, the count of consecutive failures and its reset
+:class:`RestartBackoff` (the delays of llmgw_contract/backoff.py, the count of consecutive failures and its
+reset
 after a healthy run, the give-up), through the real owner on a FAKE PROCESS replica and a real Redis."""
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from pathlib import Path
 import httpx
 import redis.asyncio as aioredis
 
-from contract.fleet import parse_fleet
-from contract.redis_keys import RedisKeys
-from contract.registry import RegistryTiming, RegistryWriter, ReplicaState
+from llmgw_contract.fleet import parse_fleet
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import RegistryTiming, RegistryWriter, ReplicaState
 from testing.fake_process import FakeProcess
 from testing.poll import until
 from testing.procs import free_port

@@ -4,7 +4,7 @@ sleep keeps too much to be worth it, and the GPU ledger (predicted card use, roo
 
 from __future__ import annotations
 
-from contract.fleet import parse_fleet
+from llmgw_contract.fleet import parse_fleet
 from workers.ondemand.ledger import UNMEASURED_ASLEEP_BYTES, DeviceBook, Slot
 from workers.ondemand.sleepers.level import choose_level, keeps_most
 from workers.replica.launch import build_launch, plan_replicas

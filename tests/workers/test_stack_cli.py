@@ -12,8 +12,8 @@ import httpx
 import psutil
 import pytest
 
+from llmgw_tools.stack.redis_topology import KINDS
 from testing.procs import free_port, port_open, spawn, start_fake_engine, wait_for_line, wait_until
-from tools.stack.redis_topology import KINDS
 
 
 @pytest.mark.parametrize("redis", KINDS)
@@ -37,7 +37,7 @@ def test_stack_serves_then_sigterm_leaves_nothing_running(tmp_path: Path, redis:
     argv = [
         sys.executable,
         "-m",
-        "tools.stack.cli",
+        "llmgw_tools.stack.cli",
         "--fleet",
         str(fleet),
         "--run-dir",

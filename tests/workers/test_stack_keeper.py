@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from llmgw_tools.stack.keeper import KeepPolicy, keep
+from llmgw_tools.stack.services import Service, http_probe
 from testing.poll import until
 from testing.procs import free_port
-from tools.stack.keeper import KeepPolicy, keep
-from tools.stack.services import Service, http_probe
 
 POLICY = KeepPolicy(base_s=0.1, max_s=0.4, healthy_after_s=60, ready_deadline_s=15)
 

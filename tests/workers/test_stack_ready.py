@@ -3,7 +3,7 @@ ready, the on-demand model (Gemma) only published (asleep until a request wakes 
 
 from __future__ import annotations
 
-from tools.stack.stack import REPO, Stack, StackConfig
+from llmgw_tools.stack.stack import REPO, Stack, StackConfig
 
 
 def test_the_default_fleet_waits_for_always_models_and_only_publishes_gemma() -> None:

@@ -53,7 +53,7 @@ def test_dead_services_are_restarted_under_load(tmp_path: Path) -> None:
     flags = ["--port", str(port), "--redis-port", str(redis_port), "--supervisor-port", str(free_port())]
     flags += ["--keys-redis-port", str(free_port())]
     flags += ["--gateways", "2", "--gateway-port", str(free_port_run(2)), "--no-prometheus"]
-    argv = [sys.executable, "-m", "tools.stack.cli", "--fleet", str(fleet), "--run-dir"]
+    argv = [sys.executable, "-m", "llmgw_tools.stack.cli", "--fleet", str(fleet), "--run-dir"]
     log = tmp_path / "stack.log"
     stack = spawn([*argv, str(tmp_path / "run"), *flags], port, log)
     stop, seen, phase = threading.Event(), Counter[str](), ["up"]

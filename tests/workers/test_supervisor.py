@@ -14,9 +14,9 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from contract.fleet import parse_fleet
-from contract.redis_keys import RedisKeys
-from contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, read_model
+from llmgw_contract.fleet import parse_fleet
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import RegistryTiming, RegistryWriter, ReplicaRecord, ReplicaState, read_model
 from testing.poll import until
 from testing.procs import free_port
 from workers.life.owner import Replica, RestartBackoff, Supervisor, SupervisorOptions

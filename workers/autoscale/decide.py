@@ -1,6 +1,6 @@
 """One model's scaling decisions on one host (pure: no I/O, the clock passed in).
 
-:class:`ModelScaler` wraps the rule's arithmetic (:class:`contract.scaling.Autoscale`) with what it
+:class:`ModelScaler` wraps the rule's arithmetic (:class:`llmgw_contract.scaling.Autoscale`) with what it
 must remember between ticks: when the demand last needed the current count. Up: at once to what the
 demand needs, as far as the next replica fits (``fits``); a request waiting while the model has no
 replica counts as one. Down: one replica at a time, ``scale_down_delay_s`` after the demand last needed
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from contract.scaling import Autoscale, ScalingRule
+from llmgw_contract.scaling import Autoscale, ScalingRule
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 replicas as its demand needs, the same rule and signal as KEDA's scaler in a cluster.
 
 Every ``every_s`` :class:`Autoscaler` reads, per such model, the demand summed over every gateway
-(:func:`contract.demand.read_demand`) and the gateways' in-flight counts per replica
+(:func:`llmgw_contract.demand.read_demand`) and the gateways' in-flight counts per replica
 (:meth:`RedisKeys.inflight`), and lets :class:`workers.autoscale.decide.ModelScaler` decide:
 
 * up: the reconciler converges the model to the new count (:meth:`Reconciler.scale_to`: the same plan,
@@ -11,7 +11,7 @@ Every ``every_s`` :class:`Autoscaler` reads, per such model, the demand summed o
   start is not made, the reason logged once (until it fits again) and counted
   (``llmgw_supervisor_scale_refused_total``). A start from zero replicas is a cold start: its duration
   (from the decision to READY) is observed and folded into the model's mean in Redis
-  (:func:`contract.cold_starts.record_cold_start`), which the gateways' ETA reads;
+  (:func:`llmgw_contract.cold_starts.record_cold_start`), which the gateways' ETA reads;
 * down: the idlest replica is drained and retired through the owner's one drain
   (:meth:`Reconciler.scale_down`), so what runs on it finishes. Where sleep exists (a GPU replica
   launched with vLLM's sleep mode, given the activator), it is drained and put to sleep in place instead
@@ -19,8 +19,8 @@ Every ``every_s`` :class:`Autoscaler` reads, per such model, the demand summed o
   (:mod:`workers.autoscale.parked`), then is retired; demand that returns meanwhile wakes it through the
   activator's one wake (:meth:`Activator.wake_now`) instead of starting a new replica.
 
-The loop is supervised (:func:`contract.supervision.every`): a failed tick, a Redis outage included
-(:data:`contract.redis_url.REDIS_DOWN`), is logged and counted and the next one comes after the one
+The loop is supervised (:func:`llmgw_contract.supervision.every`): a failed tick, a Redis outage included
+(:data:`llmgw_contract.redis_url.REDIS_DOWN`), is logged and counted and the next one comes after the one
 back-off; the replicas stay as they are meanwhile. A tick waits for the starts and drains it asks for.
 
 Every managed model's desired and listed counts are exported each tick (``llmgw_supervisor_replicas_*``;
@@ -38,15 +38,15 @@ from typing import Protocol
 
 import redis.asyncio as aioredis
 
-from contract.cold_starts import record_cold_start
-from contract.demand import read_demand
-from contract.fleet import Model
-from contract.inflight_share import fresh_counts
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaState
-from contract.replica_metrics import SupervisorMetrics
-from contract.scaling import ScalingRule, scaling_rule
-from contract.supervision import every
+from llmgw_contract.cold_starts import record_cold_start
+from llmgw_contract.demand import read_demand
+from llmgw_contract.fleet import Model
+from llmgw_contract.inflight_share import fresh_counts
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.scaling import ScalingRule, scaling_rule
+from llmgw_contract.supervision import every
 from workers.autoscale.decide import ModelScaler
 from workers.autoscale.parked import Parked
 from workers.converge.actions import Start, plan

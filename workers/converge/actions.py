@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from contract.fleet import Fleet, Model
-from contract.registry import ReplicaState
-from contract.scaling import scaling_rule
+from llmgw_contract.fleet import Fleet, Model
+from llmgw_contract.registry import ReplicaState
+from llmgw_contract.scaling import scaling_rule
 from workers.planner.scaling import at_maximum
 from workers.replica.launch import ReplicaSpec
 from workers.replica.placement import place_replicas

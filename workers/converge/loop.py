@@ -25,11 +25,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from contract.fleet import Fleet, FleetError
-from contract.fleet_file import FleetWatch
-from contract.registry import ReplicaState
-from contract.replica_metrics import SupervisorMetrics
-from contract.supervision import guarded
+from llmgw_contract.fleet import Fleet, FleetError
+from llmgw_contract.fleet_file import FleetWatch
+from llmgw_contract.registry import ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.supervision import guarded
 from workers.converge.actions import (
     Action,
     Refusal,

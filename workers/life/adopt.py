@@ -33,8 +33,8 @@ from pathlib import Path
 
 import httpx
 
-from contract.fleet import Model
-from contract.vllm_probe import listed
+from llmgw_contract.fleet import Model
+from llmgw_contract.vllm_probe import listed
 from workers.life.process import ReplicaProcess
 from workers.replica.launch import Launch, ReplicaSpec
 

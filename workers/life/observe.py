@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from contract.registry import ReplicaState
-from contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.registry import ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
 from workers.replica.launch import ReplicaSpec
 
 

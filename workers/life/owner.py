@@ -12,7 +12,7 @@ through the owner's verbs, never through its fields:
 
 Actions on one replica are serialized by its lock: a retire waits for a wake in progress, and a wake
 of a replica retired meanwhile does nothing. Every state change goes through :meth:`Supervisor.move`,
-which checks it against the table of :mod:`contract.replica_states` and publishes it; the instance id
+which checks it against the table of :mod:`llmgw_contract.replica_states` and publishes it; the instance id
 is given in one place, :meth:`Supervisor.launched`.
 """
 
@@ -26,13 +26,13 @@ from pathlib import Path
 
 import httpx
 
-from contract.drain import wait_until_idle
-from contract.kv_feed import KvEndpoints
-from contract.kv_feeds import FeedTarget, KvFeeds
-from contract.registry import ROUTABLE, RegistryWriter, ReplicaState, new_instance_id
-from contract.replica_metrics import SupervisorMetrics
-from contract.replica_states import check_move
-from contract.supervision import every
+from llmgw_contract.drain import wait_until_idle
+from llmgw_contract.kv_feed import KvEndpoints
+from llmgw_contract.kv_feeds import FeedTarget, KvFeeds
+from llmgw_contract.registry import ROUTABLE, RegistryWriter, ReplicaState, new_instance_id
+from llmgw_contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.replica_states import check_move
+from llmgw_contract.supervision import every
 from workers.host.gpu import MemoryProbe, nvidia_smi_probe
 from workers.life.adopt import AdoptedProcess
 from workers.life.process import StartFailed
@@ -282,7 +282,7 @@ class Supervisor:
 
     async def follow_kv_events(self, feeds: KvFeeds, every_s: float = 0.25) -> None:
         """Keep one KV-event feed per running start of an exact replica; publish each one's mode (a
-        supervised loop: :func:`contract.supervision.every`)."""
+        supervised loop: :func:`llmgw_contract.supervision.every`)."""
 
         async def step() -> None:
             feeds.sync([t for r in self._replicas if (t := kv_target(r)) is not None])

@@ -3,7 +3,7 @@ answers (polled until a deadline), stopped by SIGTERM then SIGKILL to the whole 
 
 :class:`ManagedProcess` is what the supervisor runs each vLLM replica as (:class:`ReplicaProcess`) and what
 the embedded stack (an offline tool) runs Redis, gateways, nginx and Prometheus as
-(``tools.stack.services.Service``).
+(``llmgw_tools.stack.services.Service``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from contract.vllm_probe import listed
+from llmgw_contract.vllm_probe import listed
 from workers.replica.launch import Launch
 
 log = logging.getLogger("llmgw.workers")

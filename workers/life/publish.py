@@ -1,8 +1,8 @@
 """Keeping the registry filled: every live replica republished each heartbeat (its record has a TTL),
 and all of them at once when Redis comes back as a new server (its run id changed).
 
-Both loops are :func:`contract.supervision.every` loops: a Redis outage (any topology's errors,
-``contract.redis_url.REDIS_DOWN``) is a failed write, logged, and the next beat writes again; anything
+Both loops are :func:`llmgw_contract.supervision.every` loops: a Redis outage (any topology's errors,
+``llmgw_contract.redis_url.REDIS_DOWN``) is a failed write, logged, and the next beat writes again; anything
 else a step raises is logged with its traceback, counted (``llmgw_supervisor_actions_total{outcome=
 "failed"}``) and the loop goes on, so the registry is whole again one heartbeat after Redis answers."""
 
@@ -12,9 +12,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from contract.registry import RegistryWriter, ReplicaState
-from contract.replica_metrics import SupervisorMetrics
-from contract.supervision import every
+from llmgw_contract.registry import RegistryWriter, ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.supervision import every
 from workers.life.replica import Replica, SupervisorOptions
 
 log = logging.getLogger("llmgw.workers")

@@ -8,9 +8,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contract.backoff import Backoff
-from contract.registry import RegistryTiming, ReplicaRecord, ReplicaState
-from contract.replica_states import INITIAL
+from llmgw_contract.backoff import Backoff
+from llmgw_contract.registry import RegistryTiming, ReplicaRecord, ReplicaState
+from llmgw_contract.replica_states import INITIAL
 from workers.life.process import ReplicaProcess
 from workers.planner import DEFAULT_RESERVE_BYTES
 from workers.replica.launch import Launch, ReplicaSpec, with_budget

@@ -9,8 +9,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from contract.registry import ReplicaState
-from contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.registry import ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
 from workers.life.replica import Replica, RestartBackoff
 from workers.life.starting import Move
 

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import httpx
 
-from contract.registry import ReplicaState
+from llmgw_contract.registry import ReplicaState
 from workers.host.gpu import DeviceMemory, MemoryProbe, gib
 from workers.host.ports import port_taken
 from workers.life.process import StartFailed

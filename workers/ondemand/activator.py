@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import httpx
 import redis.asyncio as aioredis
 
-from contract.fleet import Fleet, Model
-from contract.redis_keys import RedisKeys
-from contract.redis_url import REDIS_DOWN
-from contract.registry import ROUTABLE, ReplicaState
-from contract.replica_metrics import SupervisorMetrics
-from contract.supervision import cancelled, guarded
+from llmgw_contract.fleet import Fleet, Model
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import REDIS_DOWN
+from llmgw_contract.registry import ROUTABLE, ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.supervision import cancelled, guarded
 from workers.converge.actions import device_key
 from workers.host.gpu import GpuReader, nvidia_smi_reading
 from workers.host.rss import tree_rss_bytes

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 import httpx
 import redis.asyncio as aioredis
 
-from contract.inflight_share import fresh_counts
-from contract.redis_keys import RedisKeys
-from contract.stamps import run
-from contract.vllm_probe import requests_in_engine
+from llmgw_contract.inflight_share import fresh_counts
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.stamps import run
+from llmgw_contract.vllm_probe import requests_in_engine
 from workers.life.process import StartFailed
 from workers.life.replica import Replica
 

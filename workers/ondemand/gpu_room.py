@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from contract.fleet import Model
-from contract.registry import ReplicaState
-from contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.fleet import Model
+from llmgw_contract.registry import ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
 from workers.host.gpu import GpuReader, GpuReading
 from workers.host.rss import tree_pids
 from workers.life.replica import Replica

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from contract.fleet import Model
-from contract.registry import ROUTABLE, ReplicaState
-from contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.fleet import Model
+from llmgw_contract.registry import ROUTABLE, ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
 from workers.life.replica import Replica
 from workers.ondemand.autopilot.costs import CostedMove, CostTable
 from workers.ondemand.autopilot.moves import Move

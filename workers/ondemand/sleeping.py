@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from contract.fleet import Fleet, Model
+from llmgw_contract.fleet import Fleet, Model
 from workers.life.replica import Replica
 from workers.ondemand.sleepers import Sleeper
 from workers.ondemand.sleepers.level import SleepLevel, choose_level

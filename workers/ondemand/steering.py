@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from contract.registry import ROUTABLE, ReplicaState
+from llmgw_contract.registry import ROUTABLE, ReplicaState
 from workers.converge.actions import device_key
 from workers.life.replica import Replica
 from workers.ondemand.autopilot.costs import CostedMove

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from contract.fleet import Fleet, Model
+from llmgw_contract.fleet import Fleet, Model
 from workers.host.gpu import gib
 from workers.planner import Plan, ReplicaPlan, plan_fleet
 from workers.planner.scaling import at_maximum

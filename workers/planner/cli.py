@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from contract.build_info import add_version_flag
-from contract.fleet import FleetError
-from contract.fleet_file import read_fleet
+from llmgw_contract.build_info import add_version_flag
+from llmgw_contract.fleet import FleetError
+from llmgw_contract.fleet_file import read_fleet
 from workers.planner import memory as mem
 from workers.planner.model_shape import make_config_loader
 from workers.planner.plan import DEFAULT_TARGET, plan_fleet

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contract.fleet import Model
+from llmgw_contract.fleet import Model
 
 ConfigLoader = Callable[[Model], Mapping[str, Any]]
 

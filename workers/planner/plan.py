@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contract.fleet import Fleet, Model
+from llmgw_contract.fleet import Fleet, Model
 from workers.planner import memory as mem
 from workers.planner.model_shape import ModelShape, Quantization, shape_from_config
 from workers.planner.result import DEFAULT_TARGET, DevicePlan, ModelEstimate, Plan, ReplicaPlan

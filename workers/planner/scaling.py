@@ -3,8 +3,8 @@ checks that the devices can hold every replica the rules may start, not only the
 
 from __future__ import annotations
 
-from contract.fleet import Fleet
-from contract.scaling import scaling_rule
+from llmgw_contract.fleet import Fleet
+from llmgw_contract.scaling import scaling_rule
 
 
 def at_maximum(fleet: Fleet) -> Fleet | None:

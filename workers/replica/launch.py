@@ -6,8 +6,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from contract.fleet import NO_MEDIA_DOMAIN, Defaults, Model
-from contract.kv_feed import KvEndpoints
+from llmgw_contract.fleet import NO_MEDIA_DOMAIN, Defaults, Model
+from llmgw_contract.kv_feed import KvEndpoints
 from workers.replica.placement import place_replicas
 
 BUDGET_FLAG = "--gpu-memory-utilization"
@@ -58,7 +58,7 @@ class Launch:
 def engine_args(model: Model) -> list[str]:
     """vLLM's flags from the fleet file's engine section; ``/tokenizer_info`` is always on (read-only: the
     gateway forwards it, lm-eval's remote tokenizer reads it), and so is a media-domain allow-list (the
-    fleet's, else deny-all: :data:`~contract.fleet.NO_MEDIA_DOMAIN`)."""
+    fleet's, else deny-all: :data:`~llmgw_contract.fleet.NO_MEDIA_DOMAIN`)."""
     e = model.engine
     args = ["--dtype", e.dtype, "--tensor-parallel-size", str(e.tensor_parallel_size)]
     args.append("--enable-tokenizer-info-endpoint")
@@ -147,7 +147,7 @@ def sleep_mode_args(spec: ReplicaSpec) -> tuple[list[str], dict[str, str]]:
 
 
 LOAD_TRACKING_FLAG = "--enable-server-load-tracking"
-"""vLLM's ``/load``: the requests its API server holds, the engine's or not yet (contract/drain.py)."""
+"""vLLM's ``/load``: the requests its API server holds, the engine's or not yet (llmgw_contract/drain.py)."""
 
 
 def build_launch(
@@ -160,7 +160,7 @@ def build_launch(
     """The vLLM command line and environment of one replica; ``sleep_mode=False`` leaves vLLM's sleep mode
     off even for an on-demand GPU model (where no agent of ours will call its endpoints). A model whose
     ``kv_index`` is exact publishes its KV events on ``kv_events`` (default: the supervisor's ipc
-    endpoints of its port, :meth:`contract.kv_feed.KvEndpoints.for_port`)."""
+    endpoints of its port, :meth:`llmgw_contract.kv_feed.KvEndpoints.for_port`)."""
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", *source_args(spec.model, weights)]
     argv += ["--host", spec.host, "--port", str(spec.port), *engine_args(spec.model)]
     argv += [LOAD_TRACKING_FLAG]  # /load counts requests not in the engine yet: the drain reads it

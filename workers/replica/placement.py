@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from contract.fleet import Model
+from llmgw_contract.fleet import Model
 
 Placement = dict[tuple[str, int], tuple[int, ...]]
 

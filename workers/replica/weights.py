@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from contract.fleet import Model
+from llmgw_contract.fleet import Model
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import grpc  # type: ignore[import-untyped]
 
-from contract.build_info import add_version_flag
-from contract.fleet import FleetError
-from contract.logs import configure_logging
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
+from llmgw_contract.build_info import add_version_flag
+from llmgw_contract.fleet import FleetError
+from llmgw_contract.logs import configure_logging
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
 from workers.scale.rules import FleetRules
 from workers.scale.service import DEFAULT_POLL_S, DemandScaler, add_to_server
 

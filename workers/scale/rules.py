@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from contract.fleet import FleetError
-from contract.fleet_file import FleetFile
-from contract.scaling import ScalingRule, scaling_rule
+from llmgw_contract.fleet import FleetError
+from llmgw_contract.fleet_file import FleetFile
+from llmgw_contract.scaling import ScalingRule, scaling_rule
 
 log = logging.getLogger("llmgw.scaler")
 

@@ -4,7 +4,8 @@ Each ScaledObject names its model in the trigger's metadata (``model: <fleet nam
 model has anything queued or in flight; ``StreamIsActive`` reads the demand every ``poll_s`` and pushes
 at once when activity changes (and the first answer as soon as the stream opens), so a request waiting for
 a model at zero reaches KEDA within one poll; ``GetMetricSpec``: the rule's ``target_per_replica``;
-``GetMetrics``: the demand (queued + in flight, summed over every gateway: :mod:`contract.demand`), which
+``GetMetrics``: the demand (queued + in flight, summed over every gateway: :mod:`llmgw_contract.demand`),
+which
 the HPA divides by the target. Nothing is kept beyond Redis: any replica of the scaler answers alike.
 """
 
@@ -19,9 +20,9 @@ import grpc  # type: ignore[import-untyped]
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from contract.demand import Demand, read_demand
-from contract.redis_keys import RedisKeys
-from contract.scaling import ScalingRule
+from llmgw_contract.demand import Demand, read_demand
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.scaling import ScalingRule
 from workers.scale.proto import externalscaler_pb2 as pb
 from workers.scale.proto import externalscaler_pb2_grpc as stubs
 

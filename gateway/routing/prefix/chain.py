@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.prefix_chain import chain_keys
 from gateway.routing.prefix.prompt_text import chat_text, prompt_text
+from llmgw_contract.prefix_chain import chain_keys
 
 __all__ = ["chain_keys", "request_chain"]
 

@@ -283,7 +283,8 @@ class PrefixIndex:
     def apply_events(
         self, replica: str, instance: str, added: Sequence[str], removed: Sequence[str], reset: bool = False
     ) -> None:
-        """What a managing agent learnt from the replica's KV events (``contract/lua/kv_apply.lua``): a new
+        """What a managing agent learnt from the replica's KV events (``llmgw_contract/lua/kv_apply.lua``): a
+        new
         instance or a reset drops its entries; an added key joins its KV set and its holders (last) and
         leaves its pending placements; a removed key leaves all three."""
         if reset or self.instances.get(replica) != instance:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.prefix_chain import message_piece
+from llmgw_contract.prefix_chain import message_piece
 
 
 def content_text(content: Any) -> str:

@@ -4,7 +4,7 @@ The script (``lua/pick.lua``, over the admission's pipelined connection
 :class:`gateway.admission.redis_wire.PipelinedRedis`: redis-py cost more CPU per call than the rest of
 the pick) does what :meth:`gateway.routing.prefix.index.PrefixIndex.pick` does, in one
 atomic step and one round trip, so every gateway that picks for the same state picks the same replica.
-Every key carries the model as a hash tag (:class:`contract.redis_keys.RedisKeys`), so one model's index
+Every key carries the model as a hash tag (:class:`llmgw_contract.redis_keys.RedisKeys`), so one model's index
 lives in one Redis Cluster slot.
 
 Degraded mode. When Redis fails (error or ``timeout_s``), :meth:`SharedIndex.pick` returns None, and for
@@ -22,24 +22,25 @@ from importlib import resources
 
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.redis_cluster_wire import lean_client, socket_timeout
 from gateway.admission.redis_wire import LeanScript
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import REDIS_DOWN
 from gateway.routing.prefix.index import Decision, PickInput
+from llmgw_contract.redis_keys import RedisKeys
 
 log = logging.getLogger("llmgw.prefix_index")
 
 SHARED, DEGRADED = "shared", "degraded"
-"""The key modes, per replica (``kv_index`` in its :class:`contract.registry.ReplicaRecord`):
+"""The key modes, per replica (``kv_index`` in its :class:`llmgw_contract.registry.ReplicaRecord`):
 ``approximate``, the index's keys for a replica are the gateways' placements, aged by an LRU sized from an
 estimate of bytes per token; ``exact``, its managing agent also writes what its engine holds, from vLLM's
-KV events (:mod:`contract.kv_feed`), and the placements only bridge the time until the engine stores them."""
+KV events (:mod:`llmgw_contract.kv_feed`), and the placements only bridge the time until the engine stores
+them."""
 
 
 def script(name: str) -> str:
-    common = resources.files("contract") / "lua" / "prefix_common.lua"
+    common = resources.files("llmgw_contract") / "lua" / "prefix_common.lua"
     own = resources.files("gateway.routing") / "lua" / f"{name}.lua"
     return common.read_text() + "\n" + own.read_text()
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.queue_scripts import QueueScripts
 from gateway.admission.redis_queue import RedisAdmission
 from gateway.admission.redis_wire import PipelinedRedis
 from gateway.redis_clients import blocking_client, fast_client
+from llmgw_contract.redis_keys import RedisKeys
 from testing.procs import make_certs
 
 MakeAdmission = Callable[..., Awaitable[RedisAdmission]]

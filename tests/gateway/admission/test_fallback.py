@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.fallback import FallbackAdmission
 from gateway.admission.local import LocalAdmission
@@ -20,6 +19,7 @@ from gateway.admission.redis_queue import RedisAdmission
 from gateway.errors import QueueTimeout
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import blocking_client, fast_client
+from llmgw_contract.redis_keys import RedisKeys
 from testing.poll import until
 from testing.procs import Proc, start_redis
 

@@ -17,10 +17,10 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.redis_queue import RedisAdmission
 from gateway.redis_clients import blocking_client, fast_client
+from llmgw_contract.redis_keys import RedisKeys
 from testing.gateway import fleet_yaml, register, serve_gateway, wait_ready
 from testing.poll import until
 from testing.procs import Proc, free_port, running, spawn, start_fake_engine, start_redis

@@ -15,11 +15,11 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.redis_queue import Acquired, Left, QueueScripts, RedisAdmission
 from gateway.admission.redis_wire import PipelinedRedis
 from gateway.redis_clients import blocking_client, fast_client
+from llmgw_contract.redis_keys import RedisKeys
 from testing.poll import until
 from tests.gateway.admission.conftest import MakeAdmission
 from tests.gateway.admission.test_presence_renewal import LoopThread

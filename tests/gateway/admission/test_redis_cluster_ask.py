@@ -15,9 +15,9 @@ import redis
 
 from gateway.admission.redis_cluster_wire import ClusterPipelined
 from gateway.admission.redis_wire import Endpoint
+from llmgw_tools.stack.ports import HOST
+from llmgw_tools.stack.redis_topology import Topology, cli
 from tests.conftest import Topologies
-from tools.stack.ports import HOST
-from tools.stack.redis_topology import Topology, cli
 
 
 @dataclass

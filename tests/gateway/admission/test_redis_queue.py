@@ -12,13 +12,13 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.order import FairQueue
 from gateway.admission.queue_scripts import Acquired, Left, QueueScripts
 from gateway.admission.redis_queue import RedisAdmission
 from gateway.admission.redis_wire import PipelinedRedis
 from gateway.errors import QueueFull, QueueTimeout
+from llmgw_contract.redis_keys import RedisKeys
 from testing.poll import until
 from tests.gateway.admission.conftest import MakeAdmission
 

@@ -11,11 +11,11 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.redis_queue import RedisAdmission
 from gateway.admission.redis_wire import PipelinedRedis, RedisReplyError
 from gateway.redis_clients import blocking_client, fast_client
+from llmgw_contract.redis_keys import RedisKeys
 from testing.procs import Proc, free_port, start_redis, tls_args
 
 ACL = ["--user", "default", "off", "--user", "gw", "on", ">s3cret-pw", "~*", "&*", "+@all"]

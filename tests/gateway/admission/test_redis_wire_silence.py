@@ -13,7 +13,6 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import AdmissionUnavailable, Ticket
 from gateway.admission.fallback import FallbackAdmission
 from gateway.admission.local import LocalAdmission
@@ -22,6 +21,7 @@ from gateway.admission.redis_queue import RedisAdmission, RedisLease
 from gateway.admission.redis_wire import Endpoint, PipelinedRedis
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import blocking_client, fast_client
+from llmgw_contract.redis_keys import RedisKeys
 from testing.blackhole import BlackHoleProxy
 from testing.poll import until
 from testing.procs import Proc

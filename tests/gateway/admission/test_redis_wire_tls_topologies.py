@@ -1,4 +1,5 @@
-"""TLS on Sentinel and Cluster (``rediss+sentinel://``, ``rediss+cluster://``, contract/redis_url.py): the
+"""TLS on Sentinel and Cluster (``rediss+sentinel://``, ``rediss+cluster://``, llmgw_contract/redis_url.py):
+the
 redis-py clients and the lean pipelined one speak TLS to every server, verifying its certificate against
 the CA file the URL names (``ssl_ca_certs``), against real TLS-only redis-servers: a one-node cluster
 that holds every slot, and a master with one Sentinel (the cluster bus and the Sentinel's own links to
@@ -12,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from contract.redis_url import connect, connect_sync
 from gateway.admission.redis_cluster_wire import lean_client
+from llmgw_contract.redis_url import connect, connect_sync
+from llmgw_tools.stack.ports import HOST
+from llmgw_tools.stack.redis_topology import cluster_port
 from testing.poll import wait_until
 from testing.procs import free_port, port_open, spawn, start_redis, tls_args
-from tools.stack.ports import HOST
-from tools.stack.redis_topology import cluster_port
 
 SERVICE = "llmgw"
 

@@ -1,4 +1,5 @@
-"""A ``unix://`` Redis URL (contract/redis_url.py documents it) reaches the lean admission connection as a
+"""A ``unix://`` Redis URL (llmgw_contract/redis_url.py documents it) reaches the lean admission connection
+as a
 socket path: the lean client talks to the server on that socket, as redis-py does, against a real
 redis-server listening on a unix socket (and on a TCP port of its own, never 6379)."""
 
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from contract.redis_url import connect_sync
 from gateway.admission.redis_wire import Endpoint, PipelinedRedis
 from gateway.redis_clients import fast_client
+from llmgw_contract.redis_url import connect_sync
 from testing.procs import Proc, start_redis
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.liveness import StampTiming
+from llmgw_contract.redis_keys import RedisKeys
 from testing.procs import Proc, start_fake_engine
 from testing.reclaim import DOOMED, restarted_gateway_wait
 

@@ -8,9 +8,9 @@ from collections import Counter
 
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.redis_queue import Acquired, QueueScripts
+from llmgw_contract.redis_keys import RedisKeys
 
 MODEL = "m"
 WRITES = {"zadd", "zrem", "hset", "zremrangebyscore", "zpopmin", "rpush", "pexpire", "incr", "del", "set"}

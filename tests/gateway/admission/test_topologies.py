@@ -10,16 +10,16 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
-from contract.registry import ReplicaRecord, publish, read_registry
 from gateway.admission.base import Ticket
 from gateway.admission.presence import Presence
 from gateway.admission.redis_queue import RedisAdmission
 from gateway.auth.ratelimit import RateLimiter, Verdict
 from gateway.redis_clients import blocking_client, fast_client
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
+from llmgw_contract.registry import ReplicaRecord, publish, read_registry
+from llmgw_tools.stack.redis_topology import KINDS
 from tests.conftest import Topologies
-from tools.stack.redis_topology import KINDS
 
 MODEL = "m"
 

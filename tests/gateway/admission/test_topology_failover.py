@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
 from gateway.admission.base import Ticket
 from gateway.admission.fallback import FallbackAdmission
 from gateway.admission.local import LocalAdmission
@@ -30,6 +28,8 @@ from gateway.admission.redis_queue import RedisAdmission
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import blocking_client, fast_client
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
 from tests.conftest import Topologies
 
 MODEL = "m"

@@ -11,7 +11,6 @@ import logging
 
 import pytest
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.fallback import FallbackAdmission
 from gateway.admission.local import LocalAdmission
@@ -19,6 +18,7 @@ from gateway.admission.presence import Presence
 from gateway.admission.redis_queue import RedisAdmission
 from gateway.metrics import GatewayMetrics
 from gateway.redis_clients import blocking_client, fast_client
+from llmgw_contract.redis_keys import RedisKeys
 from testing.poll import until
 from testing.procs import free_port
 from tests.conftest import Topologies

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.auth.keys import KeyStore
+from llmgw_contract.redis_keys import RedisKeys
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
+from llmgw_contract.redis_keys import RedisKeys
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.poll import until
 from testing.procs import Proc, start_fake_engine

@@ -13,14 +13,14 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
 from gateway.auth.key_changes import KeyChanges
 from gateway.auth.keys import ApiKey, KeyStore, hash_secret, new_secret
 from gateway.auth.ratelimit import RateLimiter
 from gateway.auth.redis_auth import RedisAuth
 from gateway.errors import Unauthorized
 from gateway.metrics import GatewayMetrics
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.poll import until
 from testing.procs import Proc, start_fake_engine, start_redis

@@ -14,15 +14,15 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from contract.redis_keys import RedisKeys
 from gateway.auth import cli
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from gateway.auth.ratelimit import RateLimiter
 from gateway.auth.redis_auth import RedisAuth
 from gateway.errors import KeyStoreUnavailable
 from gateway.metrics import GatewayMetrics
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_tools.stack.redis import redis_server_argv
 from testing.procs import Proc, free_port, port_open, spawn, wait_until
-from tools.stack.redis import redis_server_argv
 
 
 def start(data: Path, port: int, persistent: bool) -> Proc:

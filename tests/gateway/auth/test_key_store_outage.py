@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
 from testing.gateway import fleet_yaml, serve_gateway
 from tests.conftest import Topologies
 from tests.workers.test_registry_outage import settle

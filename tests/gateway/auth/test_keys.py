@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
-from contract.redis_url import connect
 from gateway.auth.cli import main
 from gateway.auth.keys import ApiKey, KeyStore, hash_secret, new_secret
 from gateway.auth.redis_auth import bearer, caller_for
 from gateway.errors import InvalidRequest, Unauthorized
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import connect
+from llmgw_tools.stack.redis_topology import KINDS
 from tests.conftest import Topologies
-from tools.stack.redis_topology import KINDS
 
 
 @pytest.fixture(params=KINDS)

@@ -8,8 +8,8 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.auth.ratelimit import RateLimiter, Verdict, seconds_left, window_of
+from llmgw_contract.redis_keys import RedisKeys
 
 
 async def clear_of_window_edge(redis: aioredis.Redis, window_s: int = 60, margin_s: float = 5.0) -> None:

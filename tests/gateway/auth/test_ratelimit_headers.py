@@ -12,9 +12,9 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
 from gateway.auth.ratelimit import Decision, RateLimiter, Verdict, limit_headers, reset_text
+from llmgw_contract.redis_keys import RedisKeys
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.procs import Proc, start_fake_engine
 from tests.gateway.auth.test_ratelimit import clear_of_window_edge

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.auth.ratelimit import RateLimiter
+from llmgw_contract.redis_keys import RedisKeys
 from testing.procs import Proc, start_redis
 
 

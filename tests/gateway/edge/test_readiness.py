@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
-from contract.registry import remove
 from gateway.edge.routes import serving
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import remove
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.poll import until
 from testing.procs import start_fake_engine

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.errors import InvalidRequest
 from gateway.idempotency.store import IdempotencyStore, checked, fingerprint
+from llmgw_contract.redis_keys import RedisKeys
 
 
 def test_the_fingerprint_is_the_request_however_its_json_is_spelled() -> None:

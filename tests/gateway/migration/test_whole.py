@@ -8,10 +8,10 @@ from typing import Any
 import orjson
 import pytest
 
-from contract.fleet import Model
 from gateway.endpoints import ROUTES
 from gateway.migration.whole import plan_whole
 from gateway.values import RequestContext
+from llmgw_contract.fleet import Model
 
 MODEL = Model.model_validate({"name": "m", "source": {"path": "/m"}})
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}

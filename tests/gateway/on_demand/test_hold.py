@@ -22,10 +22,10 @@ import openai
 import pytest
 import redis.asyncio as aioredis
 
-from contract.cold_starts import record_cold_start
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, publish
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
+from llmgw_contract.cold_starts import record_cold_start
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord, publish
 from testing.gateway import fleet_yaml, serve_gateway
 from testing.poll import until
 from testing.procs import Proc, start_fake_engine

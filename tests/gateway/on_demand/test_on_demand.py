@@ -17,8 +17,8 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord, ReplicaState, new_instance_id, publish, remove
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord, ReplicaState, new_instance_id, publish, remove
 from testing.gateway import fleet_yaml, serve_gateway
 from testing.poll import until
 from testing.procs import Proc, start_fake_engine

@@ -10,10 +10,10 @@ import httpx
 import openai
 import pytest
 
-from contract.fleet import parse_fleet
 from gateway.auth.base import OpenAuth
 from gateway.fleet_reload import FleetReload
 from gateway.values import Caller, Charge, TokenCost
+from llmgw_contract.fleet import parse_fleet
 from testing.gateway import fleet_yaml, register, serve_app, serve_gateway
 from testing.procs import Proc, start_fake_engine
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from contract.fleet import Model
 from gateway.errors import InvalidRequest
 from gateway.pipeline.resolve import resolve, serves_tools
 from gateway.values import RequestContext
+from llmgw_contract.fleet import Model
 
 PLAIN = Model.model_validate({"name": "plain", "source": {"path": "/m"}})
 HERMES = Model.model_validate(

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from contract.fleet import parse_fleet
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord
 from gateway.metrics import GatewayMetrics
 from gateway.replicas.discovery import Departures, Discovery
 from gateway.replicas.table import ReplicaTable
 from gateway.upstream.http1 import ConnectionPool
+from llmgw_contract.fleet import parse_fleet
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord
 from testing.gateway import fleet_yaml
 
 FLEET = parse_fleet(fleet_yaml([{"name": "m", "source": {"path": "/x"}}]))

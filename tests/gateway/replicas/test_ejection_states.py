@@ -9,10 +9,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from contract.backoff import Backoff
-from contract.registry import ReplicaRecord
 from gateway.replicas.ejection import Ejection
 from gateway.replicas.table import Endpoint
+from llmgw_contract.backoff import Backoff
+from llmgw_contract.registry import ReplicaRecord
 
 LOST_AFTER = 3
 STRIKES = 2

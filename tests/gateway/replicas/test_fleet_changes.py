@@ -12,14 +12,14 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from contract import registry
-from contract.fleet import parse_fleet
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord
 from gateway.metrics import GatewayMetrics
 from gateway.replicas.discovery import Departures, Discovery
 from gateway.replicas.table import ReplicaTable
 from gateway.upstream.http1 import ConnectionPool
+from llmgw_contract import registry
+from llmgw_contract.fleet import parse_fleet
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.poll import until
 from testing.procs import free_port, running, start_fake_engine, start_redis

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord
 from gateway.replicas.inflight import InflightShare, add_counts, own_counts
 from gateway.replicas.table import Endpoint, ReplicaTable
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord
 from testing.procs import free_port, start_redis
 
 Make = Callable[..., InflightShare]

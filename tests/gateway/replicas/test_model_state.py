@@ -3,8 +3,8 @@ requests, waking while one starts, asleep while one is stopped until asked for, 
 
 from __future__ import annotations
 
-from contract.registry import ReplicaRecord, ReplicaState
 from gateway.replicas.table import MODEL_STATES, ReplicaTable
+from llmgw_contract.registry import ReplicaRecord, ReplicaState
 
 
 def state_with(*states: ReplicaState) -> str:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import httpx
 
-from contract.registry import ReplicaRecord, ReplicaState
 from gateway.metrics import GatewayMetrics
 from gateway.replicas.ejection import Ejection
 from gateway.replicas.monitor import Monitor
@@ -14,6 +13,7 @@ from gateway.replicas.table import Endpoint, ReplicaTable
 from gateway.routing.base import PolicyOptions
 from gateway.routing.prefix.affinity import PrefixAffinity
 from gateway.routing.prefix.index import capacity_keys
+from llmgw_contract.registry import ReplicaRecord, ReplicaState
 from testing.procs import running, start_fake_engine
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from contract.vllm_metrics import PROGRESS, progress_mark
 from gateway.replicas.progress import GAP_WINDOW, Gaps, Progress
+from llmgw_contract.vllm_metrics import PROGRESS, progress_mark
 
 
 def test_counters_that_advance_are_progress() -> None:

@@ -5,9 +5,9 @@ another request, a run of 5xx) takes it out of new picks and tells nobody."""
 
 from __future__ import annotations
 
-from contract.registry import ReplicaRecord, ReplicaState
 from gateway.replicas.ejection import Ejection
 from gateway.replicas.table import Endpoint, ReplicaTable
+from llmgw_contract.registry import ReplicaRecord, ReplicaState
 
 
 def records(*ids: str, instance: str = "a") -> list[ReplicaRecord]:

@@ -13,7 +13,7 @@ import openai
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
+from llmgw_contract.redis_keys import RedisKeys
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.poll import until
 from testing.procs import Proc, start_fake_engine

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import httpx
 
+from llmgw_tools.stack.redis_topology import start
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.poll import until
 from testing.procs import start_fake_engine
-from tools.stack.redis_topology import start
 
 MODEL = "resp-model"
 FLEET = fleet_yaml([{"name": MODEL, "source": {"path": "/nonexistent"}, "engine": {"responses_store": True}}])

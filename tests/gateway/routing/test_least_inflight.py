@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
-from contract.registry import ReplicaRecord
 from gateway.replicas.table import Endpoint
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.least_inflight import LeastInflight
+from llmgw_contract.registry import ReplicaRecord
 
 
 def ep(rid: str, inflight: int = 0, waiting: int = 0) -> Endpoint:

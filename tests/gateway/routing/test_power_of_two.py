@@ -7,10 +7,10 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contract.registry import ReplicaRecord
 from gateway.replicas.table import Endpoint
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.power_of_two import PowerOfTwo
+from llmgw_contract.registry import ReplicaRecord
 
 
 def ep(rid: str, inflight: int = 0, waiting: int = 0) -> Endpoint:

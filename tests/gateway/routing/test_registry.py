@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from contract.fleet import Fleet, FleetError, parse_fleet
-from contract.registry import ReplicaRecord
 from gateway.replicas.table import Endpoint
 from gateway.routing.base import Policy, PolicyOptions, RouteRequest
 from gateway.routing.factory import PolicyFactory
 from gateway.routing.registry import POLICIES, build_policy, check_policies
 from gateway.settings import GatewaySettings
+from llmgw_contract.fleet import Fleet, FleetError, parse_fleet
+from llmgw_contract.registry import ReplicaRecord
 
 NAMES = sorted(POLICIES)
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from contract.registry import ReplicaRecord
 from gateway.replicas.table import Endpoint
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.rendezvous import rank
 from gateway.routing.session import SessionAffinity
+from llmgw_contract.registry import ReplicaRecord
 
 
 def ep(rid: str, inflight: int = 0, waiting: int = 0) -> Endpoint:

@@ -125,8 +125,8 @@ async def test_each_endpoint_gets_its_own_key_and_never_the_workers(
 
 
 def test_a_missing_endpoint_key_is_a_clear_error_at_load(tmp_path: Path) -> None:
-    from contract.fleet import parse_fleet
     from gateway.upstream.credentials import CredentialError, Credentials
+    from llmgw_contract.fleet import parse_fleet
 
     fleet = parse_fleet(
         "models:\n - name: e\n   endpoints: [{url: 'http://h:1', api_key_env: NOPE_NOT_SET}]\n"

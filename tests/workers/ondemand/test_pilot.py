@@ -6,9 +6,9 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from contract.fleet import parse_fleet
-from contract.registry import ReplicaState
-from contract.replica_metrics import SupervisorMetrics
+from llmgw_contract.fleet import parse_fleet
+from llmgw_contract.registry import ReplicaState
+from llmgw_contract.replica_metrics import SupervisorMetrics
 from testing.fake_process import FakeProcess
 from workers.life.replica import Replica
 from workers.ondemand.autopilot.costs import H200_SECONDS

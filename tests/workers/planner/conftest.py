@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from contract.fleet import Fleet, Model
+from llmgw_contract.fleet import Fleet, Model
 
 CONFIGS = Path(__file__).parent / "configs"
 SHAPES = {"llama": "llama-2-7b", "qwen2": "qwen2-7b", "gemma": "gemma-7b"}

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from contract.fleet import Fleet, Model
+from llmgw_contract.fleet import Fleet, Model
 from workers.planner import memory as mem
 from workers.planner.plan import plan_fleet
 from workers.planner.report import render

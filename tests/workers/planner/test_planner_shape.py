@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from contract.fleet import Model
+from llmgw_contract.fleet import Model
 from workers.planner.model_shape import (
     ConfigNotFound,
     ShapeError,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.fleet import FleetError
+from llmgw_contract.fleet import FleetError
 from workers.scale.rules import FleetRules
 
 ONE = "models:\n - name: a\n   source: {package: x}\n   replicas: 2\n"

@@ -15,10 +15,10 @@ import grpc  # type: ignore[import-untyped]
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.admission.base import Ticket
 from gateway.admission.queue_scripts import Acquired, QueueScripts, ticket_id
 from gateway.admission.redis_wire import PipelinedRedis
+from llmgw_contract.redis_keys import RedisKeys
 from workers.scale.cli import main
 from workers.scale.proto import externalscaler_pb2 as pb
 from workers.scale.proto import externalscaler_pb2_grpc as stubs

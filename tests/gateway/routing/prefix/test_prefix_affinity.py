@@ -17,11 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contract.registry import ReplicaRecord
 from gateway.replicas.table import Endpoint
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.prefix.affinity import PrefixAffinity
 from gateway.routing.rendezvous import key_digest, rank, score
+from llmgw_contract.registry import ReplicaRecord
 
 
 def ep(rid: str, inflight: int = 0, waiting: int = 0) -> Endpoint:

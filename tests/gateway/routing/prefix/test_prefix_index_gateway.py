@@ -15,7 +15,6 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from contract.redis_keys import RedisKeys
 from gateway.routing.prefix.chain import request_chain
 from gateway.routing.prefix.index import (
     PickInput,
@@ -25,6 +24,7 @@ from gateway.routing.prefix.index import (
     capacity_keys,
     tie_hash,
 )
+from llmgw_contract.redis_keys import RedisKeys
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.poll import until
 from testing.procs import free_port_run, start_fake_engine, start_redis

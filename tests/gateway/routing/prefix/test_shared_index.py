@@ -11,15 +11,15 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from contract.kv_events import Delta
-from contract.kv_feed import KvIndexWriter
-from contract.redis_keys import RedisKeys
-from contract.registry import ReplicaRecord
 from gateway.replicas.table import Endpoint
 from gateway.routing.base import PolicyOptions, RouteRequest
 from gateway.routing.prefix.affinity import PrefixAffinity
 from gateway.routing.prefix.index import PickInput, PrefixIndex, ReplicaView, bound_ratio
 from gateway.routing.prefix.shared_index import DEGRADED, SHARED, SharedIndex
+from llmgw_contract.kv_events import Delta
+from llmgw_contract.kv_feed import KvIndexWriter
+from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.registry import ReplicaRecord
 from testing.procs import free_port
 
 MODEL = "m"
@@ -105,7 +105,7 @@ async def test_lua_agrees_with_the_reference_with_exact_replicas(
     seed: int, keys: RedisKeys, clients: list[aioredis.Redis]
 ) -> None:
     """Two replicas fed by their agents (KV events: keys added, removed, resets, restarts) among three
-    approximate ones: picks, the agents' writes (contract/lua/kv_apply.lua) and the reference agree."""
+    approximate ones: picks, the agents' writes (llmgw_contract/lua/kv_apply.lua) and the reference agree."""
     rng = random.Random(100 + seed)
     ref = PrefixIndex()
     gateway = SharedIndex(clients[0], keys)
