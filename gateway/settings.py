@@ -205,7 +205,8 @@ class GatewaySettings(BaseSettings):
     collectors); the workers' processes read the same LLMGW_LOG_FORMAT."""
     tracing: bool = False
     """Emit OpenTelemetry spans (authenticate, queue_wait, wake, pick, forward, retry) over OTLP/gRPC; off,
-    the trace context is still passed to the replicas."""
+    the trace context is still passed to the replicas. Needs the ``tracing`` extra (refused at start
+    without it)."""
     otlp_traces_endpoint: str = "http://127.0.0.1:4317"
     """Where the spans go with tracing on (OTLP/gRPC). The standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
     OTEL_EXPORTER_OTLP_ENDPOINT wins where set (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and the SDK's

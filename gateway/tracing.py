@@ -23,6 +23,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from llmgw_contract.extras import require_extra
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
@@ -102,12 +104,14 @@ def otel_tracer(endpoint: str, service_instance: str) -> tuple[TracerProvider, T
 
 
 class Tracing:
-    """The gateway's spans: none at all when off (every call returns at once)."""
+    """The gateway's spans: none at all when off (every call returns at once). On, it needs the ``tracing``
+    extra: without it the constructor raises :class:`llmgw_contract.extras.MissingExtra` (at app creation)."""
 
     def __init__(self, enabled: bool, endpoint: str, service_instance: str) -> None:
         self._provider: TracerProvider | None = None
         self._tracer: Tracer | None = None
         if enabled and not otel_disabled():
+            require_extra("tracing", "LLMGW_TRACING=true")  # MissingExtra: llmgw-gateway exits naming it
             self._provider, self._tracer = otel_tracer(endpoint, service_instance)
 
     @property

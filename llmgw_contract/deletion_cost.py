@@ -7,8 +7,7 @@ token, its CA, ``KUBERNETES_SERVICE_HOST``/``_PORT``, the pod's name from ``POD_
 the service account's files), only when the cost changed since the last patch that succeeded. Outside a
 pod (no ``KUBERNETES_SERVICE_HOST``) :meth:`DeletionCost.from_env` gives None: nothing is patched. The
 registration sidecar (:mod:`llmgw_contract.sidecar`) calls :meth:`DeletionCost.follow` every heartbeat with
-the
-requests its vLLM server runs and queues. The pod's service account needs ``patch`` on ``pods`` (the
+the requests its vLLM server runs and queues. The pod's service account needs ``patch`` on ``pods`` (the
 rendered ``models/rbac.yaml``).
 """
 

@@ -1,8 +1,7 @@
 """The one reader of the fleet file for the workers and the gateways: one validator, one watcher.
 
 :func:`read_fleet` is :func:`llmgw_contract.fleet.load_fleet` plus the checks both sides need beyond the
-schema
-(today: every model's routing policy is one of :data:`ROUTING_POLICIES`), so the supervisor and the
+schema (today: every model's routing policy is one of :data:`ROUTING_POLICIES`), so the supervisor and the
 gateways accept and refuse the same files. :class:`FleetFile` tells when the file changed on disk (its
 mtime, size or inode); :class:`FleetWatch` adds the asyncio side the supervisor's reconcile loop waits on
 (a flag raised by a change or by SIGHUP).

@@ -1,7 +1,6 @@
 """An agent's KV-event feeds, one per replica it manages (:class:`llmgw_contract.kv_feed.KvFeed`): the
-supervisor
-and the registration sidecar keep them in step with the replicas they run or watch, and show each one's
-mode, blocks, keys, resets and silences in their metrics."""
+supervisor and the registration sidecar keep them in step with the replicas they run or watch, and show each
+one's mode, blocks, keys, resets and silences in their metrics."""
 
 from __future__ import annotations
 
@@ -13,8 +12,9 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from llmgw_contract.kv_endpoints import KvEndpoints
 from llmgw_contract.kv_events import BlockKeyer
-from llmgw_contract.kv_feed import KvEndpoints, KvFeed, KvIndexWriter
+from llmgw_contract.kv_feed import KvFeed, KvIndexWriter
 from llmgw_contract.kv_keyer import load_keyer
 from llmgw_contract.kv_trust import APPROXIMATE, EXACT
 from llmgw_contract.redis_keys import RedisKeys

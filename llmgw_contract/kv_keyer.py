@@ -1,6 +1,5 @@
 """A model's :class:`llmgw_contract.kv_events.BlockKeyer` from its files: the tokenizer (``tokenizer.json``)
-and
-the chat template vLLM renders with (the fleet file's, else the folder's), found in its weights folder or,
+and the chat template vLLM renders with (the fleet file's, else the folder's), found in its weights folder or,
 for a Hugging Face repo id, in the Hugging Face cache vLLM downloaded it to."""
 
 from __future__ import annotations

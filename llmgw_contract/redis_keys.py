@@ -96,8 +96,7 @@ class RedisKeys:
 
     def cold_starts(self, model: str) -> str:
         """HASH: the model's measured cold starts (llmgw_contract/cold_starts.py): ``<device kind>`` ->
-        seconds
-        (a moving average), ``last`` -> the device kind measured last. Written when a replica is ready
+        seconds (a moving average), ``last`` -> the device kind measured last. Written when a replica is ready
         after a start from nothing; the gateway's ETA for a request held at zero."""
         return f"{self.prefix}:adm:{{{model}}}:cold_starts"
 

@@ -1,25 +1,23 @@
-"""``llmgw-register``, the registration sidecar: publish vLLM servers that something else runs (a
-Kubernetes pod, a compose service) into the Redis replica registry, the way the supervisor does for the
-processes it runs itself.
+"""``llmgw-register``, the registration sidecar: publish vLLM servers that something else runs (a Kubernetes
+pod, a compose service) into the Redis replica registry, the way the supervisor does for the processes it
+runs itself.
 
 Each replica is given as its ReplicaRecord in JSON (``--record``). Every heartbeat the process asks the
-server's ``/health`` and ``/v1/models``; a server that lists its model is published READY with a TTL, one
-that stops answering for a few heartbeats is withdrawn. The time from the sidecar's start (or the
-server's last loss) to the server's listing is recorded as the model's cold start on the record's device
-kind (:mod:`llmgw_contract.cold_starts`: the ETA of requests held while the model is at zero; it leaves out
-the
-pod's scheduling and image pull). On SIGTERM (the pod is deleted, the service is
-stopped) the replicas are published DRAINING, the process waits until vLLM has nothing running or waiting
-(or the grace period ends), then removes them and exits; SIGHUP is logged and ignored. It serves the
-supervisor's metrics on ``--metrics-port`` so that Prometheus sees replica states and start-up times as it
-does under `make run`. In a Kubernetes pod it keeps the pod's ``controller.kubernetes.io/pod-deletion-cost``
-at the requests its servers run and queue (:mod:`llmgw_contract.deletion_cost`), so that a scale-down removes
-the idlest pod first.
+server's ``/health`` and ``/v1/models``; a server that lists its model is published READY with a TTL, one that
+stops answering for a few heartbeats is withdrawn. The time from the sidecar's start (or the server's last
+loss) to the server's listing is recorded as the model's cold start on the record's device kind
+(:mod:`llmgw_contract.cold_starts`: the ETA of requests held while the model is at zero; it leaves out the
+pod's scheduling and image pull). On SIGTERM (the pod is deleted, the service is stopped) the replicas are
+published DRAINING, the process waits until vLLM has nothing running or waiting (or the grace period ends),
+then removes them and exits; SIGHUP is logged and ignored. It serves the supervisor's metrics on
+``--metrics-port`` so that Prometheus sees replica states and start-up times as it does under `make run`. In a
+Kubernetes pod it keeps the pod's ``controller.kubernetes.io/pod-deletion-cost`` at the requests its servers
+run and queue (:mod:`llmgw_contract.deletion_cost`), so that a scale-down removes the idlest pod first.
 
-The heartbeat is supervised: a Redis outage (any topology) is a failed write that the next beat retries;
-a beat that raises is logged, counted (``llmgw_supervisor_actions_total{outcome="failed"}``) and tried
-again after the one back-off; a heartbeat task that dies all the same ends the process with
-``EXIT_TASK_DIED`` (3), so that its keeper starts it again.
+The heartbeat is supervised: a Redis outage (any topology) is a failed write that the next beat retries; a
+beat that raises is logged, counted (``llmgw_supervisor_actions_total{outcome="failed"}``) and tried again
+after the one back-off; a heartbeat task that dies all the same ends the process with ``EXIT_TASK_DIED`` (3),
+so that its keeper starts it again.
 """
 
 from __future__ import annotations
@@ -27,22 +25,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
-from pydantic import ValidationError
 
-from llmgw_contract.build_info import add_version_flag
 from llmgw_contract.cold_starts import record_cold_start
 from llmgw_contract.deletion_cost import DeletionCost
 from llmgw_contract.drain import wait_until_idle
-from llmgw_contract.kv_feed import KvEndpoints
-from llmgw_contract.kv_feeds import FeedTarget, KvFeeds
+from llmgw_contract.extras import MissingExtra, require_extra
+from llmgw_contract.kv_endpoints import KvEndpoints
 from llmgw_contract.logs import configure_logging
 from llmgw_contract.redis_keys import RedisKeys
 from llmgw_contract.redis_url import connect
@@ -54,8 +50,12 @@ from llmgw_contract.registry import (
     new_instance_id,
 )
 from llmgw_contract.replica_metrics import SupervisorMetrics, serve_metrics
+from llmgw_contract.sidecar_args import parse_args
 from llmgw_contract.supervision import EXIT_TASK_DIED, TaskGroup, every
 from llmgw_contract.vllm_probe import listed, probe_client, requests_in_engine
+
+if TYPE_CHECKING:  # the KV feeds (the workers extra) are imported only with --kv-events
+    from llmgw_contract.kv_feeds import FeedTarget, KvFeeds
 
 log = logging.getLogger("llmgw.register")
 
@@ -136,6 +136,8 @@ class Sidecar:
 
     def kv_targets(self) -> list[FeedTarget]:
         """The feeds of the answering replicas with a ``--kv-events`` endpoint (a new start: a new feed)."""
+        from llmgw_contract.kv_feeds import FeedTarget
+
         o = self.options
         return [
             FeedTarget(
@@ -172,8 +174,8 @@ class Sidecar:
 
     async def heartbeat(self) -> None:
         """:meth:`beat` every heartbeat until cancelled, supervised
-        (:func:`llmgw_contract.supervision.every`):
-        a beat that raises is logged, counted and tried again after the one back-off."""
+        (:func:`llmgw_contract.supervision.every`): a beat that raises is logged, counted and tried again
+        after the one back-off."""
         beat_s, forever = self.options.timing.heartbeat_s, asyncio.Event()
         await every("registry_heartbeat", beat_s, self.beat, forever, self.metrics.failed)
 
@@ -214,77 +216,6 @@ class Sidecar:
         log.info("replicas withdrawn")
 
 
-def parse_record(text: str) -> ReplicaRecord:
-    try:
-        return ReplicaRecord.model_validate_json(text)
-    except ValidationError as exc:
-        raise argparse.ArgumentTypeError(f"not a replica record: {exc}") from exc
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="llmgw-register", description="Publish externally run vLLM servers into the replica registry."
-    )
-    add_version_flag(p)
-    p.add_argument(
-        "--record",
-        type=parse_record,
-        action="append",
-        required=True,
-        help='a replica as JSON, e.g. {"id": "m-0", "model": "m", "url": "http://10.0.0.7:8000"} (repeat)',
-    )
-    p.add_argument("--redis-url", default=os.environ.get("LLMGW_REDIS_URL", "redis://127.0.0.1:6379/0"))
-    p.add_argument("--redis-prefix", default=os.environ.get("LLMGW_REDIS_PREFIX", "llmgw"))
-    d = RegistryTiming()
-    p.add_argument("--ttl", type=float, default=d.ttl_s, help="seconds a record lives without a heartbeat")
-    p.add_argument(
-        "--drain-grace", type=float, default=d.drain_grace_s, help="seconds in-flight work may take"
-    )
-    p.add_argument(
-        "--drain-settle", type=float, default=d.drain_settle_s, help="seconds before in-flight work is read"
-    )
-    p.add_argument(
-        "--kv-events",
-        type=parse_kv_events,
-        action="append",
-        default=[],
-        help="REPLICA_ID=EVENTS,REPLAY: the ZMQ addresses (as this process reaches them) of a replica's "
-        "KV events and their replay (vLLM's --kv-events-config endpoint and replay_endpoint): its entries "
-        "in the prefix index follow them (exact mode; repeat per replica)",
-    )
-    p.add_argument(
-        "--kv-model-dir", type=Path, default=None, help="the models' tokenizer folder (with --kv-events)"
-    )
-    p.add_argument(
-        "--kv-model",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("MODEL", "DIR"),
-        help="one model's tokenizer folder (with --kv-events; repeat per model; before --kv-model-dir)",
-    )
-    p.add_argument(
-        "--kv-chat-template",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("MODEL", "TEMPLATE"),
-        help="the chat template vLLM serves the model with (a file or the template): the fleet's "
-        "engine.chat_template (default: the tokenizer folder's)",
-    )
-    p.add_argument("--metrics-host", default="0.0.0.0")
-    p.add_argument("--metrics-port", type=int, default=9400, help="0: no metrics endpoint")
-    return p.parse_args(argv)
-
-
-def parse_kv_events(text: str) -> tuple[str, KvEndpoints]:
-    rid, _, addresses = text.partition("=")
-    events, _, replay = addresses.partition(",")
-    if not rid or not events or not replay:
-        raise argparse.ArgumentTypeError(f"expected REPLICA_ID=EVENTS,REPLAY, got {text!r}")
-    return rid, KvEndpoints(events, replay)
-
-
 def options_from(args: argparse.Namespace) -> Options:
     timing = RegistryTiming(args.ttl, args.drain_settle, args.drain_grace)
     return Options(
@@ -314,6 +245,8 @@ async def serve(args: argparse.Namespace) -> int:
     async with probe_client() as client:
         reg = Sidecar([Watched(r) for r in args.record], registry, client, metrics, options)
         if options.kv_events:
+            from llmgw_contract.kv_feeds import KvFeeds
+
             reg.feeds = KvFeeds.from_env(redis, registry.keys)
         reg.deletion_cost = DeletionCost.from_env()
         for w in reg.watched:
@@ -336,6 +269,12 @@ async def serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.kv_events:
+        try:
+            require_extra("workers", "--kv-events (the exact prefix index)")
+        except MissingExtra as exc:
+            print(f"llmgw-register: {exc}", file=sys.stderr)
+            return 2
     configure_logging(logging.INFO)  # text, or JSON lines with LLMGW_LOG_FORMAT=json
     return asyncio.run(serve(args))
 

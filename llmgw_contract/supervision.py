@@ -9,8 +9,7 @@ Three pieces, one rule each:
   whether the step finished.
 * :func:`every` is such a loop: a step every interval, each one guarded, until a stop event; after a failed
   step the next one comes after the one back-off (:class:`llmgw_contract.backoff.Backoff`) of the failures in
-  a
-  row, never later than the interval (a registry heartbeat that failed is tried again within a second).
+  a row, never later than the interval (a registry heartbeat that failed is tried again within a second).
 * :class:`TaskGroup` owns the long-lived tasks of one process. ``spawn(name, coro)`` starts one; a task
   that ends while the group is not closing (it returned, or raised) is logged, counted, and sets
   :attr:`TaskGroup.died`: the process waits on :meth:`TaskGroup.wait_died` beside its stop signal and exits

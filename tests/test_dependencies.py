@@ -1,6 +1,7 @@
 """The declared dependencies hold: every third-party module the packages import (at module level or inside
-a function) comes from a distribution pyproject.toml declares, and each floor the code is known to need is
-the declared lower bound or below it."""
+a function) comes from a distribution pyproject.toml declares (the runtime dependencies or the tracing,
+workers and scaler extras, which llmgw_contract/extras.py checks by the same modules), and each floor the
+code is known to need is the declared lower bound or below it."""
 
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ PACKAGES = ("gateway", "workers", "llmgw_contract", "llmgw_tools")
 FIRST_PARTY = {*PACKAGES, "testing", "bench", "docsgen", "tests"}
 VLLM_PROVIDED = {"torch", "transformers", "gguf"}
 """Imported only inside llmgw_tools/models/convert.py's functions (the model preparation): vLLM's CPU build,
-which
-the Makefile installs beside the project, brings torch and transformers; the Makefile installs gguf."""
+which the Makefile installs beside the project, brings torch and transformers; the Makefile installs gguf."""
 
 
 def project_table() -> dict[str, object]:
@@ -41,6 +41,17 @@ def requirements(group: str | None = None) -> dict[str, Requirement]:
     assert isinstance(listed, list)
     reqs = [Requirement(text) for text in listed]
     return {canonicalize_name(r.name): r for r in reqs}
+
+
+RUNTIME_EXTRAS = ("tracing", "workers", "scaler")
+
+
+def runtime_requirements() -> dict[str, Requirement]:
+    """The runtime dependencies and the runtime extras' (llmgw_contract/extras.py), by canonical name."""
+    found = requirements()
+    for extra in RUNTIME_EXTRAS:
+        found |= requirements(extra)
+    return found
 
 
 def floor(req: Requirement) -> Version | None:
@@ -87,11 +98,21 @@ def undeclared(imports: dict[str, list[str]], declared: set[str]) -> dict[str, l
 
 
 def test_every_third_party_import_is_a_declared_dependency(imports: dict[str, list[str]]) -> None:
-    assert undeclared(imports, set(requirements())) == {}
+    assert undeclared(imports, set(runtime_requirements())) == {}
+
+
+def test_each_runtime_extra_provides_the_modules_its_start_up_check_names() -> None:
+    """llmgw_contract/extras.py refuses a feature whose extra's modules are missing: they are the extra's."""
+    from llmgw_contract.extras import EXTRAS
+
+    assert set(EXTRAS) == set(RUNTIME_EXTRAS)
+    for extra, modules in EXTRAS.items():
+        provided = set().union(*(top_level_modules(name) for name in requirements(extra)))
+        assert {m.split(".")[0] for m in modules} <= provided, extra
 
 
 def test_the_check_sees_an_import_nobody_declared(imports: dict[str, list[str]]) -> None:
-    without_starlette = set(requirements()) - {"starlette"}
+    without_starlette = set(runtime_requirements()) - {"starlette"}
     assert set(undeclared(imports, without_starlette)) == {"starlette"}
     assert top_level_modules("protobuf") == {"google"}
 
@@ -137,5 +158,5 @@ def test_pytest_asyncio_floor_reads_the_test_loop_scope_option() -> None:
 
 
 def test_every_declared_dependency_has_a_floor() -> None:
-    unbounded = [name for name, req in requirements().items() if floor(req) is None]
+    unbounded = [name for name, req in runtime_requirements().items() if floor(req) is None]
     assert unbounded == []

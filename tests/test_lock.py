@@ -45,10 +45,11 @@ def marker_environment() -> dict[str, str]:
 
 
 def declared() -> list[Requirement]:
-    """pyproject.toml's runtime, dev and bench requirements, and requirements/roots.in's."""
+    """pyproject.toml's runtime requirements and its extras', and requirements/roots.in's."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    texts = [*project["dependencies"], *project["optional-dependencies"]["dev"]]
-    texts += project["optional-dependencies"]["bench"]
+    texts = [*project["dependencies"]]
+    for extra in ("tracing", "workers", "scaler", "dev", "bench"):
+        texts += project["optional-dependencies"][extra]
     roots = (REPO / "requirements" / "roots.in").read_text().splitlines()
     texts += [line for line in roots if line.strip() and not line.startswith("#")]
     return [Requirement(text) for text in texts]
@@ -94,7 +95,8 @@ def test_makefile_installs_the_lock_with_hashes_checked() -> None:
     makefile = (REPO / "Makefile").read_text()
     assert "LOCK          := requirements/lock.txt" in makefile
     assert "--require-hashes --no-deps -r $(LOCK)" in makefile
-    assert "--exclude requirements/exclude.txt --generate-hashes" in makefile
+    assert "UV_COMPILE = $(BIN)/uv pip compile --generate-hashes" in makefile
+    assert "--exclude requirements/exclude.txt -o $(LOCK)" in makefile
 
 
 def test_makefile_torch_is_vllm_cpus_own_pin() -> None:

@@ -1,9 +1,8 @@
 """The fault suite's stack: the embedded stack (llmgw_tools/stack/stack.py) on free ports with keys on, its
-Redis
-one server, Sentinel or Cluster, the supervisor's replicas FAKE ENGINE processes (testing/fake_workers.py,
-not a model: each logs every generation by request id and crashes or closes on the suite's prompts), two
-gateways behind real nginx; tenants with keys and limits in the key store; and what the checkers read
-after a fault: the replicas' logs, Redis' keys, the metrics, the processes of the run."""
+Redis one server, Sentinel or Cluster, the supervisor's replicas FAKE ENGINE processes
+(testing/fake_workers.py, not a model: each logs every generation by request id and crashes or closes on the
+suite's prompts), two gateways behind real nginx; tenants with keys and limits in the key store; and what the
+checkers read after a fault: the replicas' logs, Redis' keys, the metrics, the processes of the run."""
 
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds one image with podman unless the image already there was built from the same inputs: the hash
 # of the Containerfile, the input paths named and the base image's id is kept in the label llmgw.inputs,
-# so a second `make images` takes seconds. Builds never pull (the base is a local stand-in) and use the
-# host network (loopback and the package mirrors only). This machine's pip setup (config files, and the
-# local wheel folders and indexes they name) is mounted read-only into the build, so pip inside finds
-# what pip outside finds; the Containerfiles themselves carry nothing of this machine. Builds hold the
-# project's heavy-work lock (HEAVY_LOCK, /tmp/llmgw-heavy.lock).
+# so a second `make images` takes seconds. Builds never pull: the Containerfile's first FROM (a tag or,
+# as deploy/docker's, a digest-pinned reference) is replaced by BASE_IMAGE, a local stand-in (podman build
+# --from). They use the host network (loopback and the package mirrors only). This machine's pip setup
+# (config files, and the local wheel folders and indexes they name) is mounted read-only into the build,
+# so pip inside finds what pip outside finds (the hashes of the requirements files are checked all the
+# same); the Containerfiles themselves carry nothing of this machine. Builds hold the project's
+# heavy-work lock (HEAVY_LOCK, /tmp/llmgw-heavy.lock).
 #   usage: build-image.sh IMAGE[,EXTRA_TAG...] CONTAINERFILE CONTEXT BASE_IMAGE [INPUT_PATH...]
 set -euo pipefail
 tags=$1 containerfile=$2 context=$3 base=$4

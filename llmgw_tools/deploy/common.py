@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from llmgw_contract.fleet import Defaults, Fleet, Model, Placement
-from llmgw_contract.kv_feed import KvEndpoints
+from llmgw_contract.kv_endpoints import KvEndpoints
 from llmgw_contract.registry import RegistryTiming
 from workers.planner import make_config_loader
 from workers.planner.budgets import PlannedBudgets, needs_plan, planned_budgets

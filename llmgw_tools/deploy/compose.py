@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw_contract.fleet import Fleet
-from llmgw_contract.kv_feed import KvEndpoints
+from llmgw_contract.kv_endpoints import KvEndpoints
 from llmgw_contract.registry import RegistryTiming
 from llmgw_tools.deploy.common import (
     ALERTMANAGER_PORT,

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from llmgw_contract.drain import drain_argv
 from llmgw_contract.fleet import Fleet, Model
-from llmgw_contract.kv_feed import KvEndpoints
+from llmgw_contract.kv_endpoints import KvEndpoints
 from llmgw_contract.registry import RegistryTiming
 from llmgw_contract.scaling import scaling_rule
 from llmgw_contract.vllm_probe import API_KEY_ENV

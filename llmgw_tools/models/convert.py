@@ -1,8 +1,7 @@
 """GGUF to a Hugging Face folder (safetensors, float32) that vLLM serves.
 
 The conversion runs in a child process (like ``python -m llmgw_tools.models.convert GGUF OUT``) so that torch
-and
-transformers, and the ~1-2 GiB the dequantized model takes, never stay in the caller (the worker
+and transformers, and the ~1-2 GiB the dequantized model takes, never stay in the caller (the worker
 supervisor).  The child prints one line per event on stdout; :func:`convert_gguf` forwards them.
 
 GGUF files say whether their tokenizer adds BOS (``tokenizer.ggml.add_bos_token``); transformers' GGUF

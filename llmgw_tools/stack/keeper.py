@@ -1,7 +1,6 @@
 """Keeps the embedded stack's services up after READY: a gateway, nginx, Redis, Prometheus or the
 supervisor that dies is started again after a back-off (:class:`llmgw_contract.backoff.Backoff`) that grows
-over
-consecutive deaths and resets after a healthy run; each death and each restart is one log line.
+over consecutive deaths and resets after a healthy run; each death and each restart is one log line.
 
 What is left of a dead service's process group is stopped before the new process starts, except for a
 service with a graceful quit signal (nginx): there the survivors (nginx's workers outlive a master killed

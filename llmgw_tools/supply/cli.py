@@ -1,9 +1,11 @@
-"""The license inventory and the SBOM of the installed environment (``make licenses``, ``make sbom``).
+"""The license inventory and the SBOMs (``make licenses``, ``make sbom``).
 
-python -m llmgw_tools.supply.cli licenses --out requirements/licenses.md   # the inventory; exit 1 on a
-runtime
-                                                                     # dependency under GPL/AGPL only
-python -m llmgw_tools.supply.cli sbom --out .cache/sbom/environment.cdx.json   # CycloneDX 1.5 JSON
+python -m llmgw_tools.supply.cli licenses --out requirements/licenses.md
+    # the inventory; exit 1 on a runtime dependency under GPL/AGPL only
+python -m llmgw_tools.supply.cli sbom --out .cache/sbom/environment.cdx.json
+    # the installed environment's, CycloneDX 1.5 JSON
+python -m llmgw_tools.supply.cli sbom --image localhost/llmgw-gateway:local --out .cache/sbom/gw.cdx.json
+    # an image's, read inside it (podman)
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 from pathlib import Path
 
 from llmgw_contract.build_info import add_version_flag
+from llmgw_tools.supply.image_sbom import image_sbom
 from llmgw_tools.supply.inventory import Component, installed, inventory
 from llmgw_tools.supply.licenses import strong_copyleft_only
 from llmgw_tools.supply.sbom import sbom
@@ -43,7 +46,11 @@ def render(components: list[Component]) -> str:
     """The inventory page: the runtime set, then everything else installed."""
     runtime = [c for c in components if c.runtime]
     rest = [c for c in components if not c.runtime]
-    lines = [HEADER, "## Runtime set", "", "pyproject.toml's `dependencies` and all they require.", ""]
+    lines = [HEADER, "## Runtime set", ""]
+    lines += [
+        "pyproject.toml's `dependencies`, its runtime extras (tracing, workers, scaler), all they need.",
+        "",
+    ]
     lines += table(runtime)
     lines += ["", "## Everything else installed", ""]
     lines += ["The dev and bench extras, vLLM's CPU build with torch, and the prepared models' packages.", ""]
@@ -63,10 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     add_version_flag(p)
     p.add_argument("what", choices=("licenses", "sbom"))
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--image", help="sbom: of this container image (podman) instead of the environment")
     a = p.parse_args(argv)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     if a.what == "sbom":
-        a.out.write_text(json.dumps(sbom(), indent=2) + "\n")
+        doc = image_sbom(a.image) if a.image else sbom()
+        a.out.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"wrote {a.out}")
         return 0
     components = inventory(installed())

@@ -1,6 +1,7 @@
 """The installed distributions of this environment, with their licenses, and the runtime set: the project's
-runtime dependencies (pyproject.toml's ``dependencies``) and everything they require, transitively, as the
-installed metadata says (markers evaluated for this interpreter, extras followed)."""
+runtime dependencies (pyproject.toml's ``dependencies`` and its runtime extras, tracing, workers and
+scaler: llmgw_contract/extras.py) and everything they require, transitively, as the installed metadata says
+(markers evaluated for this interpreter, extras followed)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from llmgw_contract.extras import EXTRAS
 from llmgw_tools.supply.licenses import License, read_license
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,8 +31,10 @@ class Component:
 
 
 def runtime_requirements(pyproject: Path = REPO / "pyproject.toml") -> list[Requirement]:
-    """pyproject.toml's ``[project].dependencies``."""
-    return [Requirement(text) for text in tomllib.loads(pyproject.read_text())["project"]["dependencies"]]
+    """pyproject.toml's ``[project].dependencies`` and those of its runtime extras."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    texts = project["dependencies"] + [t for extra in EXTRAS for t in project["optional-dependencies"][extra]]
+    return [Requirement(text) for text in texts]
 
 
 def installed() -> dict[str, importlib.metadata.Distribution]:

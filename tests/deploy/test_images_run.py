@@ -3,7 +3,8 @@ by `make images-short`, run with podman on the host network (loopback), with the
 process) as the one replica and the image's registration sidecar publishing it. One request through the
 gateway container with the openai SDK, the image's security settings as run, a crash of the gateway
 container that its restart policy repairs, and the time SIGTERM takes to stop it. Skips, saying why,
-only where podman is not installed (the Makefile installs it through apt)."""
+only where podman is not installed (the Makefile installs it through apt). The image's SBOM (`make sbom`,
+read inside it) names the locked fastapi and none of the extras' packages."""
 
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ from pathlib import Path
 import openai
 import pytest
 
-from testing.podman import NO_PODMAN, Containers, podman_available, require_image
+from llmgw_contract.extras import EXTRAS
+from llmgw_tools.supply.image_sbom import image_sbom
+from testing.podman import NO_PODMAN, Containers, podman_available, podman_env, require_image
 from testing.poll import wait_until
 from testing.procs import Proc, free_port, http_ok, start_fake_engine
+from tests.test_dependencies import requirements
+from tests.test_lock import LOCK, read_lock
 
 pytestmark = pytest.mark.skipif(not podman_available(), reason=NO_PODMAN)
 
@@ -115,3 +120,13 @@ def test_sigterm_stops_the_gateway_within_its_grace(stack: Stack) -> None:
     print(f"gateway container stopped on SIGTERM in {seconds:.1f} s, exit code {info['State']['ExitCode']}")
     assert info["State"]["ExitCode"] == 0, stack.containers.logs("gateway")
     assert seconds < 20
+
+
+def test_the_gateway_images_sbom_has_the_locked_fastapi_and_none_of_the_extras() -> None:
+    require_image(GATEWAY_IMAGE)
+    doc = image_sbom(GATEWAY_IMAGE, podman_env())
+    python = {c["name"]: c["version"] for c in doc["components"] if c["purl"].startswith("pkg:pypi/")}
+    assert python["fastapi"] == str(read_lock(LOCK.read_text())["fastapi"][0])
+    extras = {name for extra in EXTRAS for name in requirements(extra)}
+    assert not extras & set(python) and not [n for n in python if n.startswith("opentelemetry")]
+    assert any(c["purl"].startswith("pkg:deb/debian/openssl@") for c in doc["components"])

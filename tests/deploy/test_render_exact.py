@@ -19,8 +19,9 @@ import pytest
 import yaml
 
 from llmgw_contract.fleet import Model, load_fleet
-from llmgw_contract.kv_feed import KvEndpoints
-from llmgw_contract.sidecar import options_from, parse_args
+from llmgw_contract.kv_endpoints import KvEndpoints
+from llmgw_contract.sidecar import options_from
+from llmgw_contract.sidecar_args import parse_args
 from llmgw_tools.deploy.common import MODELS_MOUNT, REPO, slug
 from llmgw_tools.deploy.k8s import network_policies
 from llmgw_tools.deploy.k8s_model_rbac import token_mount

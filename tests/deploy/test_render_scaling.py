@@ -72,8 +72,10 @@ def test_the_scaler_image_carries_the_contract_and_the_workers_and_passes_hadoli
     checked = subprocess.run([hadolint, str(dockerfile)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     text = dockerfile.read_text()
-    copied = {line.split()[1] for line in text.splitlines() if line.startswith("COPY ")}
-    assert copied == {"pyproject.toml", "llmgw_contract", "workers"} and "USER 10001:10001" in text
+    copies = [line.split()[1:-1] for line in text.splitlines() if line.startswith("COPY ")]
+    copied = {src for sources in copies for src in sources}
+    installs = {"requirements/image-build.txt", "requirements/image-scaler.txt", "pyproject.toml", "LICENSE"}
+    assert copied == {*installs, "llmgw_contract", "workers"} and "USER 10001:10001" in text
 
 
 def test_the_prometheus_trigger_queries_the_server_the_render_option_names(tmp_path: Path) -> None:

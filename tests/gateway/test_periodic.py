@@ -1,6 +1,5 @@
 """The lifespan's background loops (gateway/periodic.py) through llmgw_contract.supervision: a step that
-raises is
-logged with its traceback and counted, and its loop goes on; close stops every loop."""
+raises is logged with its traceback and counted, and its loop goes on; close stops every loop."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The one drain (llmgw_contract/drain.py) against the FAKE ENGINE: a request the replica's API server holds
-but
-its engine has not taken yet (vLLM tokenizes and applies the chat template first; on a loaded CPU that
+but its engine has not taken yet (vLLM tokenizes and applies the chat template first; on a loaded CPU that
 takes seconds) is in flight too. vLLM counts it in ``/load`` (``--enable-server-load-tracking``), not in
 ``vllm:num_requests_running|waiting``; a drain that read only the engine stopped the replica under it
 (a scale-down's 502s in CI)."""

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from llmgw_contract.kv_endpoints import KvEndpoints
 from llmgw_contract.kv_events import BlockKeyer
-from llmgw_contract.kv_feed import KvEndpoints, KvFeed, KvIndexWriter
+from llmgw_contract.kv_feed import KvFeed, KvIndexWriter
 from llmgw_contract.kv_trust import EXACT
 from llmgw_contract.prefix_chain import chain_keys
 from llmgw_contract.redis_keys import RedisKeys

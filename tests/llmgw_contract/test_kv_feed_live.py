@@ -20,7 +20,8 @@ import redis.asyncio as aioredis
 
 from gateway.routing.prefix.prompt_text import chat_text
 from llmgw_contract.fleet import Model
-from llmgw_contract.kv_feed import KvEndpoints, KvFeed, KvIndexWriter
+from llmgw_contract.kv_endpoints import KvEndpoints
+from llmgw_contract.kv_feed import KvFeed, KvIndexWriter
 from llmgw_contract.kv_keyer import load_keyer
 from llmgw_contract.prefix_chain import chain_keys
 from llmgw_contract.redis_keys import RedisKeys

@@ -16,8 +16,9 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
+from llmgw_contract.kv_endpoints import KvEndpoints
 from llmgw_contract.kv_events import BlockKeyer
-from llmgw_contract.kv_feed import KvEndpoints, KvFeed, KvIndexWriter
+from llmgw_contract.kv_feed import KvFeed, KvIndexWriter
 from llmgw_contract.kv_trust import APPROXIMATE, EXACT, FeedTiming
 from llmgw_contract.prefix_chain import chain_keys
 from llmgw_contract.redis_keys import RedisKeys

@@ -1,7 +1,7 @@
 """The license inventory and the SBOM (llmgw_tools/supply): licenses read from metadata as the module says,
-the
-policy (no runtime dependency under GPL/AGPL only) on this environment, the committed inventory's runtime set
-current, the runtime closure following markers and extras, and the SBOM valid CycloneDX 1.5."""
+the policy (no runtime dependency under GPL/AGPL only) on this environment, the committed inventory's runtime
+set current, the runtime closure following markers and extras, and the SBOM valid CycloneDX 1.5, an image's
+too (from metadata read inside it; the real gateway image's: tests/deploy/test_images_run.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from packaging.requirements import Requirement
 from referencing import Registry, Resource
 
 from llmgw_tools.supply.cli import render, violations
+from llmgw_tools.supply.image_sbom import from_probe
 from llmgw_tools.supply.inventory import Component, closure, installed, inventory
 from llmgw_tools.supply.licenses import License, read_license, strong_copyleft_only
 from llmgw_tools.supply.sbom import sbom
@@ -135,15 +136,19 @@ def test_closure_follows_extras_and_markers(tmp_path: Path) -> None:
     assert closure([Requirement("a[more]"), Requirement("absent")], dists) == {"a", "b", "c", "e"}
 
 
-def test_sbom_is_valid_cyclonedx_1_5(dists: dict[str, importlib.metadata.Distribution]) -> None:
+def validate(doc: dict[str, Any]) -> None:
     schemas = {p.name: json.loads(p.read_text()) for p in SCHEMAS.glob("*.schema.json")}
     registry: Registry[Any] = Registry().with_resources(
         (f"http://cyclonedx.org/schema/{name}", Resource.from_contents(schema))
         for name, schema in schemas.items()
     )
+    Draft7Validator(schemas["bom-1.5.SNAPSHOT.schema.json"], registry=registry).validate(doc)
+
+
+def test_sbom_is_valid_cyclonedx_1_5(dists: dict[str, importlib.metadata.Distribution]) -> None:
     serial = uuid.UUID(int=1)
     doc = sbom(dists, datetime(2026, 12, 5, tzinfo=UTC), serial)
-    Draft7Validator(schemas["bom-1.5.SNAPSHOT.schema.json"], registry=registry).validate(doc)
+    validate(doc)
     assert doc["serialNumber"] == serial.urn and doc["metadata"]["timestamp"] == "2026-12-05T00:00:00Z"
     refs = [c["bom-ref"] for c in doc["components"]]
     assert len(refs) == len(set(refs)) > 100
@@ -152,3 +157,25 @@ def test_sbom_is_valid_cyclonedx_1_5(dists: dict[str, importlib.metadata.Distrib
     fastapi = next(c for c in doc["components"] if c["name"] == "fastapi")
     assert fastapi["purl"] == f"pkg:pypi/fastapi@{fastapi['version']}"
     assert fastapi["properties"] == [{"name": "llmgw:runtime", "value": "true"}]
+
+
+def test_an_images_sbom_from_the_metadata_read_inside_it_is_valid_cyclonedx_1_5() -> None:
+    """What the probe answers (two distributions of one name: the first on the image's sys.path wins)."""
+    fastapi = "Metadata-Version: 2.1\nName: FastAPI\nVersion: 0.136.3\nLicense-Expression: MIT\n"
+    fastapi += "Requires-Dist: starlette>=0.40\nRequires-Dist: uvicorn; extra == 'standard'\n"
+    starlette = "Metadata-Version: 2.1\nName: starlette\nVersion: 1.10.0\nLicense: BSD-3-Clause\n"
+    older = "Metadata-Version: 2.1\nName: starlette\nVersion: 0.1\n"
+    found = {"dists": [fastapi, starlette, older], "debs": [["libc6", "2.36-9+deb12u13", "amd64"]]}
+    dists, debs = from_probe(found)
+    assert {name: d.version for name, d in dists.items()} == {"fastapi": "0.136.3", "starlette": "1.10.0"}
+    doc = sbom(dists, os_packages=debs, image="localhost/llmgw-gateway:local")
+    validate(doc)
+    purls = {c["purl"] for c in doc["components"]}
+    libc = "pkg:deb/debian/libc6@2.36-9%2Bdeb12u13?arch=amd64"
+    assert purls == {"pkg:pypi/fastapi@0.136.3", "pkg:pypi/starlette@1.10.0", libc}
+    assert {"ref": "pkg:pypi/fastapi@0.136.3", "dependsOn": ["pkg:pypi/starlette@1.10.0"]} in doc[
+        "dependencies"
+    ]
+    assert doc["metadata"]["properties"] == [
+        {"name": "llmgw:image", "value": "localhost/llmgw-gateway:local"}
+    ]

@@ -43,8 +43,7 @@ from workers.wiring import control_loops
 
 # About one run of this module in five hung at shutdown: a cancel of the autoscaler lost inside every()'s
 # wait_for (Python 3.11), fixed there (llmgw_contract/supervision.py). One stall was still seen in 16 runs
-# after
-# the fix, cause unknown. Each test takes 1-5 s; the bound makes a stall cost 2 minutes of CI, not 10.
+# after the fix, cause unknown. Each test takes 1-5 s; the bound makes a stall cost 2 minutes of CI, not 10.
 pytestmark = pytest.mark.timeout(120)
 
 OPTIONS = SupervisorOptions(

@@ -1,7 +1,6 @@
 """The restart of a replica that died (workers/life/restart.py) runs the one rule of
 :class:`RestartBackoff` (the delays of llmgw_contract/backoff.py, the count of consecutive failures and its
-reset
-after a healthy run, the give-up), through the real owner on a FAKE PROCESS replica and a real Redis."""
+reset after a healthy run, the give-up), through the real owner on a FAKE PROCESS replica and a real Redis."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 
 from llmgw_contract.drain import wait_until_idle
-from llmgw_contract.kv_feed import KvEndpoints
+from llmgw_contract.kv_endpoints import KvEndpoints
 from llmgw_contract.kv_feeds import FeedTarget, KvFeeds
 from llmgw_contract.registry import ROUTABLE, RegistryWriter, ReplicaState, new_instance_id
 from llmgw_contract.replica_metrics import SupervisorMetrics

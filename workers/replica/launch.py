@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmgw_contract.fleet import NO_MEDIA_DOMAIN, Defaults, Model
-from llmgw_contract.kv_feed import KvEndpoints
+from llmgw_contract.kv_endpoints import KvEndpoints
 from workers.replica.placement import place_replicas
 
 BUDGET_FLAG = "--gpu-memory-utilization"

@@ -5,8 +5,7 @@ model has anything queued or in flight; ``StreamIsActive`` reads the demand ever
 at once when activity changes (and the first answer as soon as the stream opens), so a request waiting for
 a model at zero reaches KEDA within one poll; ``GetMetricSpec``: the rule's ``target_per_replica``;
 ``GetMetrics``: the demand (queued + in flight, summed over every gateway: :mod:`llmgw_contract.demand`),
-which
-the HPA divides by the target. Nothing is kept beyond Redis: any replica of the scaler answers alike.
+which the HPA divides by the target. Nothing is kept beyond Redis: any replica of the scaler answers alike.
 """
 
 from __future__ import annotations

@@ -284,8 +284,7 @@ class PrefixIndex:
         self, replica: str, instance: str, added: Sequence[str], removed: Sequence[str], reset: bool = False
     ) -> None:
         """What a managing agent learnt from the replica's KV events (``llmgw_contract/lua/kv_apply.lua``): a
-        new
-        instance or a reset drops its entries; an added key joins its KV set and its holders (last) and
+        new instance or a reset drops its entries; an added key joins its KV set and its holders (last) and
         leaves its pending placements; a removed key leaves all three."""
         if reset or self.instances.get(replica) != instance:
             self.purge(replica)

@@ -1,6 +1,5 @@
 """TLS on Sentinel and Cluster (``rediss+sentinel://``, ``rediss+cluster://``, llmgw_contract/redis_url.py):
-the
-redis-py clients and the lean pipelined one speak TLS to every server, verifying its certificate against
+the redis-py clients and the lean pipelined one speak TLS to every server, verifying its certificate against
 the CA file the URL names (``ssl_ca_certs``), against real TLS-only redis-servers: a one-node cluster
 that holds every slot, and a master with one Sentinel (the cluster bus and the Sentinel's own links to
 the master over TLS too)."""

@@ -1,6 +1,5 @@
 """A ``unix://`` Redis URL (llmgw_contract/redis_url.py documents it) reaches the lean admission connection
-as a
-socket path: the lean client talks to the server on that socket, as redis-py does, against a real
+as a socket path: the lean client talks to the server on that socket, as redis-py does, against a real
 redis-server listening on a unix socket (and on a TCP port of its own, never 6379)."""
 
 from __future__ import annotations
