@@ -152,8 +152,8 @@ class Tracing:
         with the replica and attempt as attributes (built only when traced); the shared no-op when off."""
         if ctx.span is None or self._tracer is None:
             return NO_SPAN
-        name = "retry" if ctx.attempts > 1 else "forward"
-        attributes = {"llmgw.replica": replica, "llmgw.attempt": ctx.attempts}
+        name = "retry" if ctx.progress.attempts > 1 else "forward"
+        attributes = {"llmgw.replica": replica, "llmgw.attempt": ctx.progress.attempts}
         return self._child(self._tracer, ctx.span, name, attributes)
 
     @staticmethod
@@ -183,9 +183,9 @@ def end_span(ctx: RequestContext) -> None:
     span, ctx.span = ctx.span, None
     if span is None:
         return
-    span.set_attribute("http.response.status_code", ctx.status)
+    span.set_attribute("http.response.status_code", ctx.progress.status)
     span.set_attribute("llmgw.model", ctx.model_label)
-    span.set_attribute("llmgw.attempts", ctx.attempts)
-    if ctx.replica is not None:
-        span.set_attribute("llmgw.replica", ctx.replica.id)
+    span.set_attribute("llmgw.attempts", ctx.progress.attempts)
+    if ctx.progress.replica is not None:
+        span.set_attribute("llmgw.replica", ctx.progress.replica.id)
     span.end()

@@ -5,7 +5,7 @@ small object a request carries through the steps (:class:`RequestContext`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -108,42 +108,53 @@ class MigrationPlan:
 
 
 @dataclass(slots=True)
+class Progress:
+    """What serving a request has done so far, changed by its admission, each attempt, a move and a run
+    again (the request as parsed stays in :class:`RequestContext`)."""
+
+    upstream_id: str = ""
+    """The replica's request id: the client's (or the gateway's), ``-moveN``/``-rerunN`` after a move."""
+    woken_at: float | None = None
+    """When an on-demand request began to wait for its wake (set once granted during a wake)."""
+    wait_s: float = 0.0
+    deadline: float = 0.0
+    replica: Endpoint | None = None
+    attempts: int = 0
+    status: int = 0
+    reply_type: str = "application/json"
+    """The content type of the replica's answer."""
+    first_byte_at: float | None = None
+    error: str = ""
+    upstream_error: GatewayError | None = None
+    on_gone: Callable[[], None] | None = None
+    """Called if the replica whose answer is awaited leaves the registry or is ejected (a non-streamed
+    generation that may run again elsewhere: gateway/pipeline/migrate.py)."""
+
+
+@dataclass(slots=True)
 class RequestContext:
     request_id: str
     endpoint: str
     body: bytes
     headers: dict[str, str]
     started: float
-    caller: Caller = field(default_factory=Caller)
-    upstream_id: str = ""
+    caller: Caller = Caller()  # (frozen values: one shared default, none made per request)
     model_name: str = ""
     stream: bool = False
     strip_usage: bool = False
     """The usage event of this stream is the gateway's own ask: it is taken out of the client's stream."""
-    asked: Asked = field(default_factory=Asked)
-    cost: TokenCost = field(default_factory=TokenCost)
+    asked: Asked = Asked()
+    cost: TokenCost = TokenCost()
     charge: Charge | None = None
-    route: RouteRequest = field(default_factory=RouteRequest)
+    route: RouteRequest = RouteRequest()
     model: Model | None = None
-    replica: Endpoint | None = None
-    attempts: int = 0
-    status: int = 0
-    first_byte_at: float | None = None
-    wait_s: float = 0.0
-    deadline: float = 0.0
-    error: str = ""
-    upstream_error: GatewayError | None = None
     api: Route = ROUTES[0]
     response_id: str = ""
     content_type: str = "application/json"
-    reply_type: str = "application/json"
-    """The content type of the replica's answer."""
     pinned: tuple[str, str] | None = None
     """(replica id, instance) that must serve the request: the holder of a stored response."""
-    media: list[str] = field(default_factory=list)
+    media: Sequence[str] = ()
     """The request's media URLs (images, audio, video, files), checked before it is forwarded."""
-    woken_at: float | None = None
-    """When an on-demand request began to wait for its wake (set once granted during a wake)."""
     holders: frozenset[tuple[str, str]] | None = None
     """(replica id, instance) of the replicas that loaded the requested runtime LoRA adapter: the only
     ones that may serve it (None: not an adapter request)."""
@@ -153,9 +164,6 @@ class RequestContext:
     """The request's query string (only a path without a body reads it: its ``model``)."""
     payload: dict[str, Any] | None = None
     """The JSON body as the parse step read it (None: a form or no body)."""
-    on_gone: Callable[[], None] | None = None
-    """Called if the replica whose answer is awaited leaves the registry or is ejected (a non-streamed
-    generation that may run again elsewhere: gateway/pipeline/migrate.py)."""
     path_model: str = ""
     """The model a per-model base path names (``/models/{model}/tokenize``; gateway/endpoints.py)."""
     migration: MigrationPlan | None = None
@@ -165,6 +173,8 @@ class RequestContext:
     tracestate: str = ""
     span: Span | None = None
     """The request's root span while tracing is on."""
+    progress: Progress = field(default_factory=Progress)
+    """What serving it has done so far (the fields above are the request as it was parsed)."""
 
     @property
     def upstream_path(self) -> bytes:

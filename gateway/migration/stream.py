@@ -29,8 +29,6 @@ from gateway.values import MigrationPlan, RequestContext
 from llmgw_contract.fleet import Model
 
 log = logging.getLogger("llmgw.migration")
-CONTINUE_PATH = b"/v1/completions"
-TOKEN_IDS_FLAG = b'{"return_token_ids":true,'
 
 
 class ReplicaLeft(UpstreamClosed):
@@ -43,8 +41,8 @@ class MigrationFailed(UpstreamClosed):
 
 def plan_migration(ctx: RequestContext, model: Model) -> MigrationPlan | None:
     """The plan of a streamed generation of a model that migrates; None for any other request. A
-    stream that may move is sent asking for token ids (``ctx.body`` rewritten). (A non-streamed
-    request's plan is gateway/migration/whole.py's.)"""
+    stream that may move is sent asking for token ids (written in the body by gateway/pipeline/body.py).
+    (A non-streamed request's plan is gateway/migration/whole.py's.)"""
     if not model.migrates or ctx.api.name not in MOVABLE_PATHS:
         return None
     payload = ctx.payload if ctx.payload is not None else orjson.loads(ctx.body)
@@ -56,13 +54,6 @@ def plan_migration(ctx: RequestContext, model: Model) -> MigrationPlan | None:
     # usage asked by the client, or by the gateway for its accounting (ctx.strip_usage: parse.py)
     plan.usage = ctx.strip_usage or (isinstance(options, dict) and bool(options.get("include_usage")))
     plan.keep_ids, plan.attempts = bool(payload.get("return_token_ids")), model.migration_attempts
-    if "return_token_ids" not in payload:
-        body = ctx.body.lstrip()
-        ctx.body = (
-            TOKEN_IDS_FLAG + body[1:] if body[1:].lstrip()[:1] != b"}" else b'{"return_token_ids":true}'
-        )
-    elif not plan.keep_ids:  # false: the body as it is sent (with the gateway's usage ask), ids on
-        ctx.body = orjson.dumps({**orjson.loads(ctx.body), "return_token_ids": True})
     return plan
 
 
@@ -73,7 +64,11 @@ Release = Callable[[Endpoint, bool, bool], None]
 class MigratingStream:
     """Gives the relay the client's bytes (:meth:`first`, then :meth:`next` until b''); :meth:`close`
     ends the attempt on the replica that serves it last. ``reopen`` opens a continuation on a replica not
-    in the list (adding it); ``release(replica, ok, blame)`` ends the attempt on one."""
+    in the list (adding it); ``release(replica, ok, blame)`` ends the attempt on one. A source of the
+    relay (gateway/pipeline/source.py)."""
+
+    strips = False
+    """The usage event the gateway asked for itself is dropped here (by the recorder), not by the relay."""
 
     def __init__(
         self,
@@ -88,10 +83,9 @@ class MigratingStream:
     ) -> None:
         self.plan, self.ctx, self.pool, self.up = plan, ctx, pool, up
         self.metrics, self.settings, self.reopen, self.release = metrics, settings, reopen, release
-        assert ctx.replica is not None
-        self.current: Endpoint = ctx.replica
-        self.tried: list[Endpoint] = [ctx.replica]
-        # the usage the gateway asked for itself is dropped here (the relay's UsageStrip is not used)
+        assert ctx.progress.replica is not None
+        self.current: Endpoint = ctx.progress.replica
+        self.tried: list[Endpoint] = [ctx.progress.replica]
         self.recorder = Recorder(keep_ids=plan.keep_ids, drop_usage=ctx.strip_usage and not plan.whole)
         self.splitter = EventSplitter()
         self.seam: Seam | None = None
@@ -101,7 +95,7 @@ class MigratingStream:
         self.wait_started: float | None = None
         self.outcome = ""
         self.failure: Exception | None = None
-        self.base_id = ctx.upstream_id
+        self.base_id = ctx.progress.upstream_id
         self.stopping = False
         self.read_from = 0.0
         """When the read in progress began (the stall is counted from it: :meth:`_watch`)."""
@@ -157,7 +151,8 @@ class MigratingStream:
                 return out
         return b""
 
-    def usage(self) -> tuple[int, int]:
+    def usage(self, sent: bytes = b"", events: int = 0) -> tuple[int, int]:
+        """(prompt, completion) tokens as recorded (what the relay sent is not needed)."""
         return self.recorder.usage()
 
     def stop(self) -> None:
@@ -289,12 +284,12 @@ class MigratingStream:
         # the stall counts from the last event: the start of the wait that failed, or now (a reset, EOF)
         self.stall_from = self.stall_from or self.wait_started or time.perf_counter()
         self.wait_started = None
-        while self.moves < self.plan.attempts and time.perf_counter() < self.ctx.deadline:
+        while self.moves < self.plan.attempts and time.perf_counter() < self.ctx.progress.deadline:
             self.moves += 1
             body = continuation(self.plan.payload, str(self.plan.payload.get("model")), prompt_ids,
                                 rec.ids[: rec.clean], self.plan.usage)  # fmt: skip
             # vLLM's request id for the continuation: the original's with -moveN (one generation, in parts)
-            self.ctx.upstream_id = f"{self.base_id}-move{self.moves}"
+            self.ctx.progress.upstream_id = f"{self.base_id}-move{self.moves}"
             try:
                 up = await self.reopen(body, self.tried)
             except Retryable:
@@ -303,13 +298,13 @@ class MigratingStream:
                 break
             self.up.response.close()
             self.release(old, False, blame)
-            assert self.ctx.replica is not None
-            self.current, self.up, self.pending = self.ctx.replica, up, up.first
+            assert self.ctx.progress.replica is not None
+            self.current, self.up, self.pending = self.ctx.progress.replica, up, up.first
             self.gap_from = 0.0  # (the wait across the move is no gap of the new replica's)
             self.seam, self.splitter = Seam(rec, self.plan.chat), EventSplitter()
             self._log("moved", old, self.current, exc)
             return b""
-        self.ctx.replica = old  # the error names the replica that failed; close() releases it
+        self.ctx.progress.replica = old  # the error names the replica that failed; close() releases it
         self.outcome = "failed"
         self._log("failed", old, None, exc)
         raise exc if isinstance(exc, FAILURES) else MigrationFailed(str(exc))

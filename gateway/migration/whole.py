@@ -18,13 +18,11 @@ from gateway.migration.plan import MOVABLE_PATHS, why_not
 from gateway.values import MigrationPlan, RequestContext
 from llmgw_contract.fleet import Model
 
-AS_STREAM = b'{"stream":true,"stream_options":{"include_usage":true},"return_token_ids":true,'
-SET_HERE = ("stream", "stream_options", "return_token_ids")
-
 
 def plan_whole(ctx: RequestContext, model: Model) -> MigrationPlan | None:
     """None when the model does not migrate or the API cannot move; else a ``whole`` plan: movable
-    (``reason`` empty, ``ctx.body`` rewritten as a stream) or not (``reason`` says why; body untouched)."""
+    (``reason`` empty: sent as a stream, written in the body by gateway/pipeline/body.py) or not
+    (``reason`` says why; the body untouched)."""
     if not model.migrates or ctx.api.name not in MOVABLE_PATHS:
         return None
     payload = ctx.payload if ctx.payload is not None else orjson.loads(ctx.body)
@@ -35,18 +33,7 @@ def plan_whole(ctx: RequestContext, model: Model) -> MigrationPlan | None:
     if reason:
         return plan
     plan.usage, plan.keep_ids = True, bool(payload.get("return_token_ids"))
-    ctx.body = as_stream(payload, ctx.body)
     return plan
-
-
-def as_stream(payload: dict[str, Any], body: bytes) -> bytes:
-    """The body asking for a stream with usage and token ids: three keys put in front when the client
-    set none of them (no re-encoding), else the payload encoded again."""
-    if any(k in payload for k in SET_HERE):
-        options = {"include_usage": True}
-        return orjson.dumps({**payload, "stream": True, "stream_options": options, "return_token_ids": True})
-    rest = body.lstrip()[1:]
-    return AS_STREAM + rest if rest.lstrip()[:1] != b"}" else AS_STREAM[:-1] + b"}"
 
 
 def _stream_options(payload: dict[str, Any]) -> str:

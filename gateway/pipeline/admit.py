@@ -51,10 +51,10 @@ async def admit(
     with gw.tracing.span(ctx, "queue_wait"):
         if gw.admission.waits:
             left = "the client disconnected while the request waited for admission"
-            lease, ctx.wait_s = await watched(acquire, watch, left)
+            lease, ctx.progress.wait_s = await watched(acquire, watch, left)
         else:  # admission off: a lease at once, nothing to race
-            lease, ctx.wait_s = await acquire
-    gw.metrics.series(ticket.model).queue_wait.observe(ctx.wait_s)
+            lease, ctx.progress.wait_s = await acquire
+    gw.metrics.series(ticket.model).queue_wait.observe(ctx.progress.wait_s)
     return lease
 
 
@@ -67,7 +67,7 @@ async def admit_waking(
     (no supervisor lists it), unless the model may scale to zero: then no record means it is at zero,
     and the request is held (gateway/on_demand/hold.py), or refused at once when its deadline is shorter
     than the model's ETA. ``max_queue_wait_s`` starts to count once the model is awake. The granted
-    lease comes back with ``ctx.woken_at`` set: :func:`until_awake` confirms the replica under the
+    lease comes back with ``ctx.progress.woken_at`` set: :func:`until_awake` confirms the replica under the
     lease's hold."""
     assert ctx.model is not None
     model, started = ctx.model, time.perf_counter()
@@ -99,7 +99,7 @@ async def admit_waking(
             raise failed
         raise wake_timeout(gw, ctx, started)
     lease, _ = acquire.result()
-    ctx.woken_at = started
+    ctx.progress.woken_at = started
     if eta is not None:
         held_s = time.perf_counter() - started
         gw.metrics.holds.labels(model.name).observe(held_s)
@@ -134,16 +134,16 @@ async def held_eta(gw: Gateway, ctx: RequestContext) -> Eta:
 async def until_awake(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> None:
     """A request granted by a gateway that saw the wake first waits for its own view of a ready replica
     (within what is left of ``wake_timeout_s``); WakeTimeout past it."""
-    assert ctx.model is not None and ctx.woken_at is not None
-    model, started = ctx.model, ctx.woken_at
+    assert ctx.model is not None and ctx.progress.woken_at is not None
+    model, started = ctx.model, ctx.progress.woken_at
     left = model.wake_timeout_s - (time.perf_counter() - started)
     if not await gw.wakes.until_ready(pool, max(0.0, left)):
         raise wake_timeout(gw, ctx, started)
-    ctx.wait_s = time.perf_counter() - started
-    gw.metrics.wake_wait.labels(model.name).observe(ctx.wait_s)
-    gw.metrics.queue_wait.labels(model.name).observe(ctx.wait_s)
+    ctx.progress.wait_s = time.perf_counter() - started
+    gw.metrics.wake_wait.labels(model.name).observe(ctx.progress.wait_s)
+    gw.metrics.queue_wait.labels(model.name).observe(ctx.progress.wait_s)
     log.info("request_id=%s model=%s admitted after waiting %.2f s for the wake",
-             ctx.request_id, model.name, ctx.wait_s)  # fmt: skip
+             ctx.request_id, model.name, ctx.progress.wait_s)  # fmt: skip
 
 
 def wake_timeout(gw: Gateway, ctx: RequestContext, started: float) -> WakeTimeout:

@@ -76,7 +76,7 @@ async def create(bg: BackgroundResponses, ctx: RequestContext, serve: Serve, rel
     run.api, run.caller, run.path_model = ctx.api, ctx.caller, ctx.path_model
     bg.start(names, rid, obj, run, serve)
     log.info("request_id=%s background response %s queued", ctx.request_id, rid)
-    ctx.status = 200
+    ctx.progress.status = 200
     finish(ctx, bg.metrics)
     if ctx.stream:
         return relayed(ctx, follow(bg, names, -1))
@@ -94,7 +94,7 @@ async def retrieve(bg: BackgroundResponses, ctx: RequestContext, relayed: Relaye
     if found is None:
         raise ResponseNotFound(f"no stored response '{ctx.response_id}' is known", param="response_id")
     query = parse_qs(ctx.query.decode("latin-1"))
-    ctx.status = 200
+    ctx.progress.status = 200
     finish(ctx, bg.metrics)
     if query.get("stream", ["false"])[0].lower() == "true":
         return relayed(ctx, follow(bg, names, starting_after(query)))
@@ -123,7 +123,7 @@ async def cancel(bg: BackgroundResponses, ctx: RequestContext) -> Response:
     elif found.status not in TERMINAL:  # it ended meanwhile: as it ended
         again = await bg.store.read(names)
         obj = again.obj if again is not None else obj
-    ctx.status = 200
+    ctx.progress.status = 200
     finish(ctx, bg.metrics)
     return WholeResponse(orjson.dumps(obj), 200, ctx.request_id, "application/json")
 

@@ -34,7 +34,8 @@ async def forward(
     """``tried``: replicas not to pick (those of earlier runs; the attempts made here are added)."""
     s = gw.settings
     began = time.perf_counter()
-    ctx.deadline = ctx.deadline or began + s.request_timeout_s  # set once: a run again keeps it
+    progress = ctx.progress
+    progress.deadline = progress.deadline or began + s.request_timeout_s  # set once: a run again keeps it
     tried = [] if tried is None else tried
     for attempt in range(s.retry_attempts):
         if attempt and time.perf_counter() - began >= s.retry_deadline_s:
@@ -45,24 +46,29 @@ async def forward(
             if failed.written and not failed.answered:  # the replica may have begun it: never again
                 raise failed.error from None
             continue
-    assert ctx.upstream_error is not None
-    raise ctx.upstream_error
+    assert progress.upstream_error is not None
+    raise progress.upstream_error
 
 
 async def attempt_on(
-    gw: Gateway, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint], path: bytes | None = None
+    gw: Gateway,
+    ctx: RequestContext,
+    pool: ModelPool,
+    tried: list[Endpoint],
+    path: bytes | None = None,
+    body: bytes | None = None,
 ) -> Upstream:
-    """One attempt: pick among the candidates not tried yet, send (to ``path``, by default the client's),
-    wait for the answer's head."""
-    choices = candidates(ctx, pool, tried)
+    """One attempt: pick among the candidates not tried yet, send (``body`` to ``path``, by default the
+    request's: gateway/pipeline/body.py), wait for the answer's head."""
+    progress, choices = ctx.progress, candidates(ctx, pool, tried)
     if not choices:
-        if ctx.upstream_error is None and ctx.holders is not None:
+        if progress.upstream_error is None and ctx.holders is not None:
             raise NoReadyReplica(
                 f"no ready replica of model '{pool.model}' has the adapter '{ctx.model_name}' loaded; an"
                 " admin loads it again (POST /admin/lora)",
                 retry_after=2.0,
             )
-        raise ctx.upstream_error or NoReadyReplica(
+        raise progress.upstream_error or NoReadyReplica(
             f"no ready replica of model '{pool.model}'", retry_after=2.0
         )
     policy = gw.policies[pool.model]
@@ -72,42 +78,42 @@ async def attempt_on(
     if tried:
         gw.metrics.retries.labels(pool.model).inc()
     tried.append(ep)
-    ctx.replica, ctx.attempts = ep, ctx.attempts + 1
+    progress.replica, progress.attempts = ep, progress.attempts + 1
     ep.inflight += 1
     policy.on_start(ep, ctx.route)
     try:
         with gw.tracing.attempt_span(ctx, ep.id) as span:
-            if ctx.on_gone is not None:
-                ep.watchers.add(ctx.on_gone)
+            if progress.on_gone is not None:
+                ep.watchers.add(progress.on_gone)
             try:
                 up = await open_stream(
                     gw.upstream,
                     ep.url,
                     path or ctx.upstream_path,
-                    ctx.body,
+                    ctx.body if body is None else body,
                     request_headers(ctx, forward_traceparent(ctx, span)) + gw.credentials.upstream(ep),
                     wait_s(gw, ctx),
                     ctx.api.method.encode(),
                 )
             finally:  # before done() below, which may eject ep (and call its watchers)
-                if ctx.on_gone is not None:
-                    ep.watchers.discard(ctx.on_gone)
+                if progress.on_gone is not None:
+                    ep.watchers.discard(progress.on_gone)
     except Retryable as failed:
-        ctx.upstream_error = failed.error
+        progress.upstream_error = failed.error
         done(gw, ep, ctx, ok=False, blame=STRIKE if failed.answered else EJECT)
         raise
     except Failed as failed:  # it took the request: passed through, never retried
-        ctx.upstream_error = failed.error
+        progress.upstream_error = failed.error
         done(gw, ep, ctx, ok=False, blame=STRIKE)
         raise failed.error from None
     except Unanswered as unanswered:
-        ctx.upstream_error = unanswered.error
+        progress.upstream_error = unanswered.error
         done(gw, ep, ctx, ok=False, blame=NONE)
         raise unanswered.error from None
     except BaseException:  # cancelled: the client left
         done(gw, ep, ctx, ok=False, blame=NONE)
         raise
-    ctx.first_byte_at = time.perf_counter()
+    progress.first_byte_at = time.perf_counter()
     return up
 
 
@@ -116,7 +122,7 @@ def wait_s(gw: Gateway, ctx: RequestContext) -> float:
     answer (its head comes only once generation ends) what is left of the deadline."""
     if ctx.stream:
         return gw.settings.first_byte_timeout_s
-    return max(0.0, ctx.deadline - time.perf_counter())
+    return max(0.0, ctx.progress.deadline - time.perf_counter())
 
 
 def candidates(ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> list[Endpoint]:
@@ -135,7 +141,7 @@ def request_headers(ctx: RequestContext, traceparent: str) -> list[tuple[bytes, 
     credentials stay here."""
     headers = [
         (b"content-type", ctx.content_type.encode("latin-1")),
-        (b"x-request-id", ctx.upstream_id.encode()),
+        (b"x-request-id", ctx.progress.upstream_id.encode()),
         (b"traceparent", traceparent.encode()),
     ]
     if ctx.tracestate:
@@ -157,5 +163,6 @@ def done(gw: Gateway, ep: Endpoint, ctx: RequestContext, ok: bool, blame: Blame 
     now = time.monotonic()
     if gw.ejection.strike(ep, now) if blame == STRIKE else gw.ejection.fail(ep, now):
         gw.metrics.ejections.labels(ep.record.model, ep.id).inc()
-        reason = ctx.error or (ctx.upstream_error.message if ctx.upstream_error else "failure")
+        failed = ctx.progress.upstream_error
+        reason = ctx.progress.error or (failed.message if failed else "failure")
         log.warning("request_id=%s replica=%s ejected: %s", ctx.request_id, ep.id, reason)

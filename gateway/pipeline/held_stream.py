@@ -79,7 +79,7 @@ async def held_stream(
         first = await anext(parts)  # the head is known: b"" for a stream, else the replica's whole answer
         if not streaming(ctx):
             log.info("request_id=%s model=%s the replica refused the held stream: %d",
-                     ctx.request_id, model, ctx.status)  # fmt: skip
+                     ctx.request_id, model, ctx.progress.status)  # fmt: skip
             yield refused_event(first, ctx)
             return
         async for chunk in parts:
@@ -110,6 +110,6 @@ async def ended(gw: Gateway, ctx: RequestContext, err: GatewayError) -> None:
     """A held stream that ends before a replica answered: refunded and recorded as its error (what
     :meth:`~gateway.pipeline.proxy.Proxy.fail` does for an answer not yet started)."""
     await refund(gw, ctx, 0, 0)
-    ctx.status, ctx.error = err.status, err.message
+    ctx.progress.status, ctx.progress.error = err.status, err.message
     finish(ctx, gw.metrics)
     log.info("request_id=%s model=%s held stream ended: %s", ctx.request_id, ctx.model_label, err.message)

@@ -86,8 +86,8 @@ async def keyed(
         response.body_iterator = gw.kept.keep(ctx, keys, response.body_iterator, grace, gone)
     else:
         body = bytes(response.body)
-        await quietly(gw.idempotency.finish(keys.record, ctx.request_id, ctx.status, ctx.reply_type, False,
-                                            body), ctx)  # fmt: skip
+        status, kind = ctx.progress.status, ctx.progress.reply_type
+        await quietly(gw.idempotency.finish(keys.record, ctx.request_id, status, kind, False, body), ctx)
     return response
 
 
@@ -148,7 +148,7 @@ async def given(
 ) -> Response:
     """The held answer again, byte for byte, under this request's id: a stream still running (or resumed
     after an event) followed from Redis, else the stored answer."""
-    ctx.status = record.status or 200
+    ctx.progress.status = record.status or 200
     finish(ctx, gw.metrics)
     if not record.done or (record.stream and after is not None):
         await gw.idempotency.claim_stream(keys.record)
@@ -168,7 +168,7 @@ async def ended(gw: Gateway, ctx: RequestContext, keys: KeyNames, err: GatewayEr
     """A failed first request: its key freed when nothing can have run it (a retry may run it), else the
     error kept as its answer."""
     store = gw.idempotency
-    if err.retry or ctx.attempts == 0 or isinstance(err, ClientClosedRequest):
+    if err.retry or ctx.progress.attempts == 0 or isinstance(err, ClientClosedRequest):
         await quietly(store.release(keys.record, ctx.request_id), ctx)
         return
     body = error_bytes(err, ctx.api.dialect)

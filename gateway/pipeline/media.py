@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -84,7 +84,7 @@ def allowed_domain(host: str, domains: frozenset[str]) -> bool:
     return any(host == d or host.endswith("." + d) for d in domains)
 
 
-async def check_media(urls: list[str], domains: frozenset[str]) -> None:
+async def check_media(urls: Sequence[str], domains: frozenset[str]) -> None:
     """Raises MediaUrlRefused for the first URL a worker must not fetch."""
     for url in urls:
         await check_url(url, domains)

@@ -1,11 +1,11 @@
 """Where the relay (relay.py) hands a generation that may move to the migration room (gateway/migration/):
-:func:`source_for` makes its stream's source (the replica's events, moved to another replica when it
-fails); :func:`whole_continued` answers a non-streamed one that may move: read as a stream through the
-same source, continued token-exact when its replica fails, assembled into one whole answer;
-:func:`whole_moving` answers a non-streamed one that cannot move: run again whole on another replica
-only once its first replica is known not to be running it (the registry says its process is gone;
-a connection that broke after the request was written is a 502, never a second run:
-gateway/pipeline/forward.py)."""
+:func:`moving` makes a movable stream's source (the replica's events, moved to another replica when
+it fails; chosen by gateway/pipeline/source.py); :func:`whole_continued` answers a non-streamed one
+that may move: read as a stream through the same source, continued token-exact when its replica
+fails, assembled into one whole answer; :func:`whole_moving` answers a non-streamed one that cannot
+move: run again whole on another replica only once its first replica is known not to be running it
+(the registry says its process is gone; a connection that broke after the request was written is a
+502, never a second run: gateway/pipeline/forward.py)."""
 
 from __future__ import annotations
 
@@ -30,25 +30,19 @@ RERUN = "rerun"
 generation, not a continuation (``-moveN``): bench/chaos.py counts it as a run."""
 
 
-def source_for(gw: Gateway, ctx: RequestContext, pool: ModelPool, up: Upstream) -> MigratingStream | None:
-    """The source of a stream that may move (its plan says so and the replica said 200); else None."""
-    plan = ctx.migration
-    if plan is None or plan.reason or plan.whole or up.status != 200:
-        return None
-    return _moving(gw, ctx, pool, up)
-
-
-def _moving(gw: Gateway, ctx: RequestContext, pool: ModelPool, up: Upstream) -> MigratingStream:
+def moving(gw: Gateway, ctx: RequestContext, pool: ModelPool, up: Upstream) -> MigratingStream:
+    """The source of a generation that may move (its replica said 200): continuations are opened on
+    replicas not tried yet, each attempt ended by :func:`~gateway.pipeline.forward.done`."""
     plan = ctx.migration
     assert plan is not None
 
     async def reopen(body: bytes, tried: list[Endpoint]) -> Upstream:
         """The continuation on a replica not tried yet (the first byte time is the original's)."""
-        ctx.body, first_byte_at = body, ctx.first_byte_at
+        first_byte_at = ctx.progress.first_byte_at
         try:
-            return await attempt_on(gw, ctx, pool, tried, CONTINUE_PATH)
+            return await attempt_on(gw, ctx, pool, tried, CONTINUE_PATH, body)
         finally:
-            ctx.first_byte_at = first_byte_at
+            ctx.progress.first_byte_at = first_byte_at
 
     def release(ep: Endpoint, ok: bool, blame: bool) -> None:
         done(gw, ep, ctx, ok, EJECT if blame else NONE)
@@ -67,14 +61,14 @@ async def whole_continued(
     plan = ctx.migration
     assert plan is not None
     up = await _head(gw, ctx, pool)
-    ctx.status, ctx.reply_type = up.status, up.content_type
+    ctx.progress.status, ctx.progress.reply_type = up.status, up.content_type
     if up.status != 200:
         body = await read(up)
         return body, 0, 0
-    source = _moving(gw, ctx, pool, up)
+    source = moving(gw, ctx, pool, up)
     assembler = Assembler(plan.chat, plan.keep_ids)
     ok = blame = False
-    deadline = asyncio.timeout(max(0.0, ctx.deadline - time.perf_counter()))
+    deadline = asyncio.timeout(max(0.0, ctx.progress.deadline - time.perf_counter()))
     try:
         async with deadline:
             chunk = await source.first()
@@ -84,14 +78,16 @@ async def whole_continued(
         body = assembler.body(source.usage())
         ok = True
     except (*FAILURES, Incomplete) as exc:
-        assert ctx.replica is not None
+        assert ctx.progress.replica is not None
         if deadline.expired():
-            raise UpstreamTimeout(f"the replica at {ctx.replica.url} did not answer in time") from None
+            raise UpstreamTimeout(
+                f"the replica at {ctx.progress.replica.url} did not answer in time"
+            ) from None
         blame = not isinstance(exc, TimeoutError)  # a stall is not the replica's failure (as a stream)
-        raise classify(exc, ctx.replica.url).error from None
+        raise classify(exc, ctx.progress.replica.url).error from None
     finally:
         source.close(ok, blame)
-    ctx.reply_type = "application/json"
+    ctx.progress.reply_type = "application/json"
     return (body, *assembler.counts(source.usage()))
 
 
@@ -112,8 +108,9 @@ class ReplicaWatch:
     """While a non-streamed answer is awaited: on evidence about the replica's work (the registry says
     its process is gone; unless ``process_only``, also ``lost_after_probes`` failed health probes in a
     row), the wait is cancelled and becomes :class:`ReplicaLeft`. One failed probe, or another request's
-    broken connection, is no such evidence. Event-driven, no timer: ``ctx.on_gone`` is among the awaited
-    replica's watchers (forward.py ``attempt_on``), called by the registry sync and by the monitor."""
+    broken connection, is no such evidence. Event-driven, no timer: ``ctx.progress.on_gone`` is among
+    the awaited replica's watchers (forward.py ``attempt_on``), called by the registry sync and by the
+    monitor."""
 
     __slots__ = ("ctx", "gone", "process_only", "task")
 
@@ -124,10 +121,10 @@ class ReplicaWatch:
 
     def __enter__(self) -> None:
         self.gone = ""
-        self.ctx.on_gone = self._on_gone
+        self.ctx.progress.on_gone = self._on_gone
 
     def _on_gone(self) -> None:
-        ep = self.ctx.replica
+        ep = self.ctx.progress.replica
         if self.process_only and (ep is None or not ep.process_gone):
             return
         if not self.gone:
@@ -137,7 +134,7 @@ class ReplicaWatch:
             self.task.cancel()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        self.ctx.on_gone = None
+        self.ctx.progress.on_gone = None
         if self.gone and kind is asyncio.CancelledError and self.task.uncancel() == 0:
             raise ReplicaLeft(f"the replica {self.gone}") from None
 
@@ -158,32 +155,34 @@ async def whole_moving(
     plan = ctx.migration
     assert plan is not None and ctx.model is not None
     tried: list[Endpoint] = []
-    moves, first_failed, base_id = 0, "", ctx.upstream_id
+    moves, first_failed, base_id = 0, "", ctx.progress.upstream_id
     watch = ReplicaWatch(ctx, process_only=True)
     while True:
         try:
             with watch:
                 up = await forward(gw, ctx, pool, tried)
-                ctx.status, ctx.reply_type = up.status, up.content_type
+                ctx.progress.status, ctx.progress.reply_type = up.status, up.content_type
                 body = await read(up)
         except ReplicaLeft as exc:  # its process is gone (a broken connection is forward()'s 502)
-            failed = ctx.replica
+            failed = ctx.progress.replica
             err = UpstreamError(str(exc))
             if failed is not None and failed not in tried:
                 tried.append(failed)
-            late = time.perf_counter() >= ctx.deadline
+            late = time.perf_counter() >= ctx.progress.deadline
             if moves >= plan.attempts or late or not candidates(ctx, pool, tried):
                 gw.metrics.migrations.labels(pool.model, "failed").inc()
                 _log(ctx, pool, "failed", first_failed or _id(failed), "-", moves, err.message)
                 raise err from None
             moves += 1
             first_failed = first_failed or _id(failed)
-            ctx.upstream_id = f"{base_id}-{RERUN}{moves}"  # vLLM's id: a second generation (not -moveN)
+            ctx.progress.upstream_id = (
+                f"{base_id}-{RERUN}{moves}"  # vLLM's id: a second generation (not -moveN)
+            )
             _log(ctx, pool, "re-run", _id(failed), "-", moves, err.message)
             continue
         if moves:
             gw.metrics.migrations.labels(pool.model, "continued").inc()
-            _log(ctx, pool, "moved", first_failed, _id(ctx.replica), moves, "answered whole")
+            _log(ctx, pool, "moved", first_failed, _id(ctx.progress.replica), moves, "answered whole")
         return body
 
 

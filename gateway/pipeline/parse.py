@@ -12,7 +12,7 @@ import orjson
 from gateway.errors import InvalidRequest
 from gateway.pipeline.media import may_hold_media, media_urls
 from gateway.pipeline.tokens import asked, prompt_estimate
-from gateway.pipeline.usage import USAGE_OPTION_APIS, ask_usage
+from gateway.pipeline.usage import USAGE_OPTION_APIS, asks_usage
 from gateway.routing.prefix.chain import request_chain
 from gateway.routing.prefix.key import chat_prefix_key, prompt_prefix_key
 from gateway.values import Asked, RequestContext, RouteRequest, TokenCost
@@ -182,6 +182,6 @@ def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_ch
     if may_hold_media(ctx.body):  # then the parsed payload, whole, as the replica will read it
         ctx.media = media_urls(payload)
     if ctx.stream and ctx.endpoint in USAGE_OPTION_APIS:
-        ctx.body, ctx.strip_usage = ask_usage(payload, ctx.body)
+        ctx.strip_usage = asks_usage(payload)  # (asked in the body sent: gateway/pipeline/body.py)
     if ctx.api.stored:
         ctx.response_id = previous_response_field(payload)

@@ -25,6 +25,7 @@ from gateway.migration.stream import plan_migration
 from gateway.migration.whole import plan_whole
 from gateway.pipeline import background as background_api
 from gateway.pipeline.admit import admit, at_zero, held_eta
+from gateway.pipeline.body import write_body
 from gateway.pipeline.held_stream import held_stream
 from gateway.pipeline.intake import read_body, request_id, upstream_id, wanted_headers
 from gateway.pipeline.keyed import keyed
@@ -60,7 +61,7 @@ class Proxy:
         ctx = RequestContext(request_id(headers), api.name, b"", headers, time.perf_counter())
         ctx.api, ctx.response_id, ctx.query = api, response_id, scope.get("query_string", b"")
         ctx.path_model = path_model
-        ctx.upstream_id = upstream_id(ctx.request_id, headers)
+        ctx.progress.upstream_id = upstream_id(ctx.request_id, headers)
         self.gw.tracing.begin(ctx, headers.get("traceparent", ""), headers.get("tracestate", ""))
         try:
             with self.gw.tracing.span(ctx, "authenticate"):  # 1, from the head: no body read without a key
@@ -91,6 +92,7 @@ class Proxy:
         await locate_previous(ctx, model, gw.affinity, s.auth)
         # a generation that may move mid-way (gateway/migration): streamed, or asked whole
         ctx.migration = plan_migration(ctx, model) if ctx.stream else plan_whole(ctx, model)
+        write_body(ctx)  # the body sent upstream, written once (body.py)
         await charge(gw, ctx)
         limits = ctx.charge.headers if ctx.charge is not None else ()  # the key's x-ratelimit-* headers
         pool = gw.table.find(model.name)
@@ -107,7 +109,7 @@ class Proxy:
         if streaming(ctx):
             return self.relayed(ctx, parts, limits)
         await parts.aclose()
-        return WholeResponse(first, ctx.status, ctx.request_id, ctx.reply_type, limits)
+        return WholeResponse(first, ctx.progress.status, ctx.request_id, ctx.progress.reply_type, limits)
 
     async def background(self, ctx: RequestContext, receive: Receive) -> Response | None:
         """A background Response's create, GET or cancel (gateway/pipeline/background.py); None
@@ -131,8 +133,8 @@ class Proxy:
 
         def stalled(reason: str) -> None:
             self.gw.metrics.stream_stalled.labels(ctx.model_label).inc()
-            ctx.error = reason
-            log.warning("request_id=%s model=%s %s", ctx.request_id, ctx.model_label, ctx.error)
+            ctx.progress.error = reason
+            log.warning("request_id=%s model=%s %s", ctx.request_id, ctx.model_label, ctx.progress.error)
 
         response.on_stalled = stalled
         return response
@@ -140,7 +142,7 @@ class Proxy:
     async def fail(self, ctx: RequestContext, err: GatewayError) -> Response:
         """The failure's answer in the API's shape; what the request was charged is refunded."""
         await refund(self.gw, ctx, 0, 0)
-        ctx.status, ctx.error = err.status, err.message
+        ctx.progress.status, ctx.progress.error = err.status, err.message
         finish(ctx, self.gw.metrics)
         response = error_response(err, ctx.api.dialect)
         response.headers["x-request-id"] = ctx.request_id

@@ -17,13 +17,14 @@ from gateway.admission.base import Lease
 from gateway.errors import GatewayError, InternalError, ShuttingDown, sse_error_event
 from gateway.pipeline.admit import until_awake
 from gateway.pipeline.forward import EJECT, NONE, done, forward, wait_s
-from gateway.pipeline.migrate import source_for, whole_continued, whole_moving
-from gateway.pipeline.settle import holding, stream_usage, usage_of
+from gateway.pipeline.migrate import whole_continued, whole_moving
+from gateway.pipeline.settle import Usage, holding, usage_of
+from gateway.pipeline.source import source_of
 from gateway.pipeline.usage import UsageStrip
 from gateway.replicas.table import ModelPool
 from gateway.responses_api.stored import remember
 from gateway.state import Gateway
-from gateway.upstream.client import FAILURES, Retryable, Unanswered, Upstream, classify, next_chunk, read_rest
+from gateway.upstream.client import FAILURES, Retryable, Unanswered, Upstream, classify, read_rest
 from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.relay")
@@ -32,67 +33,45 @@ RELAY_DEFECT = "the gateway failed while relaying the stream; it was ended"
 
 def streaming(ctx: RequestContext) -> bool:
     """Whether the answer is relayed as a stream (asked for, and the replica said 200)."""
-    return ctx.stream and ctx.status == 200
+    return ctx.stream and ctx.progress.status == 200
 
 
 async def answer(
     gw: Gateway, ctx: RequestContext, pool: ModelPool, lease: Lease
 ) -> AsyncGenerator[bytes, None]:
     async with holding(gw, ctx, lease) as usage:
-        if ctx.woken_at is not None:
+        if ctx.progress.woken_at is not None:
             await until_awake(gw, ctx, pool)
-        if ctx.migration is not None and ctx.migration.whole:  # non-streamed, and its replica may fail
-            if ctx.migration.runs_again:  # it cannot move token-exact: run again whole
-                body = await whole_moving(gw, ctx, pool, lambda up: read_whole(gw, ctx, up))
-                usage.prompt, usage.completion = usage_of(body)
-            else:  # read as a stream that moves token-exact, answered whole
-                body, usage.prompt, usage.completion = await whole_continued(
-                    gw, ctx, pool, lambda up: read_whole(gw, ctx, up)
-                )
-            usage.answered = True
-            yield body
-            return
-        up = await forward(gw, ctx, pool)
-        ctx.status, ctx.reply_type = up.status, up.content_type
-        source = source_for(gw, ctx, pool, up)  # a stream that may move to another replica mid-way
-        if not streaming(ctx):
-            body = await read_whole(gw, ctx, up)
-            usage.prompt, usage.completion = usage_of(body)
-            usage.answered = True
-            yield body
-            return
+        got = await whole_or_stream(gw, ctx, pool, usage)
         usage.answered = True
+        if isinstance(got, bytes):
+            yield got
+            return
+        source = source_of(gw, ctx, pool, got)  # chosen once: plain, or a stream that may move
         yield b""
-        assert ctx.replica is not None and ctx.model is not None
+        assert ctx.progress.replica is not None and ctx.model is not None
         itl = gw.metrics.itl.labels(ctx.model.name)
         events, tail, ok, blame, ended = 0, b"", True, True, False
-        recorded = ctx.api.stored != "create" or source is not None  # (moves: chats and completions)
-        strip = UsageStrip() if ctx.strip_usage and source is None else None  # (a moving one: its own)
+        recorded = ctx.api.stored != "create"  # (a stream that may move is a chat or a completion)
+        strip = UsageStrip() if source.strips else None
 
         def end() -> None:  # the gateway is stopping: break the stream to give it its planned end
             nonlocal ended
             ended = True
-            if source is None:
-                up.response.close()
-            else:
-                source.stop()  # its current replica's response, and no move after it
+            source.stop()
 
         token = gw.open_requests.open(end)
         try:
-            chunk = up.first if source is None else await source.first()
+            chunk = await source.first()
             t = time.perf_counter()
             while chunk:
-                if source is None:  # (a stream that may move counts its tokens itself: source.usage())
-                    events += chunk.count(b"data: ")
+                events += chunk.count(b"data: ")
                 tail = tail[-4096:] + chunk
                 recorded = recorded or events > 8 or await remember(ctx, gw.affinity, tail)
                 out = chunk if strip is None else strip.feed(chunk)
                 if out:  # the usage event alone: nothing to send
                     yield out
-                if source is None:
-                    chunk = await next_chunk(up, gw.settings.chunk_timeout_s)
-                else:
-                    chunk = await source.next()
+                chunk = await source.next()
                 now = time.perf_counter()
                 itl.observe(now - t)
                 t = now
@@ -101,35 +80,60 @@ async def answer(
         except FAILURES as exc:
             # a stall is not the replica's failure (it may be busy; a frozen one fails its /health)
             ok, blame = False, not ended and not isinstance(exc, TimeoutError)
-            err = stream_error(exc, ctx.replica.url, ended)
-            ctx.error = f"stream broke after it started: {err.message}"
-            gw.metrics.stream_errors.labels(ctx.model.name).inc()
-            if ctx.model.migrates and (ctx.migration is None or ctx.migration.reason):
-                gw.metrics.migrations.labels(ctx.model.name, "not_movable").inc()
             rest = strip.rest() if strip is not None else b""
-            yield rest + event_end(tail) + sse_error_event(err, ctx.api.dialect)
+            yield rest + event_end(tail) + broke(gw, ctx, exc, ended)
         except Exception:  # the gateway's own defect, not the replica's: the stream still gets its end
-            ok, blame, ctx.error = False, False, RELAY_DEFECT
+            ok, blame, ctx.progress.error = False, False, RELAY_DEFECT
             log.exception("request_id=%s model=%s stream relay failed", ctx.request_id, ctx.model.name)
             gw.metrics.stream_errors.labels(ctx.model.name).inc()
             yield event_end(tail) + sse_error_event(InternalError(RELAY_DEFECT), ctx.api.dialect)
         finally:
             gw.open_requests.close(token)
-            if source is None:
-                up.response.close()
-                done(gw, ctx.replica, ctx, ok, EJECT if blame else NONE)
-            else:
-                source.close(ok, blame)
-            prompt, completion = stream_usage(tail) if source is None else source.usage()
-            usage.prompt, usage.completion = prompt, completion or max(0, events - 1)
+            source.close(ok, blame)
+            usage.prompt, usage.completion = source.usage(tail, events)
+
+
+async def whole_or_stream(
+    gw: Gateway, ctx: RequestContext, pool: ModelPool, usage: Usage
+) -> bytes | Upstream:
+    """The whole answer (its usage filled in), or the replica's head of a stream it said 200 to. A
+    non-streamed answer whose replica may fail runs again whole when it cannot move token-exact, else
+    is read as a stream that moves token-exact and answered whole (gateway/pipeline/migrate.py)."""
+    plan = ctx.migration
+    if plan is not None and plan.whole:
+        if not plan.runs_again:
+            body, usage.prompt, usage.completion = await whole_continued(
+                gw, ctx, pool, lambda up: read_whole(gw, ctx, up)
+            )
+            return body
+        body = await whole_moving(gw, ctx, pool, lambda up: read_whole(gw, ctx, up))
+    else:
+        up = await forward(gw, ctx, pool)
+        ctx.progress.status, ctx.progress.reply_type = up.status, up.content_type
+        if streaming(ctx):
+            return up
+        body = await read_whole(gw, ctx, up)
+    usage.prompt, usage.completion = usage_of(body)
+    return body
+
+
+def broke(gw: Gateway, ctx: RequestContext, exc: BaseException, ended: bool) -> bytes:
+    """The error event of a stream that broke after it started (counted, and recorded on ``ctx``)."""
+    assert ctx.progress.replica is not None and ctx.model is not None
+    err = stream_error(exc, ctx.progress.replica.url, ended)
+    ctx.progress.error = f"stream broke after it started: {err.message}"
+    gw.metrics.stream_errors.labels(ctx.model.name).inc()
+    if ctx.model.migrates and (ctx.migration is None or ctx.migration.reason):
+        gw.metrics.migrations.labels(ctx.model.name, "not_movable").inc()
+    return sse_error_event(err, ctx.api.dialect)
 
 
 async def read_whole(gw: Gateway, ctx: RequestContext, up: Upstream) -> bytes:
-    assert ctx.replica is not None
+    assert ctx.progress.replica is not None
     ok, blame = True, True
     wait = wait_s(gw, ctx) if not ctx.stream else gw.settings.chunk_timeout_s
     try:
-        body = await read_rest(up, wait, ctx.replica.url)
+        body = await read_rest(up, wait, ctx.progress.replica.url)
     except (Retryable, Unanswered) as failed:
         ok, blame = False, isinstance(failed, Retryable)
         raise failed.error from None
@@ -137,7 +141,7 @@ async def read_whole(gw: Gateway, ctx: RequestContext, up: Upstream) -> bytes:
         ok, blame = False, False
         raise
     finally:
-        done(gw, ctx.replica, ctx, ok, EJECT if blame else NONE)
+        done(gw, ctx.progress.replica, ctx, ok, EJECT if blame else NONE)
     await remember(ctx, gw.affinity, body[:4096])
     return body
 

@@ -105,7 +105,7 @@ def stream_usage(tail: bytes) -> tuple[int, int]:
 def by_tenant(ctx: RequestContext, metrics: GatewayMetrics, prompt: int, completion: int) -> None:
     """Per-tenant counters, only when API keys are on (the anonymous tenant would repeat the totals)."""
     tenant, model = ctx.caller.tenant, ctx.model_label
-    metrics.tenant_requests.labels(tenant, model, str(ctx.status)).inc()
+    metrics.tenant_requests.labels(tenant, model, str(ctx.progress.status)).inc()
     metrics.tenant_tokens.labels(tenant, model, "prompt").inc(prompt)
     metrics.tenant_tokens.labels(tenant, model, "completion").inc(completion)
 
@@ -115,10 +115,10 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, comple
     end_span(ctx)
     model = ctx.model_label
     series = metrics.series(model)
-    metrics.requests_of(model, ctx.status).inc()
+    metrics.requests_of(model, ctx.progress.status).inc()
     series.latency.observe(now - ctx.started)
-    if ctx.first_byte_at is not None:
-        series.ttft.observe(ctx.first_byte_at - ctx.started)
+    if ctx.progress.first_byte_at is not None:
+        series.ttft.observe(ctx.progress.first_byte_at - ctx.started)
     if prompt:
         series.prompt_tokens.inc(prompt)
     if completion:
@@ -135,14 +135,14 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, comple
         ctx.request_id,
         model,
         ctx.endpoint,
-        ctx.status,
-        ctx.replica.id if ctx.replica else "-",
-        ctx.attempts,
+        ctx.progress.status,
+        ctx.progress.replica.id if ctx.progress.replica else "-",
+        ctx.progress.attempts,
         ctx.stream,
-        ctx.wait_s * 1000,
-        f"{(ctx.first_byte_at - ctx.started) * 1000:.1f}" if ctx.first_byte_at else "-",
+        ctx.progress.wait_s * 1000,
+        f"{(ctx.progress.first_byte_at - ctx.started) * 1000:.1f}" if ctx.progress.first_byte_at else "-",
         (now - ctx.started) * 1000,
         ctx.caller.tenant,
-        ctx.upstream_id or "-",
-        f" error={ctx.error!r}" if ctx.error else "",
+        ctx.progress.upstream_id or "-",
+        f" error={ctx.progress.error!r}" if ctx.progress.error else "",
     )

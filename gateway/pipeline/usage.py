@@ -12,22 +12,16 @@ from typing import Any
 import orjson
 
 USAGE_OPTION_APIS = frozenset({"chat/completions", "completions"})
-ASK = b'"stream_options":{"include_usage":true},'
 USAGE_KEY = b'"usage"'
 
 
-def ask_usage(payload: dict[str, Any], body: bytes) -> tuple[bytes, bool]:
-    """The body to forward and whether the usage event is the gateway's own (to be taken out): the
-    body unchanged when the client asked for usage (or sent stream_options vLLM will refuse)."""
-    if "stream_options" not in payload:  # the common case: one insertion, no re-encoding
-        at = body.find(b"{") + 1
-        return body[:at] + ASK + body[at:], True
-    options = payload["stream_options"]
-    if options is None:
-        options = {}
-    if not isinstance(options, dict) or options.get("include_usage"):
-        return body, False
-    return orjson.dumps({**payload, "stream_options": {**options, "include_usage": True}}), True
+def asks_usage(payload: dict[str, Any]) -> bool:
+    """Whether the gateway asks the usage event itself (the client did not; gateway/pipeline/body.py
+    adds ``include_usage``): not when the client asked it, or sent stream_options vLLM will refuse."""
+    options = payload.get("stream_options")
+    if "stream_options" not in payload or options is None:
+        return True
+    return isinstance(options, dict) and not options.get("include_usage")
 
 
 def is_usage_event(event: bytes) -> bool:

@@ -82,7 +82,7 @@ def pinned_candidates(ctx: RequestContext, pool: ModelPool, tried: list[Endpoint
             param="previous_response_id" if ctx.api.body == "json" else "response_id",
         )
     if ep in tried or not ep.available:
-        raise ctx.upstream_error or NoReadyReplica(
+        raise ctx.progress.upstream_error or NoReadyReplica(
             f"the replica '{replica}' holding response '{ctx.response_id}' is not ready; retry later",
             retry_after=2.0,
         )
@@ -92,15 +92,18 @@ def pinned_candidates(ctx: RequestContext, pool: ModelPool, tried: list[Endpoint
 async def remember(ctx: RequestContext, affinity: ResponseAffinity, data: bytes) -> bool:
     """Record which replica made a stored response (by the id in ``data``); True once recorded or when
     there is nothing to record, False while the id has not been seen yet."""
-    assert ctx.replica is not None and ctx.model is not None
-    if ctx.api.stored != "create" or ctx.status != 200 or not ctx.model.engine.responses_store:
+    assert ctx.progress.replica is not None and ctx.model is not None
+    if ctx.api.stored != "create" or ctx.progress.status != 200 or not ctx.model.engine.responses_store:
         return True
     rid = response_id_in(data)
     if not rid:
         return False
     try:
         await affinity.record(
-            ctx.model.name, rid, (ctx.replica.id, ctx.replica.record.instance), ctx.caller.tenant
+            ctx.model.name,
+            rid,
+            (ctx.progress.replica.id, ctx.progress.replica.record.instance),
+            ctx.caller.tenant,
         )
     except REDIS_DOWN as exc:
         log.warning("request_id=%s response=%s holder not recorded (Redis: %s)", ctx.request_id, rid, exc)

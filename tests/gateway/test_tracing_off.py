@@ -36,14 +36,14 @@ def test_with_tracing_off_every_step_is_the_shared_no_op() -> None:
     contextvars.copy_context().run(tracing.begin, ctx, "", "")  # its log trace id stays in that context
     assert ctx.span is None and ctx.traceparent
     assert tracing.span(ctx, "authenticate") is NO_SPAN
-    ctx.attempts = 2
+    ctx.progress.attempts = 2
     assert tracing.attempt_span(ctx, "replica-0") is NO_SPAN
 
 
 def test_the_forward_span_builds_nothing_with_tracing_off() -> None:
     tracing = Tracing(False, "http://127.0.0.1:4317", "gw")
     ctx = RequestContext("r1", "chat", b"", {}, time.perf_counter())
-    ctx.attempts = 1
+    ctx.progress.attempts = 1
     replica = "replica-0"
 
     def plain() -> None:

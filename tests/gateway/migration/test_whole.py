@@ -10,12 +10,20 @@ import pytest
 
 from gateway.endpoints import ROUTES
 from gateway.migration.whole import plan_whole
-from gateway.values import RequestContext
+from gateway.pipeline.body import write_body
+from gateway.values import MigrationPlan, RequestContext
 from llmgw_contract.fleet import Model
 
 MODEL = Model.model_validate({"name": "m", "source": {"path": "/m"}})
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 AS_STREAM = {"stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True}
+
+
+def planned(c: RequestContext, model: Model) -> MigrationPlan | None:
+    """The plan, and the body it sends (written by gateway/pipeline/body.py, as proxy.py does)."""
+    plan = c.migration = plan_whole(c, model)
+    write_body(c)
+    return plan
 
 
 def ctx(body: dict[str, Any] | bytes, path: str = "/v1/chat/completions") -> RequestContext:
@@ -30,7 +38,7 @@ def ctx(body: dict[str, Any] | bytes, path: str = "/v1/chat/completions") -> Req
 def test_a_movable_request_is_sent_as_a_stream(path: str) -> None:
     body = CHAT if "chat" in path else {"model": "m", "prompt": "hi"}
     c = ctx(body, path)
-    plan = plan_whole(c, MODEL)
+    plan = planned(c, MODEL)
     assert plan is not None and plan.whole and not plan.reason and not plan.runs_again
     assert plan.usage and not plan.keep_ids and plan.chat == ("chat" in path)
     assert orjson.loads(c.body) == {**body, **AS_STREAM}
@@ -42,14 +50,14 @@ def test_a_movable_request_is_sent_as_a_stream(path: str) -> None:
 )
 def test_keys_the_client_set_are_overwritten(extra: dict[str, Any]) -> None:
     c = ctx({**CHAT, **extra})
-    plan = plan_whole(c, MODEL)
+    plan = planned(c, MODEL)
     assert plan is not None and orjson.loads(c.body) == {**CHAT, **AS_STREAM}
     assert plan.keep_ids == bool(extra.get("return_token_ids"))
 
 
 def test_an_empty_object() -> None:
     c = ctx(b" { } ")
-    assert plan_whole(c, MODEL) is not None and orjson.loads(c.body) == AS_STREAM
+    assert planned(c, MODEL) is not None and orjson.loads(c.body) == AS_STREAM
 
 
 @pytest.mark.parametrize(
@@ -60,7 +68,7 @@ def test_an_empty_object() -> None:
 def test_what_cannot_move_is_sent_untouched(extra: dict[str, Any], reason: str) -> None:
     c = ctx({**CHAT, **extra})
     raw = c.body
-    plan = plan_whole(c, MODEL)
+    plan = planned(c, MODEL)
     assert plan is not None and plan.runs_again and plan.reason.startswith(reason)
     assert c.body is raw
 
@@ -68,5 +76,5 @@ def test_what_cannot_move_is_sent_untouched(extra: dict[str, Any], reason: str) 
 def test_models_that_do_not_migrate_and_other_apis_have_no_plan() -> None:
     off = Model.model_validate({"name": "m", "source": {"path": "/m"}, "migration": False})
     c = ctx(CHAT)
-    assert plan_whole(c, off) is None and orjson.loads(c.body) == CHAT
+    assert planned(c, off) is None and orjson.loads(c.body) == CHAT
     assert plan_whole(ctx({"model": "m", "input": "hi"}, "/v1/responses"), MODEL) is None

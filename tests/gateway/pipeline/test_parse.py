@@ -6,6 +6,7 @@ import orjson
 import pytest
 
 from gateway.errors import InvalidRequest
+from gateway.pipeline.body import write_body
 from gateway.pipeline.parse import parse
 from gateway.values import RequestContext
 
@@ -28,7 +29,9 @@ def test_chat_body_gives_model_stream_and_a_prefix_key() -> None:
     assert (c.model_name, c.stream) == ("m", True)
     assert c.route.prefix_key and c.route.session_key is None
     assert c.asked.max_tokens == 7 and c.cost.prompt == size // 4  # the client's body; the rest once resolved
-    assert c.strip_usage and b'"stream_options":{"include_usage":true}' in c.body  # exact usage asked for
+    assert c.strip_usage  # exact usage asked for: in the body sent, written once after the plans
+    write_body(c)
+    assert b'"stream_options":{"include_usage":true}' in c.body
 
 
 def test_same_conversation_prefix_gives_the_same_key_whatever_follows() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.settle import finish, stream_usage, usage_of
-from gateway.values import RequestContext
+from gateway.values import Progress, RequestContext
 
 
 def test_usage_of_a_body_and_of_one_without_usage() -> None:
@@ -29,7 +29,8 @@ def test_stream_usage_reads_the_last_event_that_carries_it() -> None:
 
 def test_finish_records_the_request_and_logs_one_line_with_its_id(caplog: pytest.LogCaptureFixture) -> None:
     metrics = GatewayMetrics()
-    c = RequestContext("req-42", "chat/completions", b"", {}, started=0.0, status=200, first_byte_at=0.01)
+    c = RequestContext("req-42", "chat/completions", b"", {}, started=0.0)
+    c.progress = Progress(status=200, first_byte_at=0.01)
     with caplog.at_level(logging.INFO, logger="llmgw.access"):
         finish(c, metrics, prompt=9, completion=3)
     sample = metrics.registry.get_sample_value

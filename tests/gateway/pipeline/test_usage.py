@@ -11,7 +11,9 @@ from pathlib import Path
 import httpx
 import orjson
 
-from gateway.pipeline.usage import UsageStrip, ask_usage, without_usage_events
+from gateway.pipeline.body import write_body
+from gateway.pipeline.usage import UsageStrip, asks_usage, without_usage_events
+from gateway.values import RequestContext
 from testing.gateway import fleet_yaml, register, serve_gateway
 from testing.procs import start_fake_engine
 
@@ -20,9 +22,17 @@ DELTA = b'data: {"id":"a","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
 DONE = b"data: [DONE]\n\n"
 
 
-def test_ask_usage_adds_the_option_only_where_the_client_did_not_ask() -> None:
+def test_the_usage_option_is_added_only_where_the_client_did_not_ask() -> None:
+    def sent(body: bytes) -> tuple[bytes, bool]:
+        """The body sent upstream (gateway/pipeline/body.py) and whether the usage is the gateway's."""
+        c = RequestContext("r", "chat/completions", body, {}, 0.0)
+        c.payload = orjson.loads(body)
+        c.strip_usage = asks_usage(c.payload)
+        write_body(c)
+        return c.body, c.strip_usage
+
     def asked(body: bytes) -> tuple[dict[str, object], bool]:
-        new, strip = ask_usage(orjson.loads(body), body)
+        new, strip = sent(body)
         return orjson.loads(new), strip
 
     assert asked(b'{"model":"m","stream":true}') == (
@@ -36,7 +46,7 @@ def test_ask_usage_adds_the_option_only_where_the_client_did_not_ask() -> None:
         True,
     )
     own = b'{"model":"m","stream_options":{"include_usage":true}}'
-    assert ask_usage(orjson.loads(own), own) == (own, False)  # the client's: passed on, untouched
+    assert sent(own) == (own, False)  # the client's: passed on, untouched
 
 
 def test_strip_takes_out_the_usage_event_whatever_the_chunking() -> None:
