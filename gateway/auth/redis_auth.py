@@ -14,6 +14,7 @@ beats refusing every caller.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -136,6 +137,7 @@ class RedisAuth:
         self.store, self.limiter, self.metrics = store, limiter, metrics
         self.clock = clock
         self.cache = KeyCache(cache_s)
+        self._reads: dict[tuple[str, int], asyncio.Future[ApiKey | None]] = {}
         self.changes = KeyChanges(store.redis, store.keys, self.cache)
 
     async def aclose(self) -> None:
@@ -158,7 +160,7 @@ class RedisAuth:
             return cached
         epoch = self.cache.epoch
         try:
-            key = await self.store.lookup_digest(digest)
+            key = await self._read_once(digest, epoch)
         except REDIS_DOWN as exc:
             return self._fallback(digest, exc)
         if key is None:
@@ -167,6 +169,18 @@ class RedisAuth:
             raise Unauthorized("invalid API key: unknown or revoked")
         self.cache.put(digest, key, self.clock(), epoch)
         return key
+
+    async def _read_once(self, digest: str, epoch: int) -> ApiKey | None:
+        """The store's answer for a key, one read shared by every lookup of it that began in the same
+        epoch: the requests in flight when a key's entry expires make one round trip, not one each (and
+        do not exhaust the client's connection pool). A waiter that is cancelled leaves the read to the
+        others."""
+        read = self._reads.get((digest, epoch))
+        if read is None:
+            read = asyncio.ensure_future(self.store.lookup_digest(digest))
+            self._reads[(digest, epoch)] = read
+            read.add_done_callback(lambda _: self._reads.pop((digest, epoch), None))
+        return await asyncio.shield(read)
 
     def _fallback(self, digest: str, exc: Exception) -> ApiKey:
         key = self.cache.fallback(digest, self.clock())

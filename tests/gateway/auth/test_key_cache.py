@@ -5,6 +5,7 @@ next request, and past its TTL a key is read again."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -105,6 +106,28 @@ async def test_past_its_ttl_a_key_is_read_again(own_store: KeyStore) -> None:
         assert await gets(own_store) == before + 1
     finally:
         await changes.close()
+
+
+async def test_requests_in_flight_when_a_key_expires_read_it_once(key_server: Proc) -> None:
+    """256 requests of one key in flight as its entry expires share one read: none is refused for a pool
+    of 10 connections (redis-py's "Too many connections", a 503 before), and the store runs one GET."""
+    client = aioredis.Redis.from_url(f"redis://127.0.0.1:{key_server.port}/0", max_connections=10)
+    store = KeyStore(client, RedisKeys(f"t{uuid.uuid4().hex[:8]}"))
+    key_id, secret = new_secret()
+    await store.create(ApiKey(key_id, "acme"), secret)
+    clock = Clock()
+    auth, changes = await watched(store, clock)
+    headers = {"authorization": f"Bearer {secret}"}
+    try:
+        await auth.authenticate(headers)
+        clock.now += 5.1
+        before = await gets(store)
+        callers = await asyncio.gather(*(auth.authenticate(headers) for _ in range(256)))
+        assert {c.key_id for c in callers} == {key_id}
+        assert await gets(store) == before + 1
+    finally:
+        await changes.close()
+        await client.aclose()
 
 
 async def test_a_revoke_is_seen_by_the_next_lookup(own_store: KeyStore) -> None:

@@ -8,12 +8,12 @@ from typing import Any
 import orjson
 import pytest
 
-from llmgw_contract.fleet import Model
 from gateway.endpoints import ROUTES
 from gateway.migration.stream import plan_migration
 from gateway.pipeline.body import write_body
 from gateway.pipeline.usage import asks_usage
 from gateway.values import RequestContext
+from llmgw_contract.fleet import Model
 
 MODEL = Model.model_validate({"name": "m", "source": {"path": "/m"}})
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
