@@ -41,6 +41,7 @@ help:
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
 	@echo "make compat  the clients agent builders use (lm-eval, langchain, llama-index, litellm, guidellm, anthropic, Agents SDK) against a running stack (COMPAT_URL=$(COMPAT_URL))"
 	@echo "make keyed-cost  what an Idempotency-Key costs a stream: Redis commands, bytes, CPU per event; the gateway's CPU (FAKE ENGINE)"
+	@echo "make bench  the hot path: CPU per request and added latency, the gateway (production defaults too) against nginx and vLLM Router, py-spy profiles (BENCH_ARGS)"
 	@echo "make bench-agentic  agent sessions with tool pauses through 2 and 4 gateways, per routing policy (FAKE ENGINE)"
 	@echo "make bench-agentic-real  the same agentic trace on two real SmolLM2 CPU vLLM replicas (a smaller trace)"
 	@echo "make compose-test  compose.yaml on CPU with podman-compose (real vLLM): requests, crashes, down"
@@ -384,9 +385,11 @@ format: $(STAMPS)/venv
 	$(BIN)/ruff format llmgw_contract gateway workers llmgw_tools tests bench testing docsgen
 	$(BIN)/ruff check --fix llmgw_contract gateway workers llmgw_tools tests bench testing docsgen
 
-# Benchmarks print ratios against a baseline measured in the same run (direct to the engine, nginx alone).
+# Benchmarks print ratios against a baseline measured in the same run (direct to the engine, nginx alone,
+# vLLM Router); make bench also writes a py-spy profile of the production targets per shape and
+# concurrency into bench/results/profiles (a pass of its own after the measured runs).
 bench: install
-	$(BIN)/python -m bench.hotpath $(BENCH_ARGS)
+	$(BIN)/python -m bench.hotpath --profile bench/results/profiles $(BENCH_ARGS)
 
 # Every routing policy on two real SmolLM2 CPU replicas behind 2 and 4 gateways behind nginx: conversations,
 # templates, `vllm bench serve` prefix_repetition (Poisson arrivals) and pressure (32 documents of ~1,300

@@ -11,15 +11,18 @@ its spans sent to a loopback OTLP receiver in this process),
 and vLLM Router (the Rust router of the ``vllm-router`` package) as the peer: round robin over one engine,
 round robin over two, its default cache_aware over two, and each shape (non-streamed 16 tokens, streamed
 64 tokens) at concurrency 1, 32 and 256 it prints requests/s, p50/p99 latency and TTFT, the added p50 over
-direct, the proxy's CPU milliseconds per request (from /proc of its process tree), each the median of 3
-runs, and that CPU as a ratio to vLLM Router's in the same run (rr-2 and prefix-2 against the router over
-the same two engines, round robin and cache_aware; every other target against the router over one).
+direct, the added p50 and p99 over nginx alone, the proxy's CPU milliseconds per request (from /proc of its
+process tree), each the median of 3 runs, and that CPU as a ratio to vLLM Router's in the same run (rr-2
+and prefix-2 against the router over the same two engines, round robin and cache_aware; every other target
+against the router over one). With ``--profile DIR``, a py-spy profile of the production targets per shape
+and concurrency, in a pass of its own after the measured runs (:mod:`bench.profile`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -37,6 +40,7 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 import redis.asyncio as aioredis
 
+from bench import profile
 from bench.loadgen import Result, Target, percentile, run
 from bench.routing_workloads import chat_messages, document, question
 from gateway.auth.keys import ApiKey, KeyStore, new_secret
@@ -82,6 +86,8 @@ class Row:
     errors: int
     added_p50_ms: float = 0.0
     cpu_vs_router: float = 0.0
+    p50_vs_nginx_ms: float = 0.0
+    p99_vs_nginx_ms: float = 0.0
 
 
 def say(msg: str) -> None:
@@ -193,7 +199,8 @@ def start_gateway(
     source: str = "",
     settings: dict[str, str] | None = None,
 ) -> Proc:
-    """``source``: another checkout's gateway (its directory first on PYTHONPATH), e.g. main's;
+    """``source``: another checkout's gateway (its directory first on PYTHONPATH), e.g. main's, else this
+    checkout's (a worktree sharing another checkout's virtualenv would run that one's editable install);
     ``settings``: more LLMGW_* variables. Its Redis prefix is ``bench<port>``."""
     port = free_port()
     fleet = tmp / f"fleet-bench-{port}.yaml"
@@ -204,7 +211,7 @@ def start_gateway(
         f"    max_queue: 4096\n    policy: {policy}\n" + ("" if migration else "    migration: false\n")
     )
     env = {
-        **({"PYTHONPATH": source} if source else {}),
+        "PYTHONPATH": source or str(REPO),  # this checkout's code, not the venv's editable install's
         "LLMGW_ADMISSION": str(admission).lower(),
         "LLMGW_REDIS_URL": f"redis://127.0.0.1:{redis.port}/0",
         "LLMGW_REDIS_PREFIX": f"bench{port}",
@@ -216,7 +223,12 @@ def start_gateway(
         [str(Path(sys.executable).parent / "llmgw-gateway"), "--fleet", str(fleet), "--port", str(port)],
     )
     proc = spawn(argv, port, tmp / f"gateway-{port}.log", env)
-    wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/ready"), 20, "gateway")
+    with contextlib.suppress(TimeoutError):
+        wait_until(lambda: proc.popen.poll() is not None or http_ok(f"{proc.url}/ready"), 60, "gateway")
+    if proc.popen.poll() is not None or not http_ok(f"{proc.url}/ready"):  # its log goes with tmp: show it
+        tail = "\n".join(proc.log.read_text(errors="replace").splitlines()[-20:])
+        proc.stop()
+        raise RuntimeError(f"gateway not ready within 60 s (exit {proc.popen.returncode}):\n{tail}")
     return proc
 
 
@@ -270,28 +282,62 @@ def bench_target(
                 f"{name:<16} {shape:<10} c={conc:<4} {row.rps:8.0f} req/s  p50 {row.p50_ms:7.2f} ms  "
                 f"cpu {row.cpu_ms_per_req:6.3f} ms/req  errors {row.errors}"
             )
+            if row.errors:
+                kinds = collections.Counter(e[:120] for r, _ in runs for e in r.errors)
+                say(f"  errors: {dict(kinds.most_common(3))}")
+            if proc and args.profile and name in args.profile_targets:
+                profile_pass(name, proc.popen.pid, target, conc, shape, args)
     return rows
 
 
+def profile_pass(
+    name: str, pid: int, target: Target, conc: int, shape: str, args: argparse.Namespace
+) -> None:
+    """One more run of ``--profile-seconds`` after the measured ones, py-spy recording the proxy (pinned to
+    the load core): its collapsed stacks gzip'ed and their top functions as text in ``--profile`` DIR. A
+    separate pass, so that neither py-spy's CPU nor its pauses of the proxy (it stops the process for each
+    sample) touch the measured rows."""
+    args.profile.mkdir(parents=True, exist_ok=True)
+    raw = args.profile / f"{name}-{shape}-c{conc}.collapsed"
+    with profile.recording(pid, raw, args.profile_rate, LOAD_CORE):
+        result = asyncio.run(run(target, conc, 10**9, args.profile_seconds))
+    full = args.profile_rate * args.profile_seconds
+    head = (
+        f"{name} {shape} c={conc}: py-spy record --rate {args.profile_rate} --function --gil (blocking),"
+        f" {result.rps:.0f} req/s over {args.profile_seconds:g} s in a pass of its own after the measured"
+        f" runs, {len(result.errors)} errors. A sample is a moment a thread held the GIL (Python or the C"
+        f" code it calls: uvloop, httptools, json), so samples / {full:.0f}"
+        " is about the share of one core the proxy used; each share below is of the samples"
+    )
+    packed, brief = profile.keep(raw, args.profile_top, head)
+    say(f"profile: {packed.name}, {brief.name}")
+
+
 def add_overheads(rows: list[Row]) -> None:
-    """Added p50 over direct, and CPU per request as a ratio to vLLM Router's in the same run (rr-2 and
-    prefix-2 to the router over the same two engines, every other target to the router over one)."""
+    """Added p50 over direct, p50 and p99 over nginx alone's, and CPU per request as a ratio to vLLM
+    Router's in the same run (rr-2 and prefix-2 to the router over the same two engines, every other
+    target to the router over one)."""
     direct = {(r.shape, r.concurrency): r.p50_ms for r in rows if r.target == "direct"}
+    nginx = {(r.shape, r.concurrency): r for r in rows if r.target == "nginx"}
     cpu = {(r.target, r.shape, r.concurrency): r.cpu_ms_per_req for r in rows}
     for r in rows:
         r.added_p50_ms = r.p50_ms - direct.get((r.shape, r.concurrency), r.p50_ms)
+        if (base := nginx.get((r.shape, r.concurrency))) is not None:
+            r.p50_vs_nginx_ms, r.p99_vs_nginx_ms = r.p50_ms - base.p50_ms, r.p99_ms - base.p99_ms
         peer = cpu.get((PEER.get(r.target, ROUTER), r.shape, r.concurrency), 0.0)
         r.cpu_vs_router = r.cpu_ms_per_req / peer if peer > 0 and r.target != "direct" else 0.0
 
 
 def table(rows: list[Row]) -> str:
     head = (
-        "| target | shape | conc | req/s | p50 ms | p99 ms | TTFT p50 ms | added p50 ms | proxy CPU ms/req "
-        "| × vLLM Router | errors |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "| target | shape | conc | req/s | p50 ms | p99 ms | TTFT p50 ms | added p50 ms | p50 − nginx ms "
+        "| p99 − nginx ms | proxy CPU ms/req | × vLLM Router | errors |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [
         f"| {r.target} | {r.shape} | {r.concurrency} | {r.rps:.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | "
-        f"{r.ttft_p50_ms:.2f} | {r.added_p50_ms:+.2f} | {r.cpu_ms_per_req:.3f} | "
+        f"{r.ttft_p50_ms:.2f} | {r.added_p50_ms:+.2f} | {r.p50_vs_nginx_ms:+.2f} | "
+        f"{r.p99_vs_nginx_ms:+.2f} | {r.cpu_ms_per_req:.3f} | "
         f"{f'{r.cpu_vs_router:.2f}' if r.cpu_vs_router else '—'} | {r.errors} |"
         for r in rows
     ]
@@ -314,6 +360,21 @@ def ratio_table(rows: list[Row]) -> str:
             else f"{r.cpu_ms_per_req:.3f}"
             for r in found
         ]
+        lines.append(f"| {name} | " + " | ".join(text) + " |")
+    return "\n".join(lines)
+
+
+def latency_table(rows: list[Row]) -> str:
+    """One line per target: the p50 / p99 latency it adds over nginx alone's in the same run, per shape."""
+    cells = [(shape, c) for shape in SHAPES for c in sorted({r.concurrency for r in rows})]
+    lines = [
+        "| proxy | " + " | ".join(f"{shape} c={c}" for shape, c in cells) + " |",
+        "|---|" + "---|" * len(cells),
+    ]
+    by = {(r.target, r.shape, r.concurrency): r for r in rows}
+    for name in dict.fromkeys(r.target for r in rows if r.target not in ("direct", "nginx")):
+        found = [by.get((name, shape, c)) for shape, c in cells]
+        text = ["—" if r is None else f"{r.p50_vs_nginx_ms:+.2f} / {r.p99_vs_nginx_ms:+.2f}" for r in found]
         lines.append(f"| {name} | " + " | ".join(text) + " |")
     return "\n".join(lines)
 
@@ -367,6 +428,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--soak", type=float, default=0, help="seconds of soak at concurrency 256 (0 to skip)")
     p.add_argument("--json", type=Path, default=REPO / "bench/results/hotpath.json")
     p.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="py-spy profiles of the --profile-targets, one per shape and concurrency, in a pass of their own"
+        " after the measured runs: collapsed stacks (.collapsed.gz) and their top functions (.top.txt)",
+    )
+    p.add_argument("--profile-targets", nargs="+", default=list(PRODUCTION))
+    p.add_argument("--profile-seconds", type=float, default=5.0, help="length of each profiling pass")
+    p.add_argument("--profile-rate", type=int, default=250, help="py-spy samples per second")
+    p.add_argument("--profile-top", type=int, default=25, help="functions and files in each summary")
+    p.add_argument(
         "--baseline",
         action="append",
         default=[],
@@ -376,25 +448,40 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     args.sources = dict(b.split("=", 1) for b in args.baseline)
+    if args.profile and not profile.available():
+        raise SystemExit(f"--profile: no py-spy at {profile.PYSPY}")
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     os.sched_setaffinity(0, {int(LOAD_CORE)})
     rows: list[Row] = []
-    notes: list[str] = []
+    notes: list[str] = [load_note("start")]
+    say(notes[0])
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         with started(start_engine(tmp, args.engine_delay_ms)) as engine, started(start_redis(tmp)) as redis:
             say(f"fake engine on :{engine.port} (core {LOAD_CORE}); proxies on core {PROXY_CORE}")
             for name in args.targets:
+                notes.append(load_note(f"start of {name}"))
+                say(notes[-1])
                 rows += bench_one(name, tmp, engine, redis, args, notes)
+    notes.append(load_note("end"))
     add_overheads(rows)
     print("\n" + table(rows))
     print("\nproxy CPU ms per request (× vLLM Router's in this run):\n" + ratio_table(rows))
+    print("\nlatency added over nginx alone, p50 / p99 ms:\n" + latency_table(rows))
     for n in notes:
         print(n)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"rows": [asdict(r) for r in rows], "notes": notes}, indent=1))
     return 0
+
+
+def load_note(when: str) -> str:
+    """The machine's load average (1, 5, 15 min) and core count at ``when``, for the log: this benchmark
+    pins its processes to two cores, which other work on the machine may share."""
+    one, five, fifteen = os.getloadavg()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    return f"load average at {when} ({stamp}): {one:.2f} {five:.2f} {fifteen:.2f} ({os.cpu_count()} cores)"
 
 
 def bench_one(
