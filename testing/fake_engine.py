@@ -50,7 +50,9 @@ closed before it was written), ``GET /fault/idle-close?ms=N`` (the same at run t
 (``--delay-ms`` of streams at run time) and ``GET /fault/event-bytes?n=N`` (their tokens' text padded
 to N bytes): with both, a long fast stream. A generation whose connection closes
 before its end logs ``Aborted request <id>`` (vLLM's line, with ``--enable-log-requests``).
-A slow start as vLLM's (supervisor-death tests): ``--start-delay-s`` waits before listening;
+Sleep mode's calls take ``--sleep1-s``, ``--sleep2-s``, ``--wake1-s``, ``--wake-weights-s``, ``--reload-s``,
+``--wake-kv-s`` each (testing/fake_sleep.py; a measured card's through testing/fake_gpu_engine.py's
+``--profile``). A slow start as vLLM's (supervisor-death tests): ``--start-delay-s`` waits before listening;
 ``--engine-core`` forks a child in the engine's process group that lives until killed, as vLLM's engine
 core (which holds the GPU memory) outlives an API server killed alone.
 """
@@ -73,7 +75,7 @@ import uvloop
 
 from testing.fake_apis import FakeApis, bad_request, error
 from testing.fake_prefix_cache import PrefixCache, prompt_text
-from testing.fake_sleep import FakeSleep, SleepConfig
+from testing.fake_sleep import FakeSleep, SleepConfig, SleepWaits
 from testing.fake_tokens import MAX_STREAM_TOKENS, TokenFrames, error_frame
 
 
@@ -334,6 +336,8 @@ class FakeEngine(asyncio.Protocol):
         if method == "GET" and (answer := set_knob(self.knobs, path)) is not None:
             return self.send(*answer)
         if self.sleep.handles(path):
+            if wait := self.sleep.wait_s(path, body):
+                await asyncio.sleep(wait)
             return self.send(*self.sleep.handle(method, path, body))
         if method == "POST" and self.cfg.crash_on and self.cfg.crash_on.encode() in body:
             self.stats.count(headers.get("x-request-id", "fake"))  # it began the generation, then crashed
@@ -691,6 +695,17 @@ def add_fault_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_sleep_wait_args(p: argparse.ArgumentParser) -> None:
+    """Sleep mode's memory at level 2 and each call's wait (:class:`SleepWaits`; testing/gpu_profile.py)."""
+    p.add_argument("--asleep2-mib", type=int, default=0, help="MiB held at level 2 (0: --asleep-mib)")
+    for flag in ("sleep1", "sleep2", "wake1", "wake-weights", "reload", "wake-kv"):
+        p.add_argument(f"--{flag}-s", type=float, default=0.0, help="seconds this sleep-mode call takes")
+
+
+def sleep_waits(a: argparse.Namespace) -> SleepWaits:
+    return SleepWaits(a.sleep1_s, a.sleep2_s, a.wake1_s, a.wake_weights_s, a.reload_s, a.wake_kv_s)
+
+
 def fault_config(a: argparse.Namespace) -> FaultConfig:
     return FaultConfig(a.exit_on_prompt, a.idle_close_ms)
 
@@ -720,6 +735,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--awake-mib", type=int, default=10240)
     p.add_argument("--asleep-mib", type=int, default=1024)
     p.add_argument("--sleep-calls-file", default="", help="append every sleep-mode call here")
+    add_sleep_wait_args(p)
     p.add_argument("--tool-strict-level", default="", help="vLLM's flag (the default fleet sets it): ignored")
     p.add_argument("--max-model-len", type=int, default=2048, help="what /v1/models says of the context")
     p.add_argument("--enable-log-requests", action="store_true", help="as vLLM's: log each generation's id")
@@ -735,8 +751,9 @@ def main(argv: list[str] | None = None) -> None:
         subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"], stdin=subprocess.DEVNULL)
     time.sleep(a.start_delay_s)
     sleep = SleepConfig(
-        a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file
-    )
+        a.enable_sleep_mode, a.dummy_weights, a.memory_file, a.awake_mib, a.asleep_mib, a.sleep_calls_file,
+        a.asleep2_mib, sleep_waits(a),
+    )  # fmt: skip
     cfg = Config(
         a.model, a.tokens, a.delay_ms, a.fault, a.latency_ms, a.kv_blocks, not a.no_lora, a.api_key, sleep,
         prefix_cache_blocks=a.prefix_cache_blocks, prefill_ms_per_block=a.prefill_ms_per_block,

@@ -15,6 +15,12 @@ dummy`` makes level 2 unwakeable as in vLLM. With ``FAKE_GPU_MEMORY_DIR`` set, t
 "holds on the GPU" to a file there named by its port: its budget of ``FAKE_GPU_TOTAL_MIB`` (default
 143771, an H200) plus ``FAKE_GPU_OVERHEAD_MIB`` (default 1536) awake, ``FAKE_GPU_ASLEEP_MIB`` (default
 1600) asleep; the FAKE nvidia-smi (testing/fake_nvidia_smi.py) reads them.
+
+``--profile h200`` teaches it a measured card (testing/gpu_profile.py, from the lent H200's recorded numbers):
+its start-up, each sleep and wake call per level and a first token take their measured seconds, and it
+holds the measured MiB awake (its budget's share plus the measured overhead) and asleep at each level.
+``--time-scale K`` multiplies those seconds by K, for a long replay run compressed (the gateway's and the
+supervisor's own work is not scaled, so it weighs 1/K times more than on the card).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import os
 import sys
 
 from testing import fake_engine
+from testing.gpu_profile import PROFILES, EngineProfile
 
 # The last lines of real vLLM 0.26 start-up failures (paths shortened), one per FAKE_GPU_ERROR.
 ERRORS = {
@@ -70,7 +77,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--enable-sleep-mode", action="store_true")
     p.add_argument("--load-format", default="auto")
+    p.add_argument("--profile", choices=sorted(PROFILES), default=None)
+    p.add_argument("--time-scale", type=float, default=1.0)
     known, rest = p.parse_known_args(argv)
+    profile = PROFILES[known.profile]().scaled(known.time_scale) if known.profile else None
     budget = known.gpu_memory_utilization
     if starts := os.environ.get("FAKE_GPU_STARTS"):
         with open(starts, "a") as f:
@@ -81,12 +91,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"INFO fake-gpu-engine: starting with gpu_memory_utilization={budget}", flush=True)
         print(fail_text(kind, budget), file=sys.stderr, flush=True)
         raise SystemExit(1)
-    flags = sleep_args(known.enable_sleep_mode, known.load_format, budget, rest)
-    fake_engine.main([*flags, *rest])  # the rest (the fleet's extra_args) wins
+    flags = sleep_args(known.enable_sleep_mode, known.load_format, budget, rest, profile)
+    taught = profile.engine_args() if profile else []
+    fake_engine.main([*flags, *taught, *rest])  # the rest (the fleet's extra_args) wins
 
 
-def sleep_args(enabled: bool, load_format: str, budget: float, rest: list[str]) -> list[str]:
-    """The FAKE ENGINE's sleep-mode flags, and its memory file when ``FAKE_GPU_MEMORY_DIR`` is set."""
+def sleep_args(
+    enabled: bool, load_format: str, budget: float, rest: list[str], profile: EngineProfile | None = None
+) -> list[str]:
+    """The FAKE ENGINE's sleep-mode flags, and its memory file when ``FAKE_GPU_MEMORY_DIR`` is set (the
+    profile's overhead and asleep MiB when given, else the environment's)."""
     out = ["--enable-sleep-mode"] if enabled else []
     if load_format == "dummy":
         out.append("--dummy-weights")
@@ -94,8 +108,9 @@ def sleep_args(enabled: bool, load_format: str, budget: float, rest: list[str]) 
     if folder:
         port = rest[rest.index("--port") + 1] if "--port" in rest else "8199"
         total = int(os.environ.get("FAKE_GPU_TOTAL_MIB", "143771"))
-        awake = round(budget * total) + int(os.environ.get("FAKE_GPU_OVERHEAD_MIB", "1536"))
-        asleep = int(os.environ.get("FAKE_GPU_ASLEEP_MIB", "1600"))
+        overhead = profile.overhead_mib if profile else int(os.environ.get("FAKE_GPU_OVERHEAD_MIB", "1536"))
+        awake = round(budget * total) + overhead
+        asleep = profile.asleep1_mib if profile else int(os.environ.get("FAKE_GPU_ASLEEP_MIB", "1600"))
         out += ["--memory-file", os.path.join(folder, port), "--awake-mib", str(awake)]
         out += ["--asleep-mib", str(asleep)]
     return out

@@ -6,7 +6,10 @@ level 2 drops the weights, so a wake from it must reload them (``reload_weights`
 good; dummy weights (``--load-format dummy``) cannot be reloaded (500, NotImplementedError). A generation
 while asleep, or with weights dropped and not reloaded, answers 500 here (vLLM would hang or emit garbage),
 so a test sees any wake done wrong. With a memory file it writes the MiB it "holds on the GPU" there after
-every change (awake, asleep), for the FAKE nvidia-smi (testing/fake_nvidia_smi.py)."""
+every change (awake, asleep), for the FAKE nvidia-smi (testing/fake_nvidia_smi.py). :class:`SleepWaits`:
+how long each call takes before it answers (a measured card's, testing/gpu_profile.py; none by default);
+the state and the memory change when the call ends, as vLLM's copy to the host ends before it frees the
+GPU."""
 
 from __future__ import annotations
 
@@ -14,6 +17,19 @@ import json
 import os
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass(frozen=True)
+class SleepWaits:
+    """Seconds each sleep-mode call takes: a sleep per level, a wake from level 1, and a level-2 wake's
+    three calls (``wake_up?tags=weights``, ``reload_weights``, ``wake_up?tags=kv_cache``)."""
+
+    sleep1_s: float = 0.0
+    sleep2_s: float = 0.0
+    wake1_s: float = 0.0
+    weights_s: float = 0.0
+    reload_s: float = 0.0
+    kv_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -25,6 +41,9 @@ class SleepConfig:
     asleep_mib: int = 1024
     calls_file: str = ""
     """Append every sleep-mode call (``METHOD path``) here, when set."""
+    asleep2_mib: int = 0
+    """The MiB held asleep at level 2 (0: ``asleep_mib``)."""
+    waits: SleepWaits = field(default_factory=SleepWaits)
 
 
 @dataclass
@@ -45,6 +64,8 @@ class FakeSleep:
     def write_memory(self) -> None:
         if self.cfg.memory_file:
             mib = self.cfg.awake_mib if self.weights and self.kv_cache else self.cfg.asleep_mib
+            if self.level == 2 and not (self.weights and self.kv_cache) and self.cfg.asleep2_mib:
+                mib = self.cfg.asleep2_mib
             with open(self.cfg.memory_file, "w") as f:
                 devices = os.environ.get("CUDA_VISIBLE_DEVICES") or "0"
                 f.write(f"{os.getpid()} {mib} {devices}\n")
@@ -59,6 +80,22 @@ class FakeSleep:
         if not self.weights_valid:
             return "the weights were dropped at sleep level 2 and not reloaded"
         return ""
+
+    def wait_s(self, path: str, body: bytes) -> float:
+        """How long the sleep-mode call ``path`` takes in this state (:class:`SleepWaits`)."""
+        w, parts = self.cfg.waits, urlsplit(path)
+        if not self.cfg.enabled:
+            return 0.0
+        tags = parse_qs(parts.query).get("tags", ["weights", "kv_cache"])
+        if parts.path == "/sleep":
+            return w.sleep2_s if parse_qs(parts.query).get("level", ["1"])[0] == "2" else w.sleep1_s
+        if parts.path == "/wake_up" and self.level == 1:
+            return w.wake1_s
+        if parts.path == "/wake_up" and self.level == 2:
+            return w.weights_s * ("weights" in tags) + w.kv_s * ("kv_cache" in tags)
+        if parts.path == "/collective_rpc" and b"reload_weights" in body:
+            return w.reload_s
+        return 0.0
 
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         """(status, JSON body) of one sleep-mode call."""

@@ -3,16 +3,33 @@ already in the project's environment)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
-from bench.residency.device import Device
+
+class Arrival(Protocol):
+    model: str
+    arrived: float
+
+
+class Timeline(Protocol):
+    """What the plot reads: a simulated :class:`bench.residency.device.Device` or the live replay's
+    :class:`bench.residency.stack.Observed`."""
+
+    @property
+    def slots(self) -> Mapping[str, object]: ...
+    @property
+    def timeline(self) -> Sequence[tuple[float, str, str]]: ...
+    @property
+    def served(self) -> Sequence[Arrival]: ...
+
 
 COLORS = {"awake": "#2e7d32", "asleep1": "#90caf9", "asleep2": "#1565c0", "stopped": "#bdbdbd"}
 MOVING = "#ff9800"
 
 
-def spans(dev: Device, end_s: float) -> dict[str, list[tuple[float, float, str]]]:
+def spans(dev: Timeline, end_s: float) -> dict[str, list[tuple[float, float, str]]]:
     """Per model: (start, length, color) of each state or move in the device's timeline."""
     out: dict[str, list[tuple[float, float, str]]] = {}
     last: dict[str, tuple[float, str]] = {}
@@ -26,7 +43,7 @@ def spans(dev: Device, end_s: float) -> dict[str, list[tuple[float, float, str]]
     return out
 
 
-def plot(devs: Mapping[str, Device], end_s: float, path: Path) -> None:
+def plot(devs: Mapping[str, Timeline], end_s: float, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
