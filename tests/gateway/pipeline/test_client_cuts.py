@@ -119,6 +119,7 @@ async def test_a_client_gone_before_the_head_ends_the_attempt(
         client = asyncio.ensure_future(http.post(f"{served.url}/v1/chat/completions", json=stream(model)))
         await until(lambda: served.replica(model).inflight == 1, 10.0, "the stream sent to the replica")
         await until(lambda: engine_inflight(engine, http), 10.0, "the stream begun by the replica")
+        assert not client.done()
         client.cancel()  # its connection closed
         await asyncio.gather(client, return_exceptions=True)
         await served.given_back(model, http)
@@ -137,6 +138,26 @@ async def test_a_client_gone_mid_stream_ends_the_attempt(
             assert (await anext(chunks)).startswith(b"data: ")
             assert (await anext(chunks)).startswith(b"data: ")
             assert served.replica(model).inflight == 1
+    await served.given_back(model, http)
+
+
+async def test_a_client_gone_while_a_whole_answer_moves_ends_the_attempt(
+    served: Served, http: httpx.AsyncClient
+) -> None:
+    """A non-streamed answer that may move is read as a stream and assembled (gateway/pipeline/
+    migrate.py ``whole_continued``): the client leaves once its tokens come. (A plain one's cut before
+    its head is the stream's above; its body comes whole with its head.)"""
+    model = "moving"
+    engine = served.engines[model]
+    before = await generated(engine, http)
+    client = asyncio.ensure_future(
+        http.post(f"{served.url}/v1/chat/completions", json={**stream(model), "stream": False})
+    )
+    await until(lambda: generated_since(engine, http, before), 10.0, "tokens generated")
+    assert orjson.loads((await http.get(f"{engine}/stats")).json()["last_body"])["stream"] is True
+    assert not client.done()
+    client.cancel()
+    await asyncio.gather(client, return_exceptions=True)
     await served.given_back(model, http)
 
 
@@ -206,3 +227,14 @@ async def test_a_client_gone_while_its_head_is_sent_ends_the_attempt(
 
 async def engine_inflight(engine: str, http: httpx.AsyncClient) -> int:
     return int((await http.get(f"{engine}/stats")).json()["inflight"])
+
+
+async def generated(engine: str, http: httpx.AsyncClient) -> float:
+    for line in (await http.get(f"{engine}/metrics")).text.splitlines():
+        if line.startswith("vllm:generation_tokens_total"):
+            return float(line.split()[-1])
+    return 0.0
+
+
+async def generated_since(engine: str, http: httpx.AsyncClient, before: float) -> bool:
+    return await generated(engine, http) >= before + 2
