@@ -48,7 +48,6 @@ async def answer(
             yield got
             return
         source = source_of(gw, ctx, pool, got)  # chosen once: plain, or a stream that may move
-        yield b""
         assert ctx.progress.replica is not None and ctx.model is not None
         itl = gw.metrics.itl.labels(ctx.model.name)
         events, tail, ok, blame, ended = 0, b"", True, True, False
@@ -61,7 +60,8 @@ async def answer(
             source.stop()
 
         token = gw.open_requests.open(end)
-        try:
+        try:  # from the head on, the attempt ends in the finally below (also for a client gone at the head)
+            yield b""
             chunk = await source.first()
             t = time.perf_counter()
             while chunk:
