@@ -18,13 +18,21 @@ from gateway.migration.plan import MOVABLE_PATHS, why_not
 from gateway.values import MigrationPlan, RequestContext
 from llmgw_contract.fleet import Model
 
+RUN_AGAIN = "non-streamed: run again whole (migration_continue_whole off)"
+"""The plan's reason when the continuation of non-streamed requests is off (settings.py)."""
 
-def plan_whole(ctx: RequestContext, model: Model) -> MigrationPlan | None:
+
+def plan_whole(ctx: RequestContext, model: Model, continued: bool = True) -> MigrationPlan | None:
     """None when the model does not migrate or the API cannot move; else a ``whole`` plan: movable
     (``reason`` empty: sent as a stream, written in the body by gateway/pipeline/body.py) or not
-    (``reason`` says why; the body untouched)."""
+    (``reason`` says why; the body untouched). With ``continued`` off (``migration_continue_whole``)
+    every such request is planned to run again whole, its body untouched, nothing else checked."""
     if not model.migrates or ctx.api.name not in MOVABLE_PATHS:
         return None
+    if not continued:
+        plan = MigrationPlan(ctx.payload or {}, RUN_AGAIN, ctx.api.name == "chat/completions", whole=True)
+        plan.attempts = model.migration_attempts
+        return plan
     payload = ctx.payload if ctx.payload is not None else orjson.loads(ctx.body)
     adapter = ctx.model_name not in (model.name, *model.aliases)
     reason = why_not(payload, ctx.api.name, adapter) or _stream_options(payload)
