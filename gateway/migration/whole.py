@@ -1,11 +1,13 @@
 """The plan of a non-streamed generation of a model that migrates.
 
-One that may move (the same rules as a stream: :func:`~gateway.migration.plan.why_not`) is sent to the
-replica as a stream asking for token ids and usage (``stream``, ``stream_options.include_usage``,
-``return_token_ids``): read through :class:`~gateway.migration.stream.MigratingStream`, it continues
-token-exact on another replica when its replica fails, and the client gets one whole answer
-(gateway/migration/assemble.py). One that cannot move is forwarded as the client wrote it and, when its
-replica fails before answering, runs again whole on another (gateway/pipeline/migrate.py).
+By default (``migration_continue_whole`` off) every one is forwarded as the client wrote it and runs
+again whole as below. With it on, one that may move (the same rules as a stream:
+:func:`~gateway.migration.plan.why_not`) is sent to the replica as a stream asking for token ids and
+usage (``stream``, ``stream_options.include_usage``, ``return_token_ids``): read through
+:class:`~gateway.migration.stream.MigratingStream`, it continues token-exact on another replica when
+its replica fails, and the client gets one whole answer (gateway/migration/assemble.py). One that
+cannot move is forwarded as the client wrote it and, when its replica's process is known gone before
+it answered, runs again whole on another (gateway/pipeline/migrate.py).
 """
 
 from __future__ import annotations
