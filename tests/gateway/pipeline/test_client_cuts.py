@@ -101,9 +101,7 @@ async def served(
         await register(redis_url, prefix, model, engines[model], f"{model}-0", concurrency=1)
     redis = aioredis.Redis.from_url(redis_url)
     try:
-        # the continuation of non-streamed answers on (off by default): the whole answer's cut below
-        settings = {"health_interval_s": 60, "migration_continue_whole": True}
-        async with serve_app(tmp_path, FLEET, redis_url, prefix, **settings) as (url, app):
+        async with serve_app(tmp_path, FLEET, redis_url, prefix, health_interval_s=60) as (url, app):
             yield Served(url, app, redis, prefix, engines)
     finally:
         await redis.aclose()
