@@ -69,12 +69,6 @@ ROUTERS = {
 PEER = {"rr-2": "vllm-router-rr-2", "prefix-2": "vllm-router-cache-2"}
 PRODUCTION = {"production": False, "production+tracing": True}
 """The production defaults' targets, each with whether tracing is on."""
-VARIANTS = {
-    "production+continue-whole": ("production", {"LLMGW_MIGRATION_CONTINUE_WHOLE": "true"}),
-    "production+rerun-whole": ("production", {"LLMGW_MIGRATION_CONTINUE_WHOLE": "false"}),
-}
-"""Targets named only on the command line: a production target with one setting named (its base, the
-LLMGW_* variables), to compare one default's cost in the same run."""
 RPM, TPM = 10**9, 10**12
 """The benchmark key's limits: real limits, checked by the script on every request, never reached."""
 
@@ -504,7 +498,7 @@ def bench_one(
             more = [extra.enter_context(started(start_engine(tmp))) for _ in range(count - 1)]
             with started(start_router(tmp, [engine, *more], policy)) as router:
                 return bench_target(name, router, router.port, args)
-    if name in PRODUCTION or name in VARIANTS:
+    if name in PRODUCTION:
         return bench_production(name, tmp, engine, redis, args)
     if name in TWO_REPLICAS:
         with started(start_engine(tmp)) as second:
@@ -552,10 +546,9 @@ def bench_key(redis: Proc, prefix: str) -> str:
 def bench_production(name: str, tmp: Path, engine: Proc, redis: Proc, args: argparse.Namespace) -> list[Row]:
     """The production defaults (keys with limits, Redis admission, migration on) with tracing off, or on
     (``production+tracing``, spans to a loopback OTLP receiver)."""
-    base, extra = VARIANTS.get(name, (name, {}))
     with contextlib.ExitStack() as stack:
-        settings = {"LLMGW_AUTH": "true", "LLMGW_TRACING": str(PRODUCTION[base]).lower(), **extra}
-        if PRODUCTION[base]:
+        settings = {"LLMGW_AUTH": "true", "LLMGW_TRACING": str(PRODUCTION[name]).lower()}
+        if PRODUCTION[name]:
             receiver = stack.enter_context(trace_receiver())
             settings["LLMGW_OTLP_TRACES_ENDPOINT"] = receiver.endpoint
         gw = stack.enter_context(started(start_gateway(tmp, [engine], redis, True, settings=settings)))

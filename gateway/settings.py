@@ -77,17 +77,6 @@ class GatewaySettings(BaseSettings):
     migration_stall_gap_factor: Annotated[float, Field(ge=1)] = 4.0
     """The stall bound learned from the replica: this many times the p99 of its recent gaps between tokens,
     never under ``migration_stall_s``."""
-    migration_continue_whole: bool = False
-    """A non-streamed generation of a model that migrates, and that could move token-exact: on, it is read
-    from its replica as a stream with token ids, continued token-exact on another replica when its
-    replica fails, and assembled into one whole answer (about 1.5x the gateway's CPU per such request:
-    bench/results/hotpath-whole-decision.log); off, it is forwarded as the client wrote it (a plain read)
-    and runs again whole on another replica only once its first replica's process is known gone
-    (docs/gateway/migration.md)."""
-    migration_rerun_confirm_s: Seconds = 3.0
-    """When the connection of a non-streamed request that may run again whole breaks after it was sent
-    (the replica may have begun it), how long it waits for the registry to say the replica's process is
-    gone (then it runs again elsewhere) before the client gets the 502."""
     migration_watch_s: Seconds = 0.5
     """How often a migrating stream's watchdog checks the read that waits for its replica (still
     registered, not stalled)."""

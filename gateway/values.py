@@ -126,10 +126,6 @@ class Progress:
     first_byte_at: float | None = None
     error: str = ""
     upstream_error: GatewayError | None = None
-    broke: Endpoint | None = None
-    """The replica whose connection broke after the request was written to it (it may have begun it):
-    set by forward.py and relay.py ``read_whole``; a non-streamed request waits for the registry's word
-    on it before it may run again (gateway/pipeline/migrate.py)."""
     on_gone: Callable[[], None] | None = None
     """Called if the replica whose answer is awaited leaves the registry or is ejected (a non-streamed
     generation that may run again elsewhere: gateway/pipeline/migrate.py)."""

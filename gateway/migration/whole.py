@@ -1,13 +1,11 @@
 """The plan of a non-streamed generation of a model that migrates.
 
-By default (``migration_continue_whole`` off) every one is forwarded as the client wrote it and runs
-again whole as below. With it on, one that may move (the same rules as a stream:
-:func:`~gateway.migration.plan.why_not`) is sent to the replica as a stream asking for token ids and
-usage (``stream``, ``stream_options.include_usage``, ``return_token_ids``): read through
-:class:`~gateway.migration.stream.MigratingStream`, it continues token-exact on another replica when
-its replica fails, and the client gets one whole answer (gateway/migration/assemble.py). One that
-cannot move is forwarded as the client wrote it and, when its replica's process is known gone before
-it answered, runs again whole on another (gateway/pipeline/migrate.py).
+One that may move (the same rules as a stream: :func:`~gateway.migration.plan.why_not`) is sent to the
+replica as a stream asking for token ids and usage (``stream``, ``stream_options.include_usage``,
+``return_token_ids``): read through :class:`~gateway.migration.stream.MigratingStream`, it continues
+token-exact on another replica when its replica fails, and the client gets one whole answer
+(gateway/migration/assemble.py). One that cannot move is forwarded as the client wrote it and, when its
+replica fails before answering, runs again whole on another (gateway/pipeline/migrate.py).
 """
 
 from __future__ import annotations
@@ -20,21 +18,13 @@ from gateway.migration.plan import MOVABLE_PATHS, why_not
 from gateway.values import MigrationPlan, RequestContext
 from llmgw_contract.fleet import Model
 
-RUN_AGAIN = "non-streamed: run again whole (migration_continue_whole off)"
-"""The plan's reason when the continuation of non-streamed requests is off (settings.py)."""
 
-
-def plan_whole(ctx: RequestContext, model: Model, continued: bool = True) -> MigrationPlan | None:
+def plan_whole(ctx: RequestContext, model: Model) -> MigrationPlan | None:
     """None when the model does not migrate or the API cannot move; else a ``whole`` plan: movable
     (``reason`` empty: sent as a stream, written in the body by gateway/pipeline/body.py) or not
-    (``reason`` says why; the body untouched). With ``continued`` off (``migration_continue_whole``)
-    every such request is planned to run again whole, its body untouched, nothing else checked."""
+    (``reason`` says why; the body untouched)."""
     if not model.migrates or ctx.api.name not in MOVABLE_PATHS:
         return None
-    if not continued:
-        plan = MigrationPlan(ctx.payload or {}, RUN_AGAIN, ctx.api.name == "chat/completions", whole=True)
-        plan.attempts = model.migration_attempts
-        return plan
     payload = ctx.payload if ctx.payload is not None else orjson.loads(ctx.body)
     adapter = ctx.model_name not in (model.name, *model.aliases)
     reason = why_not(payload, ctx.api.name, adapter) or _stream_options(payload)

@@ -44,7 +44,6 @@ async def forward(
             return await attempt_on(gw, ctx, pool, tried)
         except Retryable as failed:
             if failed.written and not failed.answered:  # the replica may have begun it: never again
-                progress.broke = progress.replica
                 raise failed.error from None
             continue
     assert progress.upstream_error is not None

@@ -3,10 +3,9 @@
 it fails; chosen by gateway/pipeline/source.py); :func:`whole_continued` answers a non-streamed one
 that may move: read as a stream through the same source, continued token-exact when its replica
 fails, assembled into one whole answer; :func:`whole_moving` answers a non-streamed one that cannot
-move, or any by default (``migration_continue_whole`` off): run again whole on another replica only once
-its first replica is known not to be running it (the registry says its process is gone; a connection
-that broke after the request was written, with no such word from the registry within
-``migration_rerun_confirm_s``, is a 502, never a second run: gateway/pipeline/forward.py)."""
+move: run again whole on another replica only once its first replica is known not to be running it
+(the registry says its process is gone; a connection that broke after the request was written is a
+502, never a second run: gateway/pipeline/forward.py)."""
 
 from __future__ import annotations
 
@@ -143,15 +142,13 @@ class ReplicaWatch:
 async def whole_moving(
     gw: Gateway, ctx: RequestContext, pool: ModelPool, read: Callable[[Upstream], Awaitable[bytes]]
 ) -> bytes:
-    """A non-streamed generation forwarded as the client sent it (read whole by ``read``): one that cannot
-    move token-exact (n > 1, logprobs, tools, ...: its plan's ``reason``), or any, by default
-    (``migration_continue_whole`` off). It runs again, whole, on a replica not tried yet only once its
-    first replica is known not to be running it: the registry says its process is gone (it left,
-    restarted or was marked failed) while the answer was awaited, or within
-    ``migration_rerun_confirm_s`` of its connection breaking after the request was written (a crash);
-    at most ``migration_attempts`` times within the request's deadline. A replica that is only frozen or
-    slow (failed probes, even ``lost_after_probes`` of them) keeps the request: a 504 at the deadline,
-    never a second generation beside the first; a broken connection the registry does not confirm is
+    """A non-streamed generation that cannot move token-exact (n > 1, logprobs, tools, ...: its plan's
+    ``reason``), forwarded as the client sent it (read whole by ``read``). It runs again, whole, on a
+    replica not tried yet only once its first replica is known not to be running it: the registry says
+    its process is gone (it left, restarted or was marked failed) while the answer was awaited; at most
+    ``migration_attempts`` times within the request's deadline. A replica that is only frozen or slow
+    (failed probes, even ``lost_after_probes`` of them) keeps the request: a 504 at the deadline, never
+    a second generation beside the first; a connection that broke after the request was written is
     forward()'s 502. The client has seen nothing of a run again: at temperature 0 or with a seed the
     answer is the undisturbed one; the tokens generated on the failed replica are generated again (vLLM
     request id ``<id>-rerunN``: a second generation, after the first is known to have ended)."""
@@ -161,65 +158,32 @@ async def whole_moving(
     moves, first_failed, base_id = 0, "", ctx.progress.upstream_id
     watch = ReplicaWatch(ctx, process_only=True)
     while True:
-        ctx.progress.broke = None
         try:
             with watch:
                 up = await forward(gw, ctx, pool, tried)
                 ctx.progress.status, ctx.progress.reply_type = up.status, up.content_type
                 body = await read(up)
-        except ReplicaLeft as exc:  # its process is gone while the answer was awaited
+        except ReplicaLeft as exc:  # its process is gone (a broken connection is forward()'s 502)
+            failed = ctx.progress.replica
             err = UpstreamError(str(exc))
-        except UpstreamError as exc:  # a broken connection: run again only if the registry confirms
-            broke = ctx.progress.broke
-            if broke is None or not await _confirmed_gone(gw, ctx, pool, tried, broke, moves < plan.attempts):
-                raise
-            err = UpstreamError(f"{exc.message}; then the registry said its process is gone")
-        else:
-            if moves:
-                gw.metrics.migrations.labels(pool.model, "continued").inc()
-                _log(ctx, pool, "moved", first_failed, _id(ctx.progress.replica), moves, "answered whole")
-            return body
-        failed = ctx.progress.replica
-        if failed is not None and failed not in tried:
-            tried.append(failed)
-        late = time.perf_counter() >= ctx.progress.deadline
-        if moves >= plan.attempts or late or not candidates(ctx, pool, tried):
-            gw.metrics.migrations.labels(pool.model, "failed").inc()
-            _log(ctx, pool, "failed", first_failed or _id(failed), "-", moves, err.message)
-            raise err from None
-        moves += 1
-        first_failed = first_failed or _id(failed)
-        ctx.progress.upstream_id = f"{base_id}-{RERUN}{moves}"  # vLLM's id: a second generation (not -moveN)
-        _log(ctx, pool, "re-run", _id(failed), "-", moves, err.message)
-
-
-async def _confirmed_gone(
-    gw: Gateway, ctx: RequestContext, pool: ModelPool, tried: list[Endpoint], ep: Endpoint, more: bool
-) -> bool:
-    """Whether the registry says ``ep``'s process is gone within ``migration_rerun_confirm_s`` (and the
-    request's deadline) of its connection breaking; not waited for when the request could not run again
-    anyway (no attempt left, no other replica). Event-driven: ``ep``'s watchers are told by the
-    registry sync."""
-    if ep.process_gone:
-        return True
-    left = min(gw.settings.migration_rerun_confirm_s, ctx.progress.deadline - time.perf_counter())
-    if not more or left <= 0 or not candidates(ctx, pool, [*tried, ep]):
-        return False
-    told = asyncio.Event()
-
-    def on_gone() -> None:
-        if ep.process_gone:
-            told.set()
-
-    ep.watchers.add(on_gone)
-    try:
-        async with asyncio.timeout(left):
-            await told.wait()
-        return True
-    except TimeoutError:
-        return False
-    finally:
-        ep.watchers.discard(on_gone)
+            if failed is not None and failed not in tried:
+                tried.append(failed)
+            late = time.perf_counter() >= ctx.progress.deadline
+            if moves >= plan.attempts or late or not candidates(ctx, pool, tried):
+                gw.metrics.migrations.labels(pool.model, "failed").inc()
+                _log(ctx, pool, "failed", first_failed or _id(failed), "-", moves, err.message)
+                raise err from None
+            moves += 1
+            first_failed = first_failed or _id(failed)
+            ctx.progress.upstream_id = (
+                f"{base_id}-{RERUN}{moves}"  # vLLM's id: a second generation (not -moveN)
+            )
+            _log(ctx, pool, "re-run", _id(failed), "-", moves, err.message)
+            continue
+        if moves:
+            gw.metrics.migrations.labels(pool.model, "continued").inc()
+            _log(ctx, pool, "moved", first_failed, _id(ctx.progress.replica), moves, "answered whole")
+        return body
 
 
 def _id(ep: Endpoint | None) -> str:

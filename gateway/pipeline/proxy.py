@@ -91,9 +91,7 @@ class Proxy:
         model = resolve(ctx, gw.names, gw.lora.adapters)
         await locate_previous(ctx, model, gw.affinity, s.auth)
         # a generation that may move mid-way (gateway/migration): streamed, or asked whole
-        ctx.migration = (
-            plan_migration(ctx, model) if ctx.stream else plan_whole(ctx, model, s.migration_continue_whole)
-        )
+        ctx.migration = plan_migration(ctx, model) if ctx.stream else plan_whole(ctx, model)
         write_body(ctx)  # the body sent upstream, written once (body.py)
         await charge(gw, ctx)
         limits = ctx.charge.headers if ctx.charge is not None else ()  # the key's x-ratelimit-* headers

@@ -97,9 +97,8 @@ async def whole_or_stream(
     gw: Gateway, ctx: RequestContext, pool: ModelPool, usage: Usage
 ) -> bytes | Upstream:
     """The whole answer (its usage filled in), or the replica's head of a stream it said 200 to. A
-    non-streamed answer whose replica may fail runs again whole (by default, or when it cannot move
-    token-exact), else (``migration_continue_whole``) is read as a stream that moves token-exact and
-    answered whole (gateway/pipeline/migrate.py)."""
+    non-streamed answer whose replica may fail runs again whole when it cannot move token-exact, else
+    is read as a stream that moves token-exact and answered whole (gateway/pipeline/migrate.py)."""
     plan = ctx.migration
     if plan is not None and plan.whole:
         if not plan.runs_again:
@@ -137,8 +136,6 @@ async def read_whole(gw: Gateway, ctx: RequestContext, up: Upstream) -> bytes:
         body = await read_rest(up, wait, ctx.progress.replica.url)
     except (Retryable, Unanswered) as failed:
         ok, blame = False, isinstance(failed, Retryable)
-        if blame:  # the connection broke after the request was written (the head had come)
-            ctx.progress.broke = ctx.progress.replica
         raise failed.error from None
     except BaseException:  # cancelled: the client left
         ok, blame = False, False

@@ -71,9 +71,6 @@ async def stack(tmp_path_factory: pytest.TempPathFactory, otlp: TraceReceiver) -
             "LLMGW_FIRST_BYTE_TIMEOUT_S": "20",
             "LLMGW_CHUNK_TIMEOUT_S": "10",
             "LLMGW_MIGRATION_STALL_S": "2",
-            # test_migration_live's non-streamed form asserts the continuation, an opt-in since the
-            # default runs such a request again whole once its replica is known gone (migration.md)
-            "LLMGW_MIGRATION_CONTINUE_WHOLE": "true",
             "LLMGW_TRACING": "true",
             "LLMGW_OTLP_TRACES_ENDPOINT": otlp.endpoint,
         },

@@ -34,9 +34,6 @@ FAULTS = {
     "garbage": "garbage-after-4",
     "stall": "stall-after-4",
 }
-CONTINUED: dict[str, Any] = {"migration_continue_whole": True}
-"""The continuation of non-streamed requests, an opt-in (the default runs one again whole once its
-replica's process is known gone: tests/gateway/migration/test_rerun_evidence.py)."""
 
 
 @pytest.fixture(scope="module")
@@ -289,7 +286,7 @@ WHOLE_BODIES = {
 
 async def undisturbed_whole(tmp: Path, redis_url: str, good: str, path: str, body: dict[str, Any]) -> Any:
     """The same non-streamed request through a gateway whose only replica does not fail."""
-    async with gateway(tmp, redis_url, [good], **CONTINUED) as (gw, _):
+    async with gateway(tmp, redis_url, [good]) as (gw, _):
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{gw}/v1/{path}", json=body)
     assert r.status_code == 200, r.text
@@ -307,8 +304,7 @@ async def test_non_streamed_request_continues_token_exact_and_is_answered_whole(
     body = WHOLE_BODIES[path]
     caplog.set_level(logging.WARNING, "llmgw.migration")
     reference = await undisturbed_whole(tmp_path, redis_url, engines["good"].url, path, body)
-    urls = [engines["die"].url, engines["good"].url]
-    async with gateway(tmp_path, redis_url, urls, **CONTINUED) as (gw, _):
+    async with gateway(tmp_path, redis_url, [engines["die"].url, engines["good"].url]) as (gw, _):
         async with httpx.AsyncClient(timeout=30) as c:
             await c.get(f"{engines['good'].url}/stats/reset")
             r = await c.post(f"{gw}/v1/{path}", json=body)
@@ -343,8 +339,7 @@ async def test_non_streamed_request_continues_token_exact_and_is_answered_whole(
 async def test_non_streamed_answer_carries_token_ids_when_asked(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
-    urls = [engines["die"].url, engines["good"].url]
-    async with gateway(tmp_path, redis_url, urls, **CONTINUED) as (gw, _):
+    async with gateway(tmp_path, redis_url, [engines["die"].url, engines["good"].url]) as (gw, _):
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "return_token_ids": True})
     answer = r.json()
@@ -357,7 +352,7 @@ async def test_non_streamed_request_on_a_frozen_replica_continues(
 ) -> None:
     """No token within migration_stall_s: the generation moves after the 4 tokens it had."""
     urls = [engines["stall"].url, engines["good"].url]
-    async with gateway(tmp_path, redis_url, urls, migration_stall_s=0.5, **CONTINUED) as (gw, _):
+    async with gateway(tmp_path, redis_url, urls, migration_stall_s=0.5) as (gw, _):
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{gw}/v1/completions", json=WHOLE_BODIES["completions"])
             assert await metric(c, gw, 'llmgw_migrations_total{model="m",outcome="continued"} 1.0')
@@ -398,7 +393,7 @@ async def test_non_streamed_request_on_a_replica_that_leaves_continues(
 ) -> None:
     """A frozen replica taken out of the registry: the wait ends, the generation continues elsewhere."""
     urls = [engines["stall"].url, engines["good"].url]
-    async with gateway(tmp_path, redis_url, urls, migration_watch_s=0.1, **CONTINUED) as (gw, prefix):
+    async with gateway(tmp_path, redis_url, urls, migration_watch_s=0.1) as (gw, prefix):
         async with httpx.AsyncClient(timeout=30) as c:
             await c.get(f"{engines['stall'].url}/stats/reset")
             task = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=CHAT))
@@ -417,7 +412,7 @@ async def test_non_streamed_request_whose_replica_leaves_before_its_head_ends_wi
     at the 600 s deadline: the client's 30 s would end first) with a 502, and nothing is sent elsewhere
     (the replica may run it when it wakes: it would run twice)."""
     urls = [engines["hang"].url, engines["good"].url]
-    async with gateway(tmp_path, redis_url, urls, request_timeout_s=600, **CONTINUED) as (gw, prefix):
+    async with gateway(tmp_path, redis_url, urls, request_timeout_s=600) as (gw, prefix):
         async with httpx.AsyncClient(timeout=30) as c:
             await c.get(f"{engines['hang'].url}/stats/reset")
             await c.get(f"{engines['good'].url}/stats/reset")
@@ -438,7 +433,7 @@ async def _started(c: httpx.AsyncClient, url: str) -> bool:
 async def test_non_streamed_request_with_nowhere_to_move_is_a_502(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
-    async with gateway(tmp_path, redis_url, [engines["die"].url], **CONTINUED) as (gw, _):
+    async with gateway(tmp_path, redis_url, [engines["die"].url]) as (gw, _):
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_error"

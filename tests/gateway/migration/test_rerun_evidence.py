@@ -133,41 +133,6 @@ async def test_it_runs_again_once_the_registry_says_the_process_is_gone(
     assert r.json()["choices"][0]["message"]["content"] == UNDISTURBED
 
 
-async def test_by_default_a_crashed_replica_runs_it_again_whole_once_its_death_is_confirmed(
-    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
-) -> None:
-    """The default (``migration_continue_whole`` off): a request that could move token-exact is sent as
-    the client wrote it. Its replica's process exits once it took it (a crash mid-generation): the broken
-    connection alone runs nothing elsewhere; once the registry says the process is gone (the supervisor
-    withdraws it), it runs again whole on the other replica (vLLM id ``<id>-rerun1``) and the client gets
-    one whole answer, from that one run."""
-    body = {"model": "m", "messages": [{"role": "user", "content": "crash here"}], "max_tokens": N}
-    crash = start_fake_engine(tmp_path, "--exit-on-prompt", "crash here")
-    urls = [crash.url, engines["good"].url]
-    try:
-        async with gateway(tmp_path, redis_url, urls, request_timeout_s=20) as (gw, prefix):
-            async with httpx.AsyncClient(timeout=30) as c:
-                await reset(c, engines["good"])
-                task = asyncio.create_task(c.post(f"{gw}/v1/chat/completions", json=body))
-                await until(lambda: crash.popen.poll() is not None, 10, "the replica's process ended")
-                ejected = 'llmgw_ejections_total{model="m",replica="m-0"} 1.0'
-                await until(lambda: _metric(c, gw, ejected), 10, "the broken connection seen")
-                assert not task.done() and (await stats(c, engines["good"]))["started"] == 0
-                await leave(redis_url, prefix, "m-0", urls[0])
-                r = await task
-                again = await stats(c, engines["good"])
-    finally:
-        crash.stop()
-    assert r.status_code == 200, r.text
-    assert again["started"] == 1 and again["last_headers"]["x-request-id"].endswith("-rerun1")
-    assert json.loads(again["last_body"]) == body  # as the client wrote it: no stream, no token ids
-    assert r.json()["choices"][0]["message"]["content"] == UNDISTURBED
-
-
-async def _metric(c: httpx.AsyncClient, gw: str, line: str) -> bool:
-    return line in (await c.get(f"{gw}/metrics")).text
-
-
 async def leave(redis_url: str, prefix: str, rid: str, url: str) -> None:
     redis = aioredis.Redis.from_url(redis_url)
     await remove(redis, RedisKeys(prefix), ReplicaRecord(id=rid, model="m", url=url))

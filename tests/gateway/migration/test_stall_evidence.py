@@ -78,8 +78,7 @@ async def test_a_replica_slow_between_tokens_but_progressing_keeps_its_stream(
 ) -> None:
     """No token for 2 s (four times the stall floor) while the replica's prompt token counter advances:
     no move, one generation (it moved at 0.5 s, prefilled twice)."""
-    urls = [engines["busy"].url, engines["good"].url]
-    async with gateway(tmp_path, redis_url, urls, migration_continue_whole=True) as gw:  # (non-streamed)
+    async with gateway(tmp_path, redis_url, [engines["busy"].url, engines["good"].url]) as gw:
         async with httpx.AsyncClient(timeout=30) as c:
             text, elsewhere = await run(c, gw, engines["good"], stream)
             assert not await moved(c, gw)
@@ -90,8 +89,7 @@ async def test_a_replica_slow_between_tokens_but_progressing_keeps_its_stream(
 async def test_a_frozen_engine_whose_metrics_stand_still_is_moved_from(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc], stream: bool
 ) -> None:
-    urls = [engines["stall"].url, engines["good"].url]
-    async with gateway(tmp_path, redis_url, urls, migration_continue_whole=True) as gw:  # (non-streamed)
+    async with gateway(tmp_path, redis_url, [engines["stall"].url, engines["good"].url]) as gw:
         async with httpx.AsyncClient(timeout=30) as c:
             text, elsewhere = await run(c, gw, engines["good"], stream)
             assert await moved(c, gw)

@@ -78,16 +78,3 @@ def test_models_that_do_not_migrate_and_other_apis_have_no_plan() -> None:
     c = ctx(CHAT)
     assert planned(c, off) is None and orjson.loads(c.body) == CHAT
     assert plan_whole(ctx({"model": "m", "input": "hi"}, "/v1/responses"), MODEL) is None
-
-
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
-def test_without_the_continuation_a_movable_request_runs_again_whole_untouched(path: str) -> None:
-    """``migration_continue_whole`` off: nothing is checked, the body goes as the client wrote it, and
-    the plan is to run it again whole once its replica's process is known gone."""
-    body = CHAT if "chat" in path else {"model": "m", "prompt": "hi"}
-    c = ctx(body, path)
-    raw = c.body
-    plan = c.migration = plan_whole(c, MODEL, continued=False)
-    write_body(c)
-    assert plan is not None and plan.whole and plan.runs_again and plan.attempts == MODEL.migration_attempts
-    assert c.body is raw
