@@ -44,6 +44,7 @@ steps() {  # the recipe: FLEET, REDIS_URL set; returns non-zero at the first ste
   say "step 2: placement held on the cards" && check placement --state $RUN/workers-state.json --fleet "$FLEET" || return 1
   check health --url "$gw/health" --deadline 60 || return 1
   say "step 3: every model through the gateway"
+  for m in llama qwen2 gemma-tp2; do check routable --gateway "$gw" --model $m || return 1; done
   for m in llama qwen2 gemma-tp2; do check load --gateway "$gw" --model $m --n ${LOAD_N:-16} || return 1; done
   say "step 4: a replica on GPU 0 killed, GPU 1's model keeps serving"
   check load --gateway "$gw" --model qwen2 --n ${KILL_LOAD_N:-64} > $RUN/load-during-kill.log 2>&1 &

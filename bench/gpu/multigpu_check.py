@@ -113,6 +113,19 @@ def chat(gateway: str, model: str, key: str) -> bool:
         return False
 
 
+def routable(args: argparse.Namespace) -> int:
+    """Poll until one chat to ``model`` through the gateway is answered: a replica the supervisor listed is
+    routable only once the gateway's registry poll has seen it (a poll interval later)."""
+    end = time.monotonic() + args.deadline
+    while time.monotonic() < end:
+        if chat(args.gateway, args.model, args.key):
+            print(f"routable: {args.model} answers through the gateway")
+            return 0
+        time.sleep(0.5)
+    print(f"NOT ROUTABLE: {args.model} unanswered through the gateway for {args.deadline:.0f} s")
+    return 1
+
+
 def load(args: argparse.Namespace) -> int:
     t = time.monotonic()
     with ThreadPoolExecutor(args.concurrency) as pool:
@@ -152,13 +165,17 @@ def main(argv: list[str] | None = None) -> int:
     ld.add_argument("--n", type=int, default=20)
     ld.add_argument("--concurrency", type=int, default=4)
     ld.add_argument("--key", default=os.environ.get("LLMGW_KEY", "none"))
+    rt = sub.add_parser("routable")
+    rt.add_argument("--gateway", required=True)
+    rt.add_argument("--model", required=True)
+    rt.add_argument("--deadline", type=float, default=60)
+    rt.add_argument("--key", default=os.environ.get("LLMGW_KEY", "none"))
     k = sub.add_parser("kill")
     k.add_argument("--state", type=Path, required=True)
     k.add_argument("--id", required=True)
     args = p.parse_args(argv)
-    return {"health": health, "ready": ready, "placement": placement, "load": load, "kill": kill}[args.step](
-        args
-    )
+    steps = {"health": health, "ready": ready, "placement": placement, "routable": routable, "load": load}
+    return {**steps, "kill": kill}[args.step](args)
 
 
 if __name__ == "__main__":

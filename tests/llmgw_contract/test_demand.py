@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -15,6 +16,7 @@ from gateway.admission.queue_scripts import Acquired, QueueScripts, ticket_id
 from gateway.admission.redis_wire import PipelinedRedis
 from llmgw_contract.demand import read_demand
 from llmgw_contract.redis_keys import RedisKeys
+from testing.procs import start_redis
 
 MODEL = "m"
 
@@ -85,7 +87,21 @@ async def test_shared_inflight_counts_where_admission_is_off_without_double_coun
     assert (await read_demand(redis, keys, MODEL)).in_flight == 4  # the same requests, counted once
 
 
-async def test_the_demand_read_never_scans_the_keyspace(redis: aioredis.Redis, keys: RedisKeys) -> None:
+@pytest.fixture
+async def own_redis(tmp_path: Path) -> AsyncIterator[aioredis.Redis]:
+    """A redis-server of this test's own: its command counts are this test's alone (on the shared one,
+    another test's leftover loop once added an EVALSHA inside the window)."""
+    proc = start_redis(tmp_path)
+    client = aioredis.Redis.from_url(f"redis://127.0.0.1:{proc.port}/0")
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        proc.stop()
+
+
+async def test_the_demand_read_never_scans_the_keyspace(own_redis: aioredis.Redis, keys: RedisKeys) -> None:
+    redis = own_redis
     await redis.mset({keys.response(MODEL, f"r{i}"): b"x" for i in range(2000)})
     await read_demand(redis, keys, MODEL)
     await redis.config_resetstat()

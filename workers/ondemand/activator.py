@@ -319,7 +319,7 @@ class Activator:
         async def put_to_sleep(r: Replica) -> None:
             began = time.monotonic()
             levels.append(await self.put_to_sleep(r, level))
-            self.steer.slept(r.spec.model.name, levels[0], time.monotonic() - began)
+            self.steer.slept(r.spec.model.name, levels[0], time.monotonic() - began, reason)
 
         if not await self.sup.sleep(r, put_to_sleep, lambda r: self.announce(r.spec.model.name)):
             return

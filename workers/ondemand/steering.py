@@ -50,6 +50,9 @@ class Steering:
         self.pilot = Pilot(act.metrics)
         self.ahead: set[str] = set()
         """Models whose wake the policy began ahead of a request (logged once, with that reason)."""
+        self.scaled_down: set[str] = set()
+        """Models the scaler put to sleep for a scale-down (it wakes or stops them): while asleep, the
+        policy does not move them (a wake ahead would undo the scale-down, and the two would alternate)."""
 
     def on(self) -> bool:
         """The fleet's ``defaults.autopilot`` (on without a fleet)."""
@@ -73,7 +76,9 @@ class Steering:
         """``r``'s model as the activator knows it (``waking``: the model whose wake is being planned)."""
         act, name = self.act, r.spec.model.name
         asleep = act.gpu.book(r).asleep.get(r.spec.id, UNMEASURED_ASLEEP_BYTES) if r.on_gpu else 0
-        moving = name != waking and (name in act.wakes or name in act.sleeping)
+        if r.state is ReplicaState.READY:  # woken (demand came back) or started again
+            self.scaled_down.discard(name)
+        moving = name != waking and (name in act.wakes or name in act.sleeping or name in self.scaled_down)
         idle_s = now - act.last_used.get(name, now)
         busy, asked = reading
         return Seen(
@@ -186,9 +191,12 @@ class Steering:
                     await act.sleep(v, f"room for {r.spec.id}: {move.reason}", "room", self.level(v, move))
         return await act.start(r, why)
 
-    def slept(self, model: str, level: SleepLevel, seconds: float) -> None:
-        """A sleep at ``level`` took ``seconds`` (drain excluded): its learned cost."""
+    def slept(self, model: str, level: SleepLevel, seconds: float, reason: str = "idle") -> None:
+        """A sleep at ``level`` took ``seconds`` (drain excluded): its learned cost. A scale-down's sleep
+        (``reason`` scale_down) leaves the model to the scaler while it sleeps: no wake ahead of demand."""
         self.pilot.measured(model, SLEPT[level], seconds)
+        if reason == "scale_down":
+            self.scaled_down.add(model)
 
     def woke(self, model: str, level: SleepLevel, alive: bool, seconds: float) -> None:
         """A wake from ``level`` (``alive``: its process was kept) took ``seconds``: its learned cost."""
