@@ -111,7 +111,10 @@ def by_tenant(ctx: RequestContext, metrics: GatewayMetrics, prompt: int, complet
 
 
 def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, completion: int = 0) -> None:
+    """The request's metrics and access line. Token counts come from the engine's usage as the answer
+    reported it; a negative one (a malformed usage object) counts as 0 rather than failing the request."""
     now = time.perf_counter()
+    prompt, completion = max(prompt, 0), max(completion, 0)
     end_span(ctx)
     model = ctx.model_label
     series = metrics.series(model)
