@@ -241,7 +241,7 @@ test-e2e: install
 # floor) in a venv of their own, .cache/lowest, with the unit tests that need neither vLLM nor the dev tools
 # beyond pytest: a floor the code does not work with fails here. `make test` runs it last.
 LOWEST_DIR   ?= .cache/lowest
-LOWEST_TESTS ?= tests/test_dependencies.py tests/llmgw_contract/test_backoff.py tests/llmgw_contract/test_build_info.py \
+LOWEST_TESTS ?= tests/test_dependencies.py tests/llmgw_contract/test_redis_pool.py tests/llmgw_contract/test_backoff.py tests/llmgw_contract/test_build_info.py \
   tests/llmgw_contract/test_fleet.py tests/llmgw_contract/test_kv_events.py tests/llmgw_contract/test_logs.py \
   tests/llmgw_contract/test_registry.py tests/gateway/edge/test_one_write.py tests/gateway/edge/test_door.py \
   tests/gateway/upstream tests/gateway/test_tracing.py tests/gateway/test_cli.py tests/gateway/test_log_format.py \

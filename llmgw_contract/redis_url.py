@@ -14,7 +14,8 @@ cluster node), with the TLS options of a ``rediss://`` URL in the query, as redi
 
 :func:`connect` builds the asynchronous redis-py client, :func:`connect_sync` the synchronous one (for a
 thread that must work while the event loop is busy); :func:`parse` the parts (the lean pipelined client
-uses them). :data:`REDIS_DOWN` is what their calls raise when Redis is unavailable: every "Redis is down"
+uses them). Their pools hold :data:`POOL_CONNECTIONS` unless the caller gives ``max_connections``.
+:data:`REDIS_DOWN` is what their calls raise when Redis is unavailable: every "Redis is down"
 handler, on the gateways' side and the control plane's, catches exactly it.
 """
 
@@ -37,6 +38,11 @@ TLS_SCHEMES = {"rediss+sentinel": SENTINEL, "rediss+cluster": CLUSTER}
 TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname")
 TCP_ONLY = ("socket_keepalive", "socket_keepalive_options")
 """Connection options redis-py's unix-socket connection refuses (a TypeError at the first command)."""
+POOL_CONNECTIONS = 1024
+"""Connections a client may open (per server for a cluster) unless its caller says: redis-py 8 stops at 100
+by default and fails the 101st command at once with ``MaxConnectionsError`` (read as "Redis is down"). A
+one-server client waits for a free connection instead, up to its socket timeout; a Sentinel or cluster
+client (redis-py's pools there do not wait) fails past this many."""
 
 REDIS_DOWN: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
 """What a Redis call raises when Redis is unreachable, slow past its timeout or refuses the call, in any
@@ -109,14 +115,26 @@ def single_options(url: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def pool_wait_s(kwargs: dict[str, Any]) -> float | None:
+    """How long a one-server client's command waits for a free connection: its socket timeout (its
+    connect timeout when it has none; None, for ever, when it has neither)."""
+    wait = kwargs.get("socket_timeout") or kwargs.get("socket_connect_timeout")
+    return float(wait) if wait else None
+
+
 def connect(url: str, **kwargs: Any) -> aioredis.Redis:
     """A redis-py client for ``url`` with ``kwargs`` (timeouts, retry, pool size) on its connections.
 
     A cluster client is returned typed as ``Redis``: it answers the same single-key commands and
     scripts (every key the project uses carries a hash tag; see llmgw_contract/redis_keys.py)."""
     target = parse(url)
+    kwargs["max_connections"] = kwargs.get("max_connections") or POOL_CONNECTIONS
     if target.kind == "single":
-        return aioredis.Redis.from_url(url, **single_options(url, kwargs))
+        return aioredis.Redis.from_pool(
+            aioredis.BlockingConnectionPool.from_url(
+                url, timeout=pool_wait_s(kwargs), **single_options(url, kwargs)
+            )
+        )
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.kind == "sentinel":
         timeouts = {k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")}
@@ -129,7 +147,6 @@ def connect(url: str, **kwargs: Any) -> aioredis.Redis:
             **kwargs,
         )
         return cast(aioredis.Redis, sentinel.master_for(target.service))
-    kwargs.pop("max_connections", None)
     startup = [ClusterNode(h, p) for h, p in target.nodes]
     return cast(aioredis.Redis, RedisCluster(startup_nodes=startup, **auth, **target.tls_kwargs(), **kwargs))
 
@@ -154,8 +171,12 @@ async def follow_master(client: aioredis.Redis) -> bool:
 def connect_sync(url: str, **kwargs: Any) -> redis.Redis:
     """The synchronous redis-py client for ``url`` (the same three forms and options as :func:`connect`)."""
     target = parse(url)
+    kwargs["max_connections"] = kwargs.get("max_connections") or POOL_CONNECTIONS
     if target.kind == "single":
-        return redis.Redis.from_url(url, **single_options(url, kwargs))
+        pool = redis.BlockingConnectionPool.from_url(
+            url, timeout=pool_wait_s(kwargs), **single_options(url, kwargs)
+        )
+        return redis.Redis.from_pool(pool)
     auth: dict[str, Any] = {"username": target.username, "password": target.password}
     if target.kind == "sentinel":
         timeouts = {k: v for k, v in kwargs.items() if k in ("socket_timeout", "socket_connect_timeout")}
@@ -168,7 +189,6 @@ def connect_sync(url: str, **kwargs: Any) -> redis.Redis:
             **kwargs,
         )
         return cast(redis.Redis, sentinel.master_for(target.service))
-    kwargs.pop("max_connections", None)
     startup = [redis.cluster.ClusterNode(h, p) for h, p in target.nodes]  # type: ignore[no-untyped-call]
     return cast(
         redis.Redis,
