@@ -50,6 +50,11 @@ class GatewaySettings(BaseSettings):
     stream_write_timeout_s: Seconds = 30.0
     """A stream whose client makes no write progress for this long is dropped: its upstream closed, its slot
     released, counted in `llmgw_stream_stalled_total`. Also the window of `stream_min_rate_bytes_s`."""
+    send_timeout_s: Seconds = 60.0
+    """Limit on any connection (nginx's `send_timeout`): a client that takes nothing of what the gateway has
+    written for this long is disconnected, so an answer or a head that nobody reads (a non-streamed answer,
+    pipelined requests behind it) holds no connection, and no stream slot, for ever. Streams are judged
+    sooner by `stream_write_timeout_s`."""
     stream_min_rate_bytes_s: Annotated[int, Field(ge=0)] = 4096
     """The slowest client a stream waits for: over a `stream_write_timeout_s` window in which the gateway
     waited for the client at least half the time, the client must take this many bytes a second, or it

@@ -12,6 +12,9 @@ The protocol is also the door (:func:`door_protocol`): before a request reaches 
 authentication), its request line and headers together may take at most ``max_head_bytes`` (more: 431,
 and never more than that is given to the parser, so nothing past the limit is buffered) and must arrive
 within ``header_timeout_s`` of the read that left it incomplete, or of the connection (late: 408).
+While the connection's writes are paused (its client does not read), the client must take something of
+what was written within ``send_timeout_s``, or the connection is dropped (nginx's ``send_timeout``):
+uvicorn waits for a paused connection without bound before every send, the head's included.
 Both answers are the API's error shape, with ``connection: close``; what the client still sends is read
 and dropped for a moment (a lingering close, as nginx's), so that it can read the answer. A response
 sent before its request's body was all read (the application refused it from the head: a bad key, or
@@ -23,6 +26,7 @@ graceful shutdown) is uvicorn's own code.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +37,7 @@ from gateway.errors import GatewayError, HeadTimeout, HeadTooLarge, error_bytes
 from gateway.settings import GatewaySettings
 from gateway.values import ABORT, FLOW, GONE
 
+log = logging.getLogger("llmgw.edge")
 LINGER_S = 2.0
 """How long a refused connection's further input is read and dropped before it is closed."""
 
@@ -116,6 +121,10 @@ class OneWriteProtocol(HttpToolsProtocol):
     head_done = False
     refused = False
     head_timer: asyncio.TimerHandle | None = None
+    send_timeout_s = 60.0
+    send_timer: asyncio.TimerHandle | None = None
+    unsent = 0
+    """The bytes waiting in the transport's buffer when the send clock last started."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -188,7 +197,40 @@ class OneWriteProtocol(HttpToolsProtocol):
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._watch_send()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._unwatch_send()
+
+    def _watch_send(self) -> None:
+        """Start the send clock on what the transport holds now."""
+        self._unwatch_send()
+        self.unsent = self.transport.get_write_buffer_size()
+        self.send_timer = self.loop.call_later(self.send_timeout_s, self._send_timed_out)
+
+    def _unwatch_send(self) -> None:
+        if self.send_timer is not None:
+            self.send_timer.cancel()
+            self.send_timer = None
+
+    def _send_timed_out(self) -> None:
+        """The client took nothing for ``send_timeout_s``: drop it; else start the clock again."""
+        self.send_timer = None
+        if self.transport.is_closing() or not self.flow.write_paused:
+            return
+        if self.transport.get_write_buffer_size() < self.unsent:
+            self._watch_send()
+            return
+        log.warning(
+            "connection dropped: its client took nothing for %g s (send_timeout_s)", self.send_timeout_s
+        )
+        self.transport.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self._unwatch_send()
         if self.head_timer is not None:
             self.head_timer.cancel()
             self.head_timer = None
@@ -212,5 +254,9 @@ REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
 
 def door_protocol(settings: GatewaySettings) -> type[OneWriteProtocol]:
     """The server protocol with this gateway's limits at the door."""
-    limits = {"max_head_bytes": settings.max_head_bytes, "header_timeout_s": settings.header_timeout_s}
+    limits = {
+        "max_head_bytes": settings.max_head_bytes,
+        "header_timeout_s": settings.header_timeout_s,
+        "send_timeout_s": settings.send_timeout_s,
+    }
     return type("DoorProtocol", (OneWriteProtocol,), limits)

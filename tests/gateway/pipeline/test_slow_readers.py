@@ -21,6 +21,7 @@ from testing.procs import free_port_run, start_fake_engine
 FLEET = fleet_yaml([{"name": "m", "source": {"path": "/nonexistent"}, "max_queue_wait_s": 5}])
 MIB = 1 << 20
 READERS = 8  # two replicas of four slots each: every slot of the model
+UNREAD_ANSWERS = 24  # non-streamed answers of 50,000 tokens: more than loopback's socket buffers hold
 
 
 @pytest.fixture(scope="module")
@@ -138,4 +139,43 @@ async def test_a_client_that_reads_a_little_at_a_time_is_cut_and_its_slot_given_
             stop.set()
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+            sock.close()
+
+
+async def test_a_connection_whose_client_reads_nothing_is_dropped_after_the_send_timeout(
+    tmp_path: Path, redis_url: str, prefix: str, engines: list[str], http: httpx.AsyncClient
+) -> None:
+    """uvicorn waits for a paused connection without bound before each send: a client that pipelines
+    long non-streamed requests and then a stream on one connection, and reads nothing, held that
+    connection for ever (and the stream's slot, when the stream was next in line: one slot in all). With
+    ``send_timeout_s`` the gateway drops the connection and the slot is free."""
+    await register(redis_url, prefix, "m", engines[0], "m-0", concurrency=1)
+    limits = {"send_timeout_s": 1.0, "stream_write_timeout_s": 30.0, "health_interval_s": 60}
+    async with serve_gateway(tmp_path, FLEET, redis_url, prefix, **limits) as gw:
+        host, port = gw.removeprefix("http://").split(":")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, (host, int(port)))
+        try:
+            requests = b""
+            for stream in [b"false"] * UNREAD_ANSWERS + [b"true"]:
+                data = b'{"model":"m","stream":%s,"max_tokens":50000,' % stream
+                data += b'"messages":[{"role":"user","content":"hi"}]}'
+                head = "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+                requests += (head + f"content-length: {len(data)}\r\n\r\n").encode() + data
+            await loop.sock_sendall(sock, requests)
+
+            mine, me = sock.getsockname()[1], psutil.Process()
+
+            def dropped() -> bool:  # the gateway runs in this process: its end of the connection is gone
+                return all(c.raddr[1] != mine for c in me.net_connections("tcp") if c.raddr)
+
+            assert not dropped()
+            await until(dropped, 15.0, "the connection that reads nothing dropped")
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+            r = await http.post(f"{gw}/v1/chat/completions", json=body)
+            assert r.status_code == 200, r.text
+        finally:
             sock.close()
