@@ -398,7 +398,8 @@ class FakeEngine(asyncio.Protocol):
         try:
             req = json.loads(body or b"{}")
             asked = int(req.get("max_tokens") or req.get("max_output_tokens") or self.cfg.tokens)
-            return await self.json_api(path, req, min(asked, MAX_STREAM_TOKENS))  # a fuzzed 10**12: bounded
+            n = max(0, min(asked, MAX_STREAM_TOKENS))  # a fuzzed 10**12 or -5 (max_tokens on /v1/responses,
+            return await self.json_api(path, req, n)  # a field the gateway does not check there): bounded
         except (ValueError, TypeError, AttributeError) as exc:
             return self.send(
                 400,
