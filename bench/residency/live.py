@@ -136,10 +136,12 @@ async def replay(
     settle_s: float | None = None,
     say: Say = quiet,
     answered: Callable[[Record], None] | None = None,
+    drain_s: float | None = None,
 ) -> list[Record]:
     """Each request sent at its trace time times ``scale``, all streamed at once as they come, after the
     warm-up and up to ``settle_s`` (default 60 + 300 x ``scale``) for the models to stop moving;
-    ``answered`` is called with each record as its request ends."""
+    ``answered`` is called with each record as its request ends. With ``drain_s``, the requests still
+    unanswered that long after the last one was sent are cancelled, each an error (a bound on the run)."""
 
     async def one(c: httpx.AsyncClient, rec: Record) -> None:
         await one_request(c, run.url, rec, scale, ask)
@@ -160,6 +162,15 @@ async def replay(
             rec = Record(req.model, round(req.t, 3), run.obs.slots.get(req.model, "unseen"))
             recs.append(rec)
             tasks.append(asyncio.create_task(one(c, rec)))
+        if tasks and drain_s is not None:
+            _, late = await asyncio.wait(tasks, timeout=drain_s)
+            for task, rec in zip(tasks, recs, strict=True):
+                if task in late:
+                    task.cancel()
+                    rec.error = f"cancelled: no answer {drain_s:g} s after the trace's last request"
+            if late:
+                await asyncio.wait(late)
+            tasks = [t for t in tasks if t not in late]
         await asyncio.gather(*tasks)
     run.obs.served = [Seen(r.model, r.t) for r in recs]
     return recs
