@@ -63,6 +63,20 @@ start_redis() {  # start_redis PORT: the carried Redis 7 (/tmp/r7), pid in $RUN/
   echo $! > "$RUN/redis.pid"
 }
 
+run_gateway() {  # run_gateway PORT ID: one gateway of $FLEET on $REDIS_URL, its log and pid in $RUN
+  $PY -c "from gateway.cli import main; raise SystemExit(main())" --fleet "$FLEET" --redis-url $REDIS_URL \
+    --port "$1" --gateway-id "$2" > $RUN/gateway-$2.log 2>&1 &
+  echo $! > $RUN/gateway-$2.pid
+}
+
+wait_http() {  # wait_http URL SECONDS: until the URL answers (1 when it never does)
+  for _ in $(seq 1 $(( $2 * 2 ))); do
+    $PY -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" "$1" 2>/dev/null && return 0
+    sleep 0.5
+  done
+  say "$1 never answered"; return 1
+}
+
 write_real_weights() {  # (sleep.sh; fullload.sh with SLEEP_LEVEL=2) random bf16 safetensors of the Llama-2-7B shape (level 2 reloads from disk)
   mkdir -p $MODELS/llama-2-7b-real && cp $MODELS/llama-2-7b/* $MODELS/llama-2-7b-real/
   ${PY:-python3} - <<'PYEOF'

@@ -21,20 +21,6 @@ recipe sleep 6381  # SRC, APP, RUN, REDIS_PORT, ...; the GPU environment
 [ "$PHASE" = dry ] || cd "$(carry_root "$SRC")" || exit 1
 
 
-start_gateway() {  # start_gateway PORT ID
-  $PY -c "from gateway.cli import main; raise SystemExit(main())" --fleet "$FLEET" --redis-url $REDIS_URL \
-    --port "$1" --gateway-id "$2" > $RUN/gateway-$2.log 2>&1 &
-  echo $! > $RUN/gateway-$2.pid
-}
-
-wait_http() {  # wait_http URL SECONDS
-  for _ in $(seq 1 $(( $2 * 2 ))); do
-    $PY -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=2)" "$1" 2>/dev/null && return 0
-    sleep 0.5
-  done
-  say "$1 never answered"; return 1
-}
-
 bench() {  # the stack, then the load; BENCH_ARGS shorten it (dry)
   FLEET=$RUN/fleet-sleep.yaml
   say "gpu idle: $(smi)"
@@ -42,7 +28,7 @@ bench() {  # the stack, then the load; BENCH_ARGS shorten it (dry)
     --log-dir $RUN/logs --devices 1 --metrics-port ${METRICS_PORT:-9400} --ready-deadline 900 \
     --state-file $RUN/workers-state.json > $RUN/supervisor.log 2>&1 &
   echo $! > $RUN/supervisor.pid
-  start_gateway ${GW1:-9000} gw1; start_gateway ${GW2:-9001} gw2
+  run_gateway ${GW1:-9000} gw1; run_gateway ${GW2:-9001} gw2
   wait_http http://127.0.0.1:${GW1:-9000}/health 60 && wait_http http://127.0.0.1:${GW2:-9001}/health 60 || return 1
   $PY -m bench.gpu.sleep_bench --gateways http://127.0.0.1:${GW1:-9000},http://127.0.0.1:${GW2:-9001} \
     --supervisor-log $RUN/supervisor.log --out $RUN/results ${BENCH_ARGS:-} 2>&1 | tee $RUN/bench.log

@@ -39,7 +39,7 @@ WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with
 LEDGER = re.compile(
     r"ledger gpu:\d+ after (?P<step>.+?) of replica=(?P<replica>\S+): it holds (?P<held>\d+) MiB; "
     r"predicted (?P<pred>[-\d]+) MiB, card (?P<card>\d+) MiB \((?P<off>[^)]*) of (?P<total>\d+) MiB\)"
-    r"(?:; changing: (?P<changing>\S+))?"
+    r"(?:; changing: (?P<changing>[^;\s]+))?"
 )
 
 

@@ -22,19 +22,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
 
 from bench.residency.h200 import CARD_BYTES, MIB
 from bench.residency.policies import capacity
-from bench.residency.run import FIRST_TOKEN_TARGET_S, percentile
+from bench.residency.results import ArmResult, Record, dump, report_of, result, table
 from bench.residency.stack import ArmSpec, Observed, Running, Seen, all_awake_budget, arm_stack
 from bench.residency.trace import Request, TraceParams, generate, names
 from testing.gpu_profile import h200_7b
@@ -48,39 +48,33 @@ HOST_RAM_GIB = 64.0
 """The host RAM level-1 sleepers may take (the simulation's ``host_gib``; a parameter, not measured)."""
 
 
-@dataclass(slots=True)
-class Record:
-    model: str
-    t: float
-    """Trace seconds of its arrival."""
-    state: str
-    """The model's state on the fake card when it arrived (``x->``: moving from x)."""
-    ttft_s: float | None = None
-    """Card seconds: the measured time to first token over the time scale (None: no token)."""
-    ttft_real_s: float | None = None
-    error: str = ""
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What each request asks: ``tokens`` streamed, all of them with ``ignore_eos`` (vLLM's extension: a
+    model with random weights would otherwise stop at any token)."""
+
+    tokens: int = TOKENS
+    ignore_eos: bool = False
+
+    def body(self, model: str) -> dict[str, object]:
+        body: dict[str, object] = {"model": model, "max_tokens": self.tokens, "stream": True,
+                                   "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+        return body
 
 
-@dataclass(slots=True)
-class ArmResult:
-    arm: str
-    requests: int = 0
-    errors: int = 0
-    ttft_le_1s: float = 0.0
-    p50_s: float = 0.0
-    p99_s: float = 0.0
-    max_s: float = 0.0
-    throughput_rps: float = 0.0
-    """Requests answered in full per trace second."""
-    arrived_asleep: int = 0
-    note: str = ""
-    records: list[Record] = field(default_factory=list)
+Say = Callable[[str], None]
+"""Where the replay's progress lines go (one per event; :func:`quiet` drops them)."""
 
 
-async def one_request(c: httpx.AsyncClient, url: str, rec: Record, scale: float) -> None:
+def quiet(line: str) -> None:
+    """Drop a progress line (the CPU replay prints only its table)."""
+
+
+async def one_request(c: httpx.AsyncClient, url: str, rec: Record, scale: float, ask: Ask = Ask()) -> None:
     """Stream one chat completion; fill ``rec``'s TTFT (first data event) or error."""
-    body = {"model": rec.model, "max_tokens": TOKENS, "stream": True,
-            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    body = ask.body(rec.model)
     started, done = time.perf_counter(), False
     try:
         async with c.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
@@ -101,17 +95,22 @@ async def one_request(c: httpx.AsyncClient, url: str, rec: Record, scale: float)
         rec.error = "stream ended without [DONE]"
 
 
-async def warm_up(c: httpx.AsyncClient, run: Running, models: list[str], scale: float) -> None:
+async def warm_up(
+    c: httpx.AsyncClient, run: Running, models: list[str], scale: float, ask: Ask = Ask(), say: Say = quiet
+) -> None:
     """Ask every model once (not counted) until it answers: an always-on model's 503 while it starts is
     asked again; raise if one still fails after the deadline (every model started one after the other,
     twice over)."""
+    began = time.perf_counter()
 
     async def until_served(model: str) -> str:
         deadline = time.monotonic() + 30 + 2 * len(models) * h200_7b().start_s * scale
         while True:
             rec = Record(model, 0.0, "")
-            await one_request(c, run.url, rec, scale)
+            await one_request(c, run.url, rec, scale, ask)
             if not rec.error or not rec.error.startswith("503") or time.monotonic() > deadline:
+                took = time.perf_counter() - began
+                say(f"warm-up {model}: {rec.error or 'answered'} after {took:.1f} s")
                 return f"{model}: {rec.error}" if rec.error else ""
             await asyncio.sleep(0.2)
 
@@ -129,34 +128,52 @@ async def settled(run: Running, deadline_s: float) -> None:
         await until(still, deadline_s, "the warm-up's moves over", interval_s=0.1)
 
 
-async def replay(run: Running, trace: list[Request], scale: float) -> list[Record]:
-    """Each request sent at its trace time times ``scale``, all streamed at once as they come."""
+async def replay(
+    run: Running,
+    trace: list[Request],
+    scale: float,
+    ask: Ask = Ask(),
+    settle_s: float | None = None,
+    say: Say = quiet,
+    answered: Callable[[Record], None] | None = None,
+    drain_s: float | None = None,
+) -> list[Record]:
+    """Each request sent at its trace time times ``scale``, all streamed at once as they come, after the
+    warm-up and up to ``settle_s`` (default 60 + 300 x ``scale``) for the models to stop moving;
+    ``answered`` is called with each record as its request ends. With ``drain_s``, the requests still
+    unanswered that long after the last one was sent are cancelled, each an error (a bound on the run)."""
+
+    async def one(c: httpx.AsyncClient, rec: Record) -> None:
+        await one_request(c, run.url, rec, scale, ask)
+        if answered is not None:
+            answered(rec)
+
     async with httpx.AsyncClient(timeout=httpx.Timeout(900, connect=30), limits=httpx.Limits()) as c:
-        await warm_up(c, run, sorted({r.model for r in trace} | set(run.obs.slots)), scale)
-        await settled(run, 60 + 300 * scale)
+        await warm_up(c, run, sorted({r.model for r in trace} | set(run.obs.slots)), scale, ask, say)
+        began = time.perf_counter()
+        await settled(run, 60 + 300 * scale if settle_s is None else settle_s)
+        say(f"settled in {time.perf_counter() - began:.1f} s: {dict(sorted(run.obs.slots.items()))}")
         run.t0[0] = t0 = time.perf_counter()
         run.obs.timeline[:] = [(0.0, m, label) for m, label in run.obs.slots.items()]
+        say(f"trace started: {len(trace)} requests over {trace[-1].t if trace else 0:.0f} trace s")
         tasks, recs = [], []
         for req in trace:
             await asyncio.sleep(max(0.0, t0 + req.t * scale - time.perf_counter()))
             rec = Record(req.model, round(req.t, 3), run.obs.slots.get(req.model, "unseen"))
             recs.append(rec)
-            tasks.append(asyncio.create_task(one_request(c, run.url, rec, scale)))
+            tasks.append(asyncio.create_task(one(c, rec)))
+        if tasks and drain_s is not None:
+            _, late = await asyncio.wait(tasks, timeout=drain_s)
+            for task, rec in zip(tasks, recs, strict=True):
+                if task in late:
+                    task.cancel()
+                    rec.error = f"cancelled: no answer {drain_s:g} s after the trace's last request"
+            if late:
+                await asyncio.wait(late)
+            tasks = [t for t in tasks if t not in late]
         await asyncio.gather(*tasks)
     run.obs.served = [Seen(r.model, r.t) for r in recs]
     return recs
-
-
-def result(arm: str, recs: list[Record], duration_s: float, note: str = "") -> ArmResult:
-    ttfts = [r.ttft_s for r in recs if r.ttft_s is not None and not r.error]
-    errors = sum(1 for r in recs if r.error)
-    within = sum(1 for t in ttfts if t <= FIRST_TOKEN_TARGET_S)
-    asleep = sum(1 for r in recs if r.state != "awake")
-    return ArmResult(
-        arm, len(recs), errors, round(within / max(1, len(recs)), 4), round(percentile(ttfts, 0.5), 3),
-        round(percentile(ttfts, 0.99), 3), round(max(ttfts, default=0.0), 3),
-        round((len(recs) - errors) / duration_s, 3), asleep, note, recs,
-    )  # fmt: skip
 
 
 def arms(params: TraceParams, scale: float, which: list[str]) -> list[ArmSpec]:
@@ -193,6 +210,14 @@ async def run_arm(
     return result(spec.name, recs, params.duration_s, note), run.obs
 
 
+def trace_args(ap: argparse.ArgumentParser) -> None:
+    """The trace's command-line options (this replay's and the GPU one's, :mod:`bench.residency.gpu`)."""
+    ap.add_argument("--models", type=int, default=8)
+    ap.add_argument("--duration", type=float, default=600.0, help="trace seconds")
+    ap.add_argument("--seed", type=int, default=44)
+    ap.add_argument("--short", action="store_true", help="a light trace for a few seconds' run")
+
+
 def trace_params(args: argparse.Namespace) -> TraceParams:
     """The trace's parameters; ``--short``: one 2-second burst, no idle gap, the returner back halfway
     (the short form ``make test`` runs)."""
@@ -226,68 +251,26 @@ async def run_all(args: argparse.Namespace) -> tuple[list[ArmResult], dict[str, 
     return [r for r, _ in done], {r.arm: o for r, o in done if o.timeline}
 
 
-def table(rows: list[ArmResult]) -> str:
-    lines = [f"{'arm':<10} {'requests':>8} {'errors':>6} {'<=1s':>7} {'p50 s':>7} {'p99 s':>7} {'max s':>7} "
-             f"{'req/s':>6} {'not awake':>9}"]  # fmt: skip
-    for r in rows:
-        lines.append(f"{r.arm:<10} {r.requests:>8} {r.errors:>6} {r.ttft_le_1s:>7.2%} {r.p50_s:>7.3f} "
-                     f"{r.p99_s:>7.3f} {r.max_s:>7.3f} {r.throughput_rps:>6.3f} {r.arrived_asleep:>9}  "
-                     f"{r.note}")  # fmt: skip
-    return "\n".join(lines)
-
-
 def report(args: argparse.Namespace, rows: list[ArmResult], took_s: float) -> dict[str, object]:
-    params = trace_params(args)
-    return {
+    head: dict[str, object] = {
         "source": "live replay on CPU: real gateway and supervisor, FAKE GPU ENGINEs --profile h200 "
         "(workers/ondemand/autopilot/h200.py, costs.H200_SECONDS: /work/shared/gpu/sleep-mode.md)",
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": args.command,
         "time_scale": args.time_scale,
         "parallel_arms": args.parallel,
-        "wall_s": round(took_s, 1),
-        "trace": params.as_dict(),
         "host_ram_gib": HOST_RAM_GIB,
         "tokens_per_request": TOKENS,
-        "arms": [{k: v for k, v in asdict(r).items() if k != "records"} for r in rows],
-        "record_fields": RECORD_FIELDS,
-        "records": {r.arm: [row_of(x) for x in r.records] for r in rows},
     }
-
-
-RECORD_FIELDS = ["model", "t", "state", "ttft_s", "ttft_real_s", "error"]
-"""The columns of each request's row in the JSON (one short list a request keeps the file small)."""
-
-
-def row_of(rec: Record) -> list[object]:
-    """``rec`` as a row of :data:`RECORD_FIELDS`, TTFTs to 0.1 ms of card time and 10 us measured."""
-    card = None if rec.ttft_s is None else round(rec.ttft_s, 4)
-    real = None if rec.ttft_real_s is None else round(rec.ttft_real_s, 5)
-    return [rec.model, rec.t, rec.state, card, real, rec.error]
-
-
-def dump(out: dict[str, object]) -> str:
-    """The report as JSON: indented, each request's row on one line."""
-    text = json.dumps({k: v for k, v in out.items() if k != "records"}, indent=1)
-    records = out["records"]
-    assert isinstance(records, dict)
-    arms = ",\n".join(
-        f" {json.dumps(arm)}: [\n" + ",\n".join(f"  {json.dumps(row)}" for row in rows) + "\n ]"
-        for arm, rows in records.items()
-    )
-    return text[:-2] + ',\n "records": {\n' + arms + "\n }\n}\n"
+    return report_of(head, trace_params(args), rows, took_s)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--plot", type=Path, help="a PNG of the models' states over the trace")
-    ap.add_argument("--models", type=int, default=8)
-    ap.add_argument("--duration", type=float, default=600.0, help="trace seconds")
+    trace_args(ap)
     ap.add_argument("--time-scale", type=float, default=0.2, help="real seconds per trace second")
-    ap.add_argument("--seed", type=int, default=44)
     ap.add_argument("--arms", nargs="+", default=["autopilot", "today", "all awake"])
-    ap.add_argument("--short", action="store_true", help="a light trace for a few seconds' run")
     ap.add_argument("--keep", action="store_true", help="keep the logs' folder")
     ap.add_argument("--parallel", action="store_true", help="run the arms at once (the short form)")
     args = ap.parse_args(argv)

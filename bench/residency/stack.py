@@ -14,7 +14,7 @@ import math
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 import yaml
 
 from llmgw_contract.redis_keys import RedisKeys
-from llmgw_contract.registry import ReplicaState, read_registry
+from llmgw_contract.registry import ReplicaRecord, ReplicaState, read_registry
 from testing.fake_nvidia_smi import fake_gpu_env
 from testing.gateway import serve_gateway
 from testing.gpu_profile import h200_7b
@@ -134,16 +134,25 @@ def device_states(mem_dir: Path) -> dict[str, str]:
     return out
 
 
+Held = Callable[[list[ReplicaRecord]], Awaitable[dict[str, str]]]
+"""Per model name, the state it holds now (awake, asleep1, asleep2; absent: stopped), given the registry's
+records: read from the fake card's memory files here (:func:`device_states`), from the registry and the
+supervisor's log on a GPU (:mod:`bench.residency.gpu`)."""
+
+
 async def sample(
-    obs: Observed, spec: ArmSpec, mem_dir: Path, redis: aioredis.Redis, keys: RedisKeys, t0: list[float]
-) -> None:
-    """Note each model's label every 50 ms, in trace seconds since ``t0[0]``."""
+    obs: Observed, models: list[str], scale: float, redis: aioredis.Redis, keys: RedisKeys, t0: list[float],
+    held: Held,
+) -> None:  # fmt: skip
+    """Note each model's label every 50 ms, in trace seconds since ``t0[0]`` (``x->``: a replica starting,
+    waking or draining)."""
     while True:
-        held = await asyncio.to_thread(device_states, mem_dir)
-        moving = {r.model for r in await read_registry(redis, keys) if r.state in MOVING}
-        t = (time.perf_counter() - t0[0]) / spec.time_scale
-        for m in spec.models:
-            label = held.get(m, "stopped")
+        records = await read_registry(redis, keys)
+        holds = await held(records)
+        moving = {r.model for r in records if r.state in MOVING}
+        t = (time.perf_counter() - t0[0]) / scale
+        for m in models:
+            label = holds.get(m, "stopped")
             obs.note(t, m, f"{label}->" if m in moving else label)
         await asyncio.sleep(0.05)
 
@@ -166,7 +175,13 @@ async def arm_stack(spec: ArmSpec, tmp: Path, redis_url: str) -> AsyncIterator[R
     sup = start_supervisor(tmp, tmp / "fleet.yaml", redis_url, prefix)
     redis = aioredis.Redis.from_url(redis_url)
     obs, t0 = Observed(), [time.perf_counter()]
-    sampler = asyncio.create_task(sample(obs, spec, tmp / "gpu-mem", redis, RedisKeys(prefix), t0))
+    mem_dir = tmp / "gpu-mem"
+
+    async def held(records: list[ReplicaRecord]) -> dict[str, str]:
+        return await asyncio.to_thread(device_states, mem_dir)
+
+    keys = RedisKeys(prefix)
+    sampler = asyncio.create_task(sample(obs, spec.models, spec.time_scale, redis, keys, t0, held))
     try:
         async with serve_gateway(tmp, text, redis_url, prefix) as url:
             yield Running(url, obs, t0, tmp / "supervisor.log")
