@@ -246,9 +246,9 @@ class Activator:
         await self.sup.registry.announce(model)
 
     async def wake_replica(self, r: Replica, why: str) -> bool:
+        if self.steer.on():  # it takes the room lock itself
+            return await self.steer.wake(r, why)
         async with self.room:
-            if self.steer.on():
-                return await self.steer.wake(r, why)
             room = await self.make_room(r)
             if not room.fits and self.sleeping:  # memory on its way back: wait for it, then look again
                 await asyncio.gather(*self.sleeping.values(), return_exceptions=True)

@@ -19,7 +19,7 @@ from llmgw_contract.replica_metrics import SupervisorMetrics
 from workers.life.replica import Replica
 from workers.ondemand.autopilot.costs import CostedMove, CostTable
 from workers.ondemand.autopilot.moves import Move
-from workers.ondemand.autopilot.policy import AutopilotOptions, decide
+from workers.ondemand.autopilot.policy import AutopilotOptions, decide, decide_wake
 from workers.ondemand.autopilot.snapshot import DeviceSnapshot, Footprint, ModelView, State
 from workers.ondemand.sleepers.level import SleepLevel
 
@@ -163,6 +163,10 @@ class Pilot:
         """The policy's moves for ``snap`` (``headroom`` False: waiting requests and idle timeouts only, for
         a device whose budget is not known yet)."""
         return decide(snap, self.costs, self.options if headroom else replace(self.options, headroom=False))
+
+    def decide_wake(self, snap: DeviceSnapshot, name: str) -> list[Move]:
+        """The moves of a waiting request's wake of ``name``: its room's sleeps, then its wake."""
+        return decide_wake(snap, name, self.costs, self.options)
 
     def carried(self, device: str, move: Move) -> None:
         """One move begins: its line in the log, its count."""

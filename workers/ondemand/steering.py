@@ -163,21 +163,39 @@ class Steering:
             busy = other != name and (other in act.sleeping or await act.busy(other))
             seen.append(self.seen(x, (busy, False), now, waking=name))
         snap = self.pilot.snapshot(lane(r), gpu, host, seen, now)
-        moves = [m for m in self.pilot.decide(snap, headroom=False) if m.urgent]
+        moves = self.pilot.decide_wake(snap, name)
         return moves if any(m.model == name and m.kind in ("wake", "start") for m in moves) else None
 
     async def wake(self, r: Replica, why: str) -> bool:
-        """Wake ``r`` for a waiting request: the policy's room first (waiting for the sleeps in progress
-        once when it has none), then the start. False when it does not fit."""
+        """Wake ``r`` for a waiting request: the policy's room first, then the start. With no room now (every
+        model that could give it is busy or moving) the wake stays pending, as in the simulation: planned
+        again after the sleeps in progress or a tick, until the model's ``wake_timeout_s``; False past it.
+        Planning and the room's sleeps hold the activator's room lock; a wake from level 1 or 2 lets it go
+        once the replica is WAKING (the next plan books it awake), a start from nothing keeps it to the end
+        (one start at a time per device: decision 0007)."""
         act = self.act
-        moves = await self.plan_wake(r)
-        if moves is None and act.sleeping:  # memory on its way back: wait for it, then look again
-            await asyncio.gather(*act.sleeping.values(), return_exceptions=True)
-            moves = await self.plan_wake(r)
-        if moves is None:
-            log.error("replica=%s cannot wake: the autopilot finds no room (idle models of priority <= %d "
-                      "asleep would not give back enough)", r.spec.id, act.model(r).priority)  # fmt: skip
-            return False
+        deadline = time.monotonic() + act.model(r).wake_timeout_s
+        while True:
+            async with act.room:
+                moves = await self.plan_wake(r)
+                started = None if moves is None else await self.begin_wake(r, why, moves)
+            if started is not None:
+                return await started
+            if time.monotonic() >= deadline or act.closing.is_set() or act.sup.stopping.is_set():
+                break
+            if act.sleeping:  # memory on its way back
+                await asyncio.gather(*act.sleeping.values(), return_exceptions=True)
+            else:
+                await asyncio.sleep(act.options.tick_s)
+        log.error("replica=%s cannot wake: the autopilot found no room in %.0f s (idle models of priority "
+                  "<= %d asleep would not give back enough)", r.spec.id, act.model(r).wake_timeout_s,
+                  act.model(r).priority)  # fmt: skip
+        return False
+
+    async def begin_wake(self, r: Replica, why: str, moves: Sequence[Move]) -> asyncio.Future[bool]:
+        """Under the room lock: the room's sleeps, then the start, returned once ``r`` is WAKING (a wake
+        from level 1 or 2: the next plan books it awake) or, for a start from nothing, once it ended."""
+        act = self.act
         device, ahead = lane(r), r.spec.model.name in self.ahead
         self.ahead.discard(r.spec.model.name)
         for move in moves:
@@ -189,7 +207,15 @@ class Steering:
             for v in self.lanes().get(device, []):
                 if v.spec.model.name == move.model and v.state in ROUTABLE:
                     await act.sleep(v, f"room for {r.spec.id}: {move.reason}", "room", self.level(v, move))
-        return await act.start(r, why)
+        started = asyncio.ensure_future(act.start(r, why))
+        in_place = r.process.alive and act.levels.get(r.spec.id, 0) > 0
+        try:
+            while not started.done() and (not in_place or r.state is ReplicaState.ASLEEP):
+                await asyncio.wait((started,), timeout=0.01)
+        except asyncio.CancelledError:
+            started.cancel()
+            raise
+        return started
 
     def slept(self, model: str, level: SleepLevel, seconds: float, reason: str = "idle") -> None:
         """A sleep at ``level`` took ``seconds`` (drain excluded): its learned cost. A scale-down's sleep
