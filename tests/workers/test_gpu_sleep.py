@@ -98,10 +98,12 @@ async def wake(st: Stack, model: str) -> None:
 
 
 async def idle(st: Stack, model: str) -> None:
-    """Make ``model`` idle now: its idle timeout shrinks to nothing, so the activator puts it to sleep."""
+    """Make ``model`` idle now: its idle timeout shrinks to nothing, so the activator puts it to sleep; back
+    once asleep and its reading booked."""
     await until(lambda: model not in st.act.wakes)  # the wake (and its measurement) is over
     st.act.last_used[model] = -1e9
     await until(lambda: st.state(f"{model}-0") is ReplicaState.ASLEEP, deadline_s=30)
+    await until(lambda: not st.act.measuring, deadline_s=30)
 
 
 def card_used() -> int:
@@ -194,6 +196,25 @@ async def test_a_wake_without_room_puts_the_least_recently_used_to_sleep_in_plac
         line = next(x for x in caplog.text.splitlines() if woke.search(x))
         still = float(re.search(r"the others still for ([0-9.]+) s", line).group(1))  # type: ignore[union-attr]
         assert still >= SETTLE_S, line
+
+
+async def test_a_sleep_is_over_once_asleep_and_its_reading_is_booked_once_the_card_is_still(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A wake waiting for this sleep's room does not wait for the card to settle (another replica's move
+    can take many seconds): the reading is taken afterwards, and the learned sleep cost excludes it."""
+    models = [{"name": n} for n in ("a", "b")]
+    async with gpu_stack(tmp_path, redis_url, models, host_ram_gib=100) as st:
+        await until(lambda: all(st.state(f"{m}-0") is ReplicaState.ASLEEP for m in "ab"))
+        await wake(st, "a")
+        await wake(st, "b")
+        await until(lambda: "b" not in st.act.wakes)
+        st.replica("b-0").state = ReplicaState.WAKING  # b changing: no settled reading until it is still
+        st.act.last_used["a"] = -1e9
+        await until(lambda: st.state("a-0") is ReplicaState.ASLEEP, deadline_s=5)
+        assert st.act.steer.pilot.costs.cost("a", "sleep1") < 5
+        st.replica("b-0").state = ReplicaState.READY
+        await until(lambda: ledger_matches_card(st))
 
 
 async def test_a_sleep_that_keeps_most_of_the_memory_stops_the_replica_from_then_on(

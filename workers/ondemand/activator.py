@@ -33,12 +33,12 @@ from workers.host.gpu import GpuReader, nvidia_smi_reading
 from workers.host.rss import tree_rss_bytes
 from workers.life.owner import Replica, Supervisor
 from workers.life.process import StartFailed
+from workers.ondemand.asleep_reading import measure_asleep
 from workers.ondemand.autopilot.moves import Move
 from workers.ondemand.demand import AWOKEN, AWOKEN_MS, in_engine, is_wake_request, requested, warm_up
 from workers.ondemand.gpu_room import GpuRoom
-from workers.ondemand.ledger import Holding
 from workers.ondemand.room import Resident, Room, idle_expired, make_room
-from workers.ondemand.sleepers.level import SleepLevel, keeps_most
+from workers.ondemand.sleepers.level import SleepLevel
 from workers.ondemand.sleepers.process_stop import ProcessStop
 from workers.ondemand.sleepers.vllm_sleep import VllmSleep
 from workers.ondemand.sleeping import SleepChoice, model_of
@@ -84,6 +84,8 @@ class Activator:
         self.wakes: dict[str, asyncio.Task[bool]] = {}
         self.sleeping: dict[str, asyncio.Task[bool]] = {}
         """Idle sleeps in progress (a level-1 sleep copies the weights out for seconds): the tick goes on."""
+        self.measuring: set[asyncio.Task[bool]] = set()
+        """GPU readings of replicas just put to sleep (each waits for the card to be still)."""
         self.retry_at: dict[str, float] = {}
         self.closing = asyncio.Event()
         """Set by :meth:`close`: the loop ends by it even if a Redis call swallowed a cancellation."""
@@ -127,7 +129,7 @@ class Activator:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.closing.wait(), self.options.tick_s)
         finally:
-            await cancelled([*self.wakes.values(), *self.sleeping.values()])
+            await cancelled([*self.wakes.values(), *self.sleeping.values(), *self.measuring])
 
     def failed(self, action: str, model: str) -> None:
         self.metrics.actions.labels(action, model, "failed").inc()
@@ -325,10 +327,15 @@ class Activator:
             return
         self.metrics.sleeps.labels(r.spec.model.name, reason).inc()
         log.info("replica=%s asleep (%s)", r.spec.id, f"level {levels[0]}" if levels[0] else "stopped")
+        if r.on_gpu:  # measured once the card is still: off the path of a wake waiting for this room
+            measure = guarded("measure", measure_asleep(self, r), self.failed, r.spec.model.name)
+            task = asyncio.create_task(measure)
+            self.measuring.add(task)
+            task.add_done_callback(self.measuring.discard)
 
     async def put_to_sleep(self, r: Replica, level: SleepLevel | None = None) -> SleepLevel:
-        """The drained replica asleep by its strategy, measured on a GPU; returns the level it sleeps at.
-        A failed sleep in place stops the process; one that keeps most of its memory is stopped too."""
+        """The drained replica asleep by its strategy; returns the level it sleeps at. A failed sleep in
+        place stops the process."""
         level = self.choice.level_for(r) if level is None else level
         try:
             await self.choice.sleeper(r, level).sleep(r, level)
@@ -337,14 +344,4 @@ class Activator:
             await r.process.stop()
             level = 0
         self.levels[r.spec.id] = level
-        if not r.on_gpu:
-            return level
-        holding: Holding = "asleep" if level else "stopped"
-        held = await self.gpu.measure_gpu(r, holding, f"sleep at level {level}")
-        awake = self.gpu.book(r).awake.get(r.spec.id, 0)
-        if level and held is not None and keeps_most(held, awake):
-            log.warning("replica=%s keeps %d of %d MiB asleep: stopped instead, from now on",
-                        r.spec.id, held >> 20, awake >> 20)  # fmt: skip
-            self.stop_instead.add(r.spec.model.name)
-            return await self.put_to_sleep(r, 0)
         return level
