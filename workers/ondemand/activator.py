@@ -84,8 +84,7 @@ class Activator:
         self.wakes: dict[str, asyncio.Task[bool]] = {}
         self.sleeping: dict[str, asyncio.Task[bool]] = {}
         """Idle sleeps in progress (a level-1 sleep copies the weights out for seconds): the tick goes on."""
-        self.measuring: set[asyncio.Task[bool]] = set()
-        """GPU readings of replicas just put to sleep (each waits for the card to be still)."""
+        self.measuring: set[asyncio.Task[bool]] = set()  # readings of replicas just put to sleep
         self.retry_at: dict[str, float] = {}
         self.closing = asyncio.Event()
         """Set by :meth:`close`: the loop ends by it even if a Redis call swallowed a cancellation."""
@@ -110,8 +109,7 @@ class Activator:
 
     def budget(self) -> int | None:
         """The fleet's ``defaults.memory_budget_gib`` in bytes; None: the host's available memory decides."""
-        fleet = self.fleet()
-        gib = fleet.defaults.memory_budget_gib if fleet is not None else None
+        gib = fleet.defaults.memory_budget_gib if (fleet := self.fleet()) is not None else None
         return None if gib is None else int(gib * (1 << 30))
 
     def close(self) -> None:
@@ -143,19 +141,25 @@ class Activator:
 
     async def busy(self, model: str) -> bool:
         """Anything running or waiting for the model, or a wake asked for (:mod:`workers.ondemand.demand`)."""
+        return await self.load(model) > 0
+
+    async def load(self, model: str) -> int:
+        """How many requests run or wait for the model (:func:`requested`; 1 when only vLLM reports one)."""
         mine = [r for r in self.sup.replicas if r.spec.model.name == model and not r.retired]
-        if await requested(self.redis, self.keys, model, [r.spec.id for r in mine]):
-            return True
-        return await in_engine(self.sup.client, [r.spec.url for r in mine if r.state in ROUTABLE])
+        if count := await requested(self.redis, self.keys, model, [r.spec.id for r in mine]):
+            return count
+        return int(await in_engine(self.sup.client, [r.spec.url for r in mine if r.state in ROUTABLE]))
 
     async def tick(self) -> None:
         now = time.monotonic()
         steered = self.steer.on()
         readings: dict[str, Reading] = {}
         for name, replicas in self.groups().items():
+            model = self.model(replicas[0])
+            load = await self.load(name) if model.on_demand else 0
+            self.steer.pilot.busyness.record(name, now, load)  # arrivals, whatever its state
             if name in self.wakes or name in self.sleeping:
                 continue
-            model = self.model(replicas[0])
             idle_s = model.idle_timeout_s
             asleep = [r for r in replicas if r.state is ReplicaState.ASLEEP]
             awake = [r for r in replicas if r.state in ROUTABLE]
@@ -164,11 +168,10 @@ class Activator:
                     self.spawn_wake(name, asleep, "activation is always")
                 continue
             self.metrics.show_on_demand(name)
-            busy = await self.busy(name)
+            busy = load > 0
             if busy or name not in self.last_used:
                 self.last_used[name] = now
             asked = is_wake_request(await self.redis.get(self.keys.wake_request(name)))
-            self.steer.pilot.busyness.record(name, now, busy and bool(awake))  # serving, not waking
             readings[name] = (busy, asked)
             if asleep and asked:
                 if now >= self.retry_at.get(name, 0.0):

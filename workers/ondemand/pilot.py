@@ -4,8 +4,9 @@ carried out logged in one line and counted, and the learned cost of each move me
 
 The pieces here are pure or read only the activator's fields; the activator carries the moves out through
 the owner's sleep and wake verbs (:mod:`workers.ondemand.activator`). Demand is what the activator sees each
-tick: a model's rate in a window is the fraction of it that it was awake with requests in flight or
-waiting (:class:`Busyness`; 0 to 1, not requests/s); requests waiting for a wake count apart (``queued``)."""
+tick: a model's rate in a window is the requests that arrived in it per second, whatever its state
+(:class:`Busyness`, from the count of requests in flight or waiting each tick), as in the simulation;
+requests waiting for a wake count apart too (``queued``)."""
 
 from __future__ import annotations
 
@@ -31,36 +32,38 @@ LEVEL: dict[str, SleepLevel] = {"sleep1": 1, "sleep2": 2, "stop": 0}
 MOVING = (ReplicaState.WAKING, ReplicaState.DRAINING, ReplicaState.STARTING)
 SUPERVISOR_OPTIONS = AutopilotOptions(spare_above=float("inf"))
 """The policy's options here: a waiting request's wake takes its room from any idle model of its priority
-or lower (its demand here is a proxy, busy time while awake: no model is spared for being likelier)."""
+or lower, lowest predicted demand first (no model is spared for being likelier: the request is served now,
+not after the headroom a sleep in the background makes)."""
 
 
 @dataclass(slots=True)
 class Busyness:
-    """Per model, the seconds it was busy in each recent window of ``window_s``."""
+    """Per model, the requests that arrived in each recent window of ``window_s``, whatever its state: each
+    reading's count of requests in flight or waiting, less the previous reading's, when it grew."""
 
     window_s: float = WINDOW_S
     windows: int = WINDOWS
-    busy_s: dict[str, dict[int, float]] = field(default_factory=dict)
-    seen_at: dict[str, float] = field(default_factory=dict)
+    arrived: dict[str, dict[int, int]] = field(default_factory=dict)
+    present: dict[str, int] = field(default_factory=dict)
 
-    def record(self, model: str, now: float, busy: bool) -> None:
-        """One tick's reading: ``model`` was ``busy`` since the previous reading (or not)."""
-        prev = self.seen_at.get(model)
-        self.seen_at[model] = now
-        if prev is None or not busy:
+    def record(self, model: str, now: float, present: int) -> None:
+        """One tick's reading: ``present`` requests in flight or waiting for ``model``."""
+        new = present - self.present.get(model, 0)
+        self.present[model] = present
+        if new <= 0:
             return
         w = int(now // self.window_s)
-        spans = self.busy_s.setdefault(model, {})
-        spans[w] = spans.get(w, 0.0) + (now - prev)
-        for old in [k for k in spans if k <= w - self.windows]:
-            del spans[old]
+        counts = self.arrived.setdefault(model, {})
+        counts[w] = counts.get(w, 0) + new
+        for old in [k for k in counts if k <= w - self.windows]:
+            del counts[old]
 
     def rates(self, model: str, now: float) -> tuple[float, ...]:
-        """The busy fraction of each of the last ``windows`` windows, oldest first (the newest is the
+        """Requests/s that arrived in each of the last ``windows`` windows, oldest first (the newest is the
         window going on)."""
         w = int(now // self.window_s)
-        spans = self.busy_s.get(model, {})
-        return tuple(min(1.0, spans.get(i, 0.0) / self.window_s) for i in range(w - self.windows + 1, w + 1))
+        counts = self.arrived.get(model, {})
+        return tuple(counts.get(i, 0) / self.window_s for i in range(w - self.windows + 1, w + 1))
 
 
 def cause(move: Move) -> str:
