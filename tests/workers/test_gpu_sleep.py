@@ -13,6 +13,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from workers.autoscale.loop import Autoscaler
 from workers.converge.loop import Reconciler
 from workers.host.gpu import nvidia_smi_reading
 from workers.life.adopt import pid_alive
-from workers.life.owner import Replica, Supervisor
+from workers.life.owner import Replica, Supervisor, SupervisorOptions
 from workers.ondemand.activator import Activator, ActivatorOptions
 from workers.replica.oom import needed_bytes
 from workers.wiring import control_loops
@@ -62,7 +63,12 @@ def estimate(r: Replica) -> int:
 
 @asynccontextmanager
 async def gpu_stack(
-    tmp: Path, redis_url: str, models: list[dict[str, Any]], host_ram_gib: float = 0, scale: bool = False
+    tmp: Path,
+    redis_url: str,
+    models: list[dict[str, Any]],
+    host_ram_gib: float = 0,
+    scale: bool = False,
+    options: SupervisorOptions = OPTIONS,
 ) -> AsyncIterator[Stack]:
     """The control plane on a FAKE GPU; ``scale``: with the scaler's loop too."""
     redis = aioredis.Redis.from_url(redis_url)
@@ -77,7 +83,7 @@ async def gpu_stack(
     ]  # fmt: skip
     path.write_text(yaml.safe_dump({"defaults": defaults, "models": full}))
     async with httpx.AsyncClient(timeout=10) as client:
-        sup = Supervisor([], RegistryWriter(redis, keys, OPTIONS.timing), client, OPTIONS, metrics=metrics)
+        sup = Supervisor([], RegistryWriter(redis, keys, options.timing), client, options, metrics=metrics)
         rec = Reconciler(sup, FleetWatch(path, poll_s=0.05), fake_gpu_launch, fits, tmp, 1, metrics)
         act = Activator(
             sup, keys, lambda: rec.fleet, estimate, lambda: 1 << 40, metrics,
@@ -215,6 +221,30 @@ async def test_a_sleep_is_over_once_asleep_and_its_reading_is_booked_once_the_ca
         assert st.act.steer.pilot.costs.cost("a", "sleep1") < 5
         st.replica("b-0").state = ReplicaState.READY
         await until(lambda: ledger_matches_card(st))
+
+
+async def test_two_waiting_wakes_from_level_1_make_their_rooms_side_by_side(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Each wake's room is planned in turn (the room lock), then carried out beside the other: neither
+    waits for the other's drain (a drain settle each, seconds on a request's path)."""
+    models = [{"name": n} for n in "abcd"]  # 0.42 of the card each: two fit awake
+    slow_drain = replace(OPTIONS, timing=replace(OPTIONS.timing, drain_settle_s=1.5))
+    async with gpu_stack(tmp_path, redis_url, models, host_ram_gib=100, options=slow_drain) as st:
+        await until(lambda: all(st.state(f"{m}-0") is ReplicaState.ASLEEP for m in "abcd"))
+        for m in "ab":
+            await wake(st, m)
+        for m in "ab":
+            await idle(st, m)  # a and b asleep at level 1
+        for m in "cd":
+            await wake(st, m)
+        await until(lambda: not st.act.wakes)
+        await st.ask("a")
+        await st.ask("b")
+        both = (ReplicaState.DRAINING, ReplicaState.DRAINING)
+        await until(lambda: (st.state("c-0"), st.state("d-0")) == both, 10, interval_s=0.02)
+        await until(lambda: st.state("a-0") is st.state("b-0") is ReplicaState.READY, 10)
+        assert card_used() <= H200
 
 
 async def test_a_sleep_that_keeps_most_of_the_memory_stops_the_replica_from_then_on(

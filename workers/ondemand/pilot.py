@@ -121,11 +121,14 @@ class Seen:
     asked: bool
     idle_s: float
     moving: bool
+    planned: State | None = None
+    """The state a waiting request's wake planned for it (its own wake, or a sleep for its room), booked
+    before the replica moves."""
 
 
 def view(s: Seen) -> ModelView | None:
     """The autopilot's view of ``s`` (None: a replica in no state it can move, FAILED)."""
-    state = state_of(s.replica, s.level)
+    state = s.planned or state_of(s.replica, s.level)
     if state is None:
         return None
     # without sleep mode there is no level 1 nor 2: its "host RAM" never fits, it cannot reload: it stops
