@@ -58,12 +58,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--drain-grace", type=float, default=30.0, help="seconds in-flight work may take on SIGTERM"
     )
-    p.add_argument(
-        "--drain-settle",
-        type=float,
-        default=RegistryTiming().drain_settle_s,
-        help="seconds a draining replica waits for the gateways to see it before it reads its in-flight work",
-    )
     p.add_argument("--sd-file", type=Path, default=None, help="Prometheus file_sd JSON of the ready replicas")
     p.add_argument("--metrics-port", type=int, default=9400, help="port of the supervisor's own /metrics")
     p.add_argument("--ready-deadline", type=float, default=600.0, help="seconds a replica may take to start")
@@ -87,11 +81,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the running replicas (pid, port, id), for a restarted supervisor to adopt",
     )
     return p.parse_args(argv)
-
-
-def registry_timing(args: argparse.Namespace) -> RegistryTiming:
-    """The registry's and the drain's timing from the command line."""
-    return RegistryTiming(drain_settle_s=args.drain_settle, drain_grace_s=args.drain_grace)
 
 
 def gpu_sizes(fleet: Fleet) -> dict[int, int] | None:
@@ -188,7 +177,7 @@ async def serve(args: argparse.Namespace, launch_for: Callable[[ReplicaSpec], La
     SIGINT, re-read the file on SIGHUP. ``launch_for`` builds each replica's command (vLLM's, from the
     fleet, unless given). Returns the exit status: non-zero when a long-lived task died."""
     redis = connect(args.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
-    timing = registry_timing(args)
+    timing = RegistryTiming(drain_grace_s=args.drain_grace)
     backoff = RestartBackoff(max_s=args.restart_max_delay, give_up_after=args.restart_give_up_after)
     options = SupervisorOptions(ready_deadline_s=args.ready_deadline, timing=timing, backoff=backoff)
     metrics = SupervisorMetrics()

@@ -8,9 +8,8 @@ KV cache room). Per request: the model, its state when it arrived (read from the
 first token, its error; per arm: the fraction of first tokens within 1 s, p50/p99, errors, throughput.
 
 Timings run compressed by ``--time-scale K``: every engine wait is the H200's times K, the trace's times
-are times K, and each measured TTFT is divided by K to give card seconds; the supervisor's drain settle
-(2 s) is scaled too (``--drain-settle``). The gateway's, the supervisor's and the sampler's own work is not
-scaled, so it weighs 1/K times more than on the card (at K = 0.2 a 20 ms
+are times K, and each measured TTFT is divided by K to give card seconds. The gateway's, the supervisor's
+and the sampler's own work is not scaled, so it weighs 1/K times more than on the card (at K = 0.2 a 20 ms
 gateway path reads as 100 ms), and the autopilot's fixed windows (10 s of demand history) span 1/K times
 more trace. Before the trace each model is asked once (a warm-up, not counted: every model is started).
 

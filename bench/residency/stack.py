@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 import yaml
 
 from llmgw_contract.redis_keys import RedisKeys
-from llmgw_contract.registry import RegistryTiming, ReplicaState, read_registry
+from llmgw_contract.registry import ReplicaState, read_registry
 from testing.fake_nvidia_smi import fake_gpu_env
 from testing.gateway import serve_gateway
 from testing.gpu_profile import h200_7b
@@ -105,16 +105,12 @@ def fleet_text(spec: ArmSpec, tmp: Path, base_port: int) -> str:
     return yaml.safe_dump({"defaults": defaults, "models": models})
 
 
-def start_supervisor(tmp: Path, fleet: Path, redis_url: str, prefix: str, time_scale: float = 1.0) -> Proc:
-    """The supervisor of one arm; its drain settle (2 s) scaled like the engine's waits (``time_scale``),
-    so that a drain weighs what it does on the card."""
+def start_supervisor(tmp: Path, fleet: Path, redis_url: str, prefix: str) -> Proc:
     env = {**fake_gpu_env(tmp), "LLMGW_FAKE_GPU": "1"}
     port = free_port()
-    settle = RegistryTiming().drain_settle_s * time_scale
     argv = [sys.executable, "-m", "testing.fake_workers", "--fleet", str(fleet), "--redis-url", redis_url,
             "--redis-prefix", prefix, "--log-dir", str(tmp / "logs"), "--state-file", str(tmp / "state.json"),
-            "--metrics-port", str(port), "--models-dir", str(tmp / "models"), "--devices", "1",
-            "--drain-settle", f"{settle:g}"]  # fmt: skip
+            "--metrics-port", str(port), "--models-dir", str(tmp / "models"), "--devices", "1"]  # fmt: skip
     return spawn(argv, port, tmp / "supervisor.log", env)
 
 
@@ -167,7 +163,7 @@ async def arm_stack(spec: ArmSpec, tmp: Path, redis_url: str) -> AsyncIterator[R
     prefix = f"res{uuid.uuid4().hex[:6]}"
     text = fleet_text(spec, tmp, free_port_run(len(spec.models)))  # below the ephemeral ports
     (tmp / "fleet.yaml").write_text(text)
-    sup = start_supervisor(tmp, tmp / "fleet.yaml", redis_url, prefix, spec.time_scale)
+    sup = start_supervisor(tmp, tmp / "fleet.yaml", redis_url, prefix)
     redis = aioredis.Redis.from_url(redis_url)
     obs, t0 = Observed(), [time.perf_counter()]
     sampler = asyncio.create_task(sample(obs, spec, tmp / "gpu-mem", redis, RedisKeys(prefix), t0))
