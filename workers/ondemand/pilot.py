@@ -30,10 +30,10 @@ WINDOW_S, WINDOWS = 10.0, 6
 LEVEL: dict[str, SleepLevel] = {"sleep1": 1, "sleep2": 2, "stop": 0}
 """The sleep level of each sleep move (0: the process stops)."""
 MOVING = (ReplicaState.WAKING, ReplicaState.DRAINING, ReplicaState.STARTING)
-SUPERVISOR_OPTIONS = AutopilotOptions(spare_above=float("inf"))
-"""The policy's options here: a waiting request's wake takes its room from any idle model of its priority
-or lower, lowest predicted demand first (no model is spared for being likelier: the request is served now,
-not after the headroom a sleep in the background makes)."""
+SUPERVISOR_OPTIONS = AutopilotOptions()
+"""The policy's options here: the simulation's (demand is request arrivals in both): a waiting request's
+wake takes its room from idle models of its priority or lower, lowest predicted demand first, sparing those
+more than ``spare_above`` times likelier than it (that request waits for the headroom instead)."""
 
 
 @dataclass(slots=True)

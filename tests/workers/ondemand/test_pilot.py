@@ -112,15 +112,20 @@ def test_costs_are_learned_from_each_measured_move_and_each_move_is_counted(tmp_
     assert metrics.autopilot_moves.labels("a", "start", "waiting")._value.get() == 1
 
 
-def test_a_waiting_request_gets_room_from_an_idle_model_whatever_its_recent_demand(tmp_path: Path) -> None:
-    # a request waiting for a model that had none is not refused the room an idle model of equal priority
-    # can give back (as before the autopilot): the supervisor's eviction spares no model
-    pilot = Pilot(SupervisorMetrics())
-    for t in range(0, 11):
-        pilot.busyness.record("a", float(t), t % 2)
-    waiting = seen(replica(tmp_path, ReplicaState.ASLEEP, alive=False), model=B, asked=True)
-    idle = seen(replica(tmp_path, ReplicaState.READY, alive=True), idle_s=1.0)
-    snap = pilot.snapshot("cpu:0", 5 * GIB, 0, [waiting, idle], 11.0)
-    assert snap.models[1].rates[-2:] != (0.0, 0.0)
-    moves = pilot.decide(snap, headroom=False)
-    assert [(m.model, m.kind, m.urgent) for m in moves] == [("a", "stop", True), ("b", "start", True)]
+def test_a_waiting_request_gets_room_from_an_idle_model_unless_it_is_far_likelier(
+    tmp_path: Path,
+) -> None:
+    # the simulation's options: the eviction at the moment spares an idle model whose arrivals are more than
+    # spare_above (4) times the waiting model's (that request waits for the headroom instead)
+    def moves(arrivals_of_a: int) -> list[tuple[str, str, bool]]:
+        pilot = Pilot(SupervisorMetrics())
+        pilot.busyness.record("a", 1.0, arrivals_of_a)
+        pilot.busyness.record("a", 2.0, 0)
+        pilot.busyness.record("b", 3.0, 1)
+        waiting = seen(replica(tmp_path, ReplicaState.ASLEEP, alive=False), model=B, asked=True)
+        idle = seen(replica(tmp_path, ReplicaState.READY, alive=True), idle_s=1.0)
+        snap = pilot.snapshot("cpu:0", 5 * GIB, 0, [waiting, idle], 5.0)
+        return [(m.model, m.kind, m.urgent) for m in pilot.decide(snap, headroom=False)]
+
+    assert moves(2) == [("a", "stop", True), ("b", "start", True)]
+    assert moves(10) == []
