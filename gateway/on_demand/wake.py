@@ -39,10 +39,24 @@ class Wakes:
     ) -> None:
         self.redis, self.keys, self.gateway_id, self.metrics = redis, keys, gateway_id, metrics
         self._changed = asyncio.Event()
+        self._asking: dict[str, asyncio.Task[bool]] = {}
+        """Per model, this gateway's ask in flight: the requests that look meanwhile wait for it instead
+        of each sending one (hundreds wait for a wake, and every one looks again at each registry change)."""
 
     async def request(self, model: Model, request_id: str) -> bool:
         """Ask for a wake unless one is already asked for; True when this call asked. The request lives
-        for the model's ``wake_timeout_s`` (the supervisor deletes it once the model is awake)."""
+        for the model's ``wake_timeout_s`` (the supervisor deletes it once the model is awake). While this
+        gateway's ask for the model is in flight, a call waits for it and answers False."""
+        held = self._asking.get(model.name)
+        if held is not None:
+            await asyncio.shield(held)
+            return False
+        task = asyncio.ensure_future(self._ask(model, request_id))
+        self._asking[model.name] = task
+        task.add_done_callback(lambda _: self._asking.pop(model.name, None))
+        return await asyncio.shield(task)
+
+    async def _ask(self, model: Model, request_id: str) -> bool:
         key = self.keys.wake_request(model.name)
         try:
             won = await self.redis.set(key, self.gateway_id, nx=True, px=int(model.wake_timeout_s * 1000))

@@ -13,6 +13,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from workers.autoscale.loop import Autoscaler
 from workers.converge.loop import Reconciler
 from workers.host.gpu import nvidia_smi_reading
 from workers.life.adopt import pid_alive
-from workers.life.owner import Replica, Supervisor
+from workers.life.owner import Replica, Supervisor, SupervisorOptions
 from workers.ondemand.activator import Activator, ActivatorOptions
 from workers.replica.oom import needed_bytes
 from workers.wiring import control_loops
@@ -62,7 +63,12 @@ def estimate(r: Replica) -> int:
 
 @asynccontextmanager
 async def gpu_stack(
-    tmp: Path, redis_url: str, models: list[dict[str, Any]], host_ram_gib: float = 0, scale: bool = False
+    tmp: Path,
+    redis_url: str,
+    models: list[dict[str, Any]],
+    host_ram_gib: float = 0,
+    scale: bool = False,
+    options: SupervisorOptions = OPTIONS,
 ) -> AsyncIterator[Stack]:
     """The control plane on a FAKE GPU; ``scale``: with the scaler's loop too."""
     redis = aioredis.Redis.from_url(redis_url)
@@ -77,7 +83,7 @@ async def gpu_stack(
     ]  # fmt: skip
     path.write_text(yaml.safe_dump({"defaults": defaults, "models": full}))
     async with httpx.AsyncClient(timeout=10) as client:
-        sup = Supervisor([], RegistryWriter(redis, keys, OPTIONS.timing), client, OPTIONS, metrics=metrics)
+        sup = Supervisor([], RegistryWriter(redis, keys, options.timing), client, options, metrics=metrics)
         rec = Reconciler(sup, FleetWatch(path, poll_s=0.05), fake_gpu_launch, fits, tmp, 1, metrics)
         act = Activator(
             sup, keys, lambda: rec.fleet, estimate, lambda: 1 << 40, metrics,
@@ -98,10 +104,12 @@ async def wake(st: Stack, model: str) -> None:
 
 
 async def idle(st: Stack, model: str) -> None:
-    """Make ``model`` idle now: its idle timeout shrinks to nothing, so the activator puts it to sleep."""
+    """Make ``model`` idle now: its idle timeout shrinks to nothing, so the activator puts it to sleep; back
+    once asleep and its reading booked."""
     await until(lambda: model not in st.act.wakes)  # the wake (and its measurement) is over
     st.act.last_used[model] = -1e9
     await until(lambda: st.state(f"{model}-0") is ReplicaState.ASLEEP, deadline_s=30)
+    await until(lambda: not st.act.measuring, deadline_s=30)
 
 
 def card_used() -> int:
@@ -194,6 +202,49 @@ async def test_a_wake_without_room_puts_the_least_recently_used_to_sleep_in_plac
         line = next(x for x in caplog.text.splitlines() if woke.search(x))
         still = float(re.search(r"the others still for ([0-9.]+) s", line).group(1))  # type: ignore[union-attr]
         assert still >= SETTLE_S, line
+
+
+async def test_a_sleep_is_over_once_asleep_and_its_reading_is_booked_once_the_card_is_still(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A wake waiting for this sleep's room does not wait for the card to settle (another replica's move
+    can take many seconds): the reading is taken afterwards, and the learned sleep cost excludes it."""
+    models = [{"name": n} for n in ("a", "b")]
+    async with gpu_stack(tmp_path, redis_url, models, host_ram_gib=100) as st:
+        await until(lambda: all(st.state(f"{m}-0") is ReplicaState.ASLEEP for m in "ab"))
+        await wake(st, "a")
+        await wake(st, "b")
+        await until(lambda: "b" not in st.act.wakes)
+        st.replica("b-0").state = ReplicaState.WAKING  # b changing: no settled reading until it is still
+        st.act.last_used["a"] = -1e9
+        await until(lambda: st.state("a-0") is ReplicaState.ASLEEP, deadline_s=5)
+        assert st.act.steer.pilot.costs.cost("a", "sleep1") < 5
+        st.replica("b-0").state = ReplicaState.READY
+        await until(lambda: ledger_matches_card(st))
+
+
+async def test_two_waiting_wakes_from_level_1_make_their_rooms_side_by_side(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Each wake's room is planned in turn (the room lock), then carried out beside the other: neither
+    waits for the other's drain (a drain settle each, seconds on a request's path)."""
+    models = [{"name": n} for n in "abcd"]  # 0.42 of the card each: two fit awake
+    slow_drain = replace(OPTIONS, timing=replace(OPTIONS.timing, drain_settle_s=1.5))
+    async with gpu_stack(tmp_path, redis_url, models, host_ram_gib=100, options=slow_drain) as st:
+        await until(lambda: all(st.state(f"{m}-0") is ReplicaState.ASLEEP for m in "abcd"))
+        for m in "ab":
+            await wake(st, m)
+        for m in "ab":
+            await idle(st, m)  # a and b asleep at level 1
+        for m in "cd":
+            await wake(st, m)
+        await until(lambda: not st.act.wakes)
+        await st.ask("a")
+        await st.ask("b")
+        both = (ReplicaState.DRAINING, ReplicaState.DRAINING)
+        await until(lambda: (st.state("c-0"), st.state("d-0")) == both, 10, interval_s=0.02)
+        await until(lambda: st.state("a-0") is st.state("b-0") is ReplicaState.READY, 10)
+        assert card_used() <= H200
 
 
 async def test_a_sleep_that_keeps_most_of_the_memory_stops_the_replica_from_then_on(

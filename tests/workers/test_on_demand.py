@@ -193,8 +193,30 @@ async def test_a_wake_without_room_puts_the_least_recently_used_idle_model_to_sl
         assert st.state("c-0") is ReplicaState.ASLEEP and st.state("b-0") is ReplicaState.READY
 
 
-async def test_a_wake_that_cannot_fit_fails_and_keeps_the_busy_model(tmp_path: Path, redis_url: str) -> None:
+async def test_a_wake_without_room_now_waits_for_the_busy_model_to_idle_then_takes_its_room(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """As in the simulation, a wake that finds every model busy stays pending and is planned again each
+    tick (not failed, its request dropped and asked again after ``retry_wake_s``)."""
     models = [{"name": n, "activation": "on_demand", "idle_timeout_s": 3600} for n in ("a", "b")]
+    async with on_demand_stack(tmp_path, redis_url, models, budget_gib=1.5) as st:
+        await until(lambda: st.state("b-0") is ReplicaState.ASLEEP)
+        await st.ask("a")
+        await until(lambda: st.state("a-0") is ReplicaState.READY)
+        await st.redis.zadd(st.keys.leases("a"), {"lease-1": 1 << 50})
+        await st.ask("b")
+        await asyncio.sleep(0.3)  # a wake that would fail has failed by now
+        assert st.state("a-0") is ReplicaState.READY and st.state("b-0") is ReplicaState.ASLEEP
+        await st.redis.delete(st.keys.leases("a"))
+        await until(lambda: st.state("b-0") is ReplicaState.READY, 2.0)
+        assert st.state("a-0") is ReplicaState.ASLEEP
+        assert st.count(st.metrics.wakes, "b", "failed") == 0
+
+
+async def test_a_wake_that_cannot_fit_fails_and_keeps_the_busy_model(tmp_path: Path, redis_url: str) -> None:
+    """Past its ``wake_timeout_s`` without room, the wake fails."""
+    models = [{"name": n, "activation": "on_demand", "idle_timeout_s": 3600, "wake_timeout_s": 0.5}
+              for n in ("a", "b")]  # fmt: skip
     async with on_demand_stack(tmp_path, redis_url, models, budget_gib=1.5) as st:
         await until(lambda: st.state("b-0") is ReplicaState.ASLEEP)
         await st.ask("a")

@@ -33,12 +33,12 @@ from workers.host.gpu import GpuReader, nvidia_smi_reading
 from workers.host.rss import tree_rss_bytes
 from workers.life.owner import Replica, Supervisor
 from workers.life.process import StartFailed
+from workers.ondemand.asleep_reading import measure_asleep
 from workers.ondemand.autopilot.moves import Move
 from workers.ondemand.demand import AWOKEN, AWOKEN_MS, in_engine, is_wake_request, requested, warm_up
 from workers.ondemand.gpu_room import GpuRoom
-from workers.ondemand.ledger import Holding
 from workers.ondemand.room import Resident, Room, idle_expired, make_room
-from workers.ondemand.sleepers.level import SleepLevel, keeps_most
+from workers.ondemand.sleepers.level import SleepLevel
 from workers.ondemand.sleepers.process_stop import ProcessStop
 from workers.ondemand.sleepers.vllm_sleep import VllmSleep
 from workers.ondemand.sleeping import SleepChoice, model_of
@@ -84,6 +84,7 @@ class Activator:
         self.wakes: dict[str, asyncio.Task[bool]] = {}
         self.sleeping: dict[str, asyncio.Task[bool]] = {}
         """Idle sleeps in progress (a level-1 sleep copies the weights out for seconds): the tick goes on."""
+        self.measuring: set[asyncio.Task[bool]] = set()  # readings of replicas just put to sleep
         self.retry_at: dict[str, float] = {}
         self.closing = asyncio.Event()
         """Set by :meth:`close`: the loop ends by it even if a Redis call swallowed a cancellation."""
@@ -108,8 +109,7 @@ class Activator:
 
     def budget(self) -> int | None:
         """The fleet's ``defaults.memory_budget_gib`` in bytes; None: the host's available memory decides."""
-        fleet = self.fleet()
-        gib = fleet.defaults.memory_budget_gib if fleet is not None else None
+        gib = fleet.defaults.memory_budget_gib if (fleet := self.fleet()) is not None else None
         return None if gib is None else int(gib * (1 << 30))
 
     def close(self) -> None:
@@ -127,7 +127,7 @@ class Activator:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.closing.wait(), self.options.tick_s)
         finally:
-            await cancelled([*self.wakes.values(), *self.sleeping.values()])
+            await cancelled([*self.wakes.values(), *self.sleeping.values(), *self.measuring])
 
     def failed(self, action: str, model: str) -> None:
         self.metrics.actions.labels(action, model, "failed").inc()
@@ -141,19 +141,25 @@ class Activator:
 
     async def busy(self, model: str) -> bool:
         """Anything running or waiting for the model, or a wake asked for (:mod:`workers.ondemand.demand`)."""
+        return await self.load(model) > 0
+
+    async def load(self, model: str) -> int:
+        """How many requests run or wait for the model (:func:`requested`; 1 when only vLLM reports one)."""
         mine = [r for r in self.sup.replicas if r.spec.model.name == model and not r.retired]
-        if await requested(self.redis, self.keys, model, [r.spec.id for r in mine]):
-            return True
-        return await in_engine(self.sup.client, [r.spec.url for r in mine if r.state in ROUTABLE])
+        if count := await requested(self.redis, self.keys, model, [r.spec.id for r in mine]):
+            return count
+        return int(await in_engine(self.sup.client, [r.spec.url for r in mine if r.state in ROUTABLE]))
 
     async def tick(self) -> None:
         now = time.monotonic()
         steered = self.steer.on()
         readings: dict[str, Reading] = {}
         for name, replicas in self.groups().items():
+            model = self.model(replicas[0])
+            load = await self.load(name) if model.on_demand else 0
+            self.steer.pilot.busyness.record(name, now, load)  # arrivals, whatever its state
             if name in self.wakes or name in self.sleeping:
                 continue
-            model = self.model(replicas[0])
             idle_s = model.idle_timeout_s
             asleep = [r for r in replicas if r.state is ReplicaState.ASLEEP]
             awake = [r for r in replicas if r.state in ROUTABLE]
@@ -162,11 +168,10 @@ class Activator:
                     self.spawn_wake(name, asleep, "activation is always")
                 continue
             self.metrics.show_on_demand(name)
-            busy = await self.busy(name)
+            busy = load > 0
             if busy or name not in self.last_used:
                 self.last_used[name] = now
             asked = is_wake_request(await self.redis.get(self.keys.wake_request(name)))
-            self.steer.pilot.busyness.record(name, now, busy and bool(awake))  # serving, not waking
             readings[name] = (busy, asked)
             if asleep and asked:
                 if now >= self.retry_at.get(name, 0.0):
@@ -246,9 +251,9 @@ class Activator:
         await self.sup.registry.announce(model)
 
     async def wake_replica(self, r: Replica, why: str) -> bool:
+        if self.steer.on():  # it takes the room lock itself
+            return await self.steer.wake(r, why)
         async with self.room:
-            if self.steer.on():
-                return await self.steer.wake(r, why)
             room = await self.make_room(r)
             if not room.fits and self.sleeping:  # memory on its way back: wait for it, then look again
                 await asyncio.gather(*self.sleeping.values(), return_exceptions=True)
@@ -325,10 +330,15 @@ class Activator:
             return
         self.metrics.sleeps.labels(r.spec.model.name, reason).inc()
         log.info("replica=%s asleep (%s)", r.spec.id, f"level {levels[0]}" if levels[0] else "stopped")
+        if r.on_gpu:  # measured once the card is still: off the path of a wake waiting for this room
+            measure = guarded("measure", measure_asleep(self, r), self.failed, r.spec.model.name)
+            task = asyncio.create_task(measure)
+            self.measuring.add(task)
+            task.add_done_callback(self.measuring.discard)
 
     async def put_to_sleep(self, r: Replica, level: SleepLevel | None = None) -> SleepLevel:
-        """The drained replica asleep by its strategy, measured on a GPU; returns the level it sleeps at.
-        A failed sleep in place stops the process; one that keeps most of its memory is stopped too."""
+        """The drained replica asleep by its strategy; returns the level it sleeps at. A failed sleep in
+        place stops the process."""
         level = self.choice.level_for(r) if level is None else level
         try:
             await self.choice.sleeper(r, level).sleep(r, level)
@@ -337,14 +347,4 @@ class Activator:
             await r.process.stop()
             level = 0
         self.levels[r.spec.id] = level
-        if not r.on_gpu:
-            return level
-        holding: Holding = "asleep" if level else "stopped"
-        held = await self.gpu.measure_gpu(r, holding, f"sleep at level {level}")
-        awake = self.gpu.book(r).awake.get(r.spec.id, 0)
-        if level and held is not None and keeps_most(held, awake):
-            log.warning("replica=%s keeps %d of %d MiB asleep: stopped instead, from now on",
-                        r.spec.id, held >> 20, awake >> 20)  # fmt: skip
-            self.stop_instead.add(r.spec.model.name)
-            return await self.put_to_sleep(r, 0)
         return level

@@ -32,11 +32,12 @@ def is_wake_request(value: bytes | str | None) -> bool:
     return value is not None and value != AWOKEN
 
 
-async def requested(redis: aioredis.Redis, keys: RedisKeys, model: str, replicas: Sequence[str] = ()) -> bool:
-    """Requests running or waiting for ``model`` in the shared queue, in flight on one of ``replicas``
-    through a gateway, or a wake asked for. The keys share the model's hash tag (one Cluster slot); the
-    shares' age is judged on the clock of the node that holds them, read by a keyed script (a Cluster
-    client refuses the keyless TIME in a pipeline)."""
+async def requested(redis: aioredis.Redis, keys: RedisKeys, model: str, replicas: Sequence[str] = ()) -> int:
+    """How many requests ask for ``model`` (0: none): running (the shared queue's leases, or the gateways'
+    in-flight shares on ``replicas`` where admission is off: the larger, they count the same requests) plus
+    waiting in the queue; at least 1 while a wake is asked for. The keys share the model's hash tag (one
+    Cluster slot); the shares' age is judged on the clock of the node that holds them, read by a keyed
+    script (a Cluster client refuses the keyless TIME in a pipeline)."""
     pipe = redis.pipeline(transaction=False)
     pipe.zcard(keys.leases(model))
     pipe.zcard(keys.queue(model))
@@ -45,7 +46,8 @@ async def requested(redis: aioredis.Redis, keys: RedisKeys, model: str, replicas
     leases, queued, asked, shares = await pipe.execute()
     now_ms = int(await run(redis, "clock", [keys.inflight(model)], []))
     inflight = fresh_counts(shares, now_ms)
-    return bool(leases or queued or is_wake_request(asked) or any(inflight[r] for r in replicas))
+    count = max(int(leases), sum(inflight[r] for r in replicas)) + int(queued)
+    return max(count, int(is_wake_request(asked)))
 
 
 async def in_engine(client: httpx.AsyncClient, urls: Sequence[str]) -> bool:

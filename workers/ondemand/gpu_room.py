@@ -148,14 +148,19 @@ class GpuRoom:
         pid = r.process.pid
         return tree_pids(pid) if pid is not None and r.process.alive else set()
 
-    async def measure_gpu(self, r: Replica, holding: Holding, step: str) -> int | None:
+    async def measure_gpu(
+        self, r: Replica, holding: Holding, step: str, still: Callable[[], bool] = lambda: True
+    ) -> int | None:
         """Measure what ``r`` holds now (nvidia-smi, its process tree) and record it in the ledger; log the
         ledger's prediction of the card at that moment (every replica at what it last measured in its
         holding, ``r`` too, or the estimate before its first measurement) beside the card's reading, and
         which other models were changing then (waking or going to sleep: not settled). Returns the bytes
-        (None: no reading)."""
+        (None: no reading, or ``still()`` false once the card is still: ``r`` moved meanwhile)."""
         self.changed(r)
         waited = await self.until_still(r)
+        if not still():
+            log.info("replica=%s %s: not booked, it moved before the card was still", r.spec.id, step)
+            return None
         predicted = self.book(r).predicted_used(self.slots(r), {r.spec.id: holding})
         changing = self.others_changing(r)
         reading = await asyncio.to_thread(self.act.gpu_reading, r.spec.device)

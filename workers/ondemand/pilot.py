@@ -4,8 +4,9 @@ carried out logged in one line and counted, and the learned cost of each move me
 
 The pieces here are pure or read only the activator's fields; the activator carries the moves out through
 the owner's sleep and wake verbs (:mod:`workers.ondemand.activator`). Demand is what the activator sees each
-tick: a model's rate in a window is the fraction of it that it was awake with requests in flight or
-waiting (:class:`Busyness`; 0 to 1, not requests/s); requests waiting for a wake count apart (``queued``)."""
+tick: a model's rate in a window is the requests that arrived in it per second, whatever its state
+(:class:`Busyness`, from the count of requests in flight or waiting each tick), as in the simulation;
+requests waiting for a wake count apart too (``queued``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from llmgw_contract.replica_metrics import SupervisorMetrics
 from workers.life.replica import Replica
 from workers.ondemand.autopilot.costs import CostedMove, CostTable
 from workers.ondemand.autopilot.moves import Move
-from workers.ondemand.autopilot.policy import AutopilotOptions, decide
+from workers.ondemand.autopilot.policy import AutopilotOptions, decide, decide_wake
 from workers.ondemand.autopilot.snapshot import DeviceSnapshot, Footprint, ModelView, State
 from workers.ondemand.sleepers.level import SleepLevel
 
@@ -29,38 +30,40 @@ WINDOW_S, WINDOWS = 10.0, 6
 LEVEL: dict[str, SleepLevel] = {"sleep1": 1, "sleep2": 2, "stop": 0}
 """The sleep level of each sleep move (0: the process stops)."""
 MOVING = (ReplicaState.WAKING, ReplicaState.DRAINING, ReplicaState.STARTING)
-SUPERVISOR_OPTIONS = AutopilotOptions(spare_above=float("inf"))
-"""The policy's options here: a waiting request's wake takes its room from any idle model of its priority
-or lower (its demand here is a proxy, busy time while awake: no model is spared for being likelier)."""
+SUPERVISOR_OPTIONS = AutopilotOptions()
+"""The policy's options here: the simulation's (demand is request arrivals in both): a waiting request's
+wake takes its room from idle models of its priority or lower, lowest predicted demand first, sparing those
+more than ``spare_above`` times likelier than it (that request waits for the headroom instead)."""
 
 
 @dataclass(slots=True)
 class Busyness:
-    """Per model, the seconds it was busy in each recent window of ``window_s``."""
+    """Per model, the requests that arrived in each recent window of ``window_s``, whatever its state: each
+    reading's count of requests in flight or waiting, less the previous reading's, when it grew."""
 
     window_s: float = WINDOW_S
     windows: int = WINDOWS
-    busy_s: dict[str, dict[int, float]] = field(default_factory=dict)
-    seen_at: dict[str, float] = field(default_factory=dict)
+    arrived: dict[str, dict[int, int]] = field(default_factory=dict)
+    present: dict[str, int] = field(default_factory=dict)
 
-    def record(self, model: str, now: float, busy: bool) -> None:
-        """One tick's reading: ``model`` was ``busy`` since the previous reading (or not)."""
-        prev = self.seen_at.get(model)
-        self.seen_at[model] = now
-        if prev is None or not busy:
+    def record(self, model: str, now: float, present: int) -> None:
+        """One tick's reading: ``present`` requests in flight or waiting for ``model``."""
+        new = present - self.present.get(model, 0)
+        self.present[model] = present
+        if new <= 0:
             return
         w = int(now // self.window_s)
-        spans = self.busy_s.setdefault(model, {})
-        spans[w] = spans.get(w, 0.0) + (now - prev)
-        for old in [k for k in spans if k <= w - self.windows]:
-            del spans[old]
+        counts = self.arrived.setdefault(model, {})
+        counts[w] = counts.get(w, 0) + new
+        for old in [k for k in counts if k <= w - self.windows]:
+            del counts[old]
 
     def rates(self, model: str, now: float) -> tuple[float, ...]:
-        """The busy fraction of each of the last ``windows`` windows, oldest first (the newest is the
+        """Requests/s that arrived in each of the last ``windows`` windows, oldest first (the newest is the
         window going on)."""
         w = int(now // self.window_s)
-        spans = self.busy_s.get(model, {})
-        return tuple(min(1.0, spans.get(i, 0.0) / self.window_s) for i in range(w - self.windows + 1, w + 1))
+        counts = self.arrived.get(model, {})
+        return tuple(counts.get(i, 0) / self.window_s for i in range(w - self.windows + 1, w + 1))
 
 
 def cause(move: Move) -> str:
@@ -118,11 +121,14 @@ class Seen:
     asked: bool
     idle_s: float
     moving: bool
+    planned: State | None = None
+    """The state a waiting request's wake planned for it (its own wake, or a sleep for its room), booked
+    before the replica moves."""
 
 
 def view(s: Seen) -> ModelView | None:
     """The autopilot's view of ``s`` (None: a replica in no state it can move, FAILED)."""
-    state = state_of(s.replica, s.level)
+    state = s.planned or state_of(s.replica, s.level)
     if state is None:
         return None
     # without sleep mode there is no level 1 nor 2: its "host RAM" never fits, it cannot reload: it stops
@@ -163,6 +169,10 @@ class Pilot:
         """The policy's moves for ``snap`` (``headroom`` False: waiting requests and idle timeouts only, for
         a device whose budget is not known yet)."""
         return decide(snap, self.costs, self.options if headroom else replace(self.options, headroom=False))
+
+    def decide_wake(self, snap: DeviceSnapshot, name: str) -> list[Move]:
+        """The moves of a waiting request's wake of ``name``: its room's sleeps, then its wake."""
+        return decide_wake(snap, name, self.costs, self.options)
 
     def carried(self, device: str, move: Move) -> None:
         """One move begins: its line in the log, its count."""

@@ -23,6 +23,7 @@ from workers.converge.actions import device_key
 from workers.life.replica import Replica
 from workers.ondemand.autopilot.costs import CostedMove
 from workers.ondemand.autopilot.moves import Move
+from workers.ondemand.autopilot.snapshot import State
 from workers.ondemand.ledger import UNMEASURED_ASLEEP_BYTES
 from workers.ondemand.pilot import Pilot, Seen, cause, sleep_level, waking_move
 from workers.ondemand.sleepers.level import SleepLevel
@@ -50,6 +51,9 @@ class Steering:
         self.pilot = Pilot(act.metrics)
         self.ahead: set[str] = set()
         """Models whose wake the policy began ahead of a request (logged once, with that reason)."""
+        self.planned: dict[str, tuple[State, asyncio.Future[None]]] = {}
+        """Models a waiting request's wake moves (its own wake, its room's sleeps), from its plan until the
+        move ended: the state each goes to (the next plans book it so, moving) and that move's end."""
         self.scaled_down: set[str] = set()
         """Models the scaler put to sleep for a scale-down (it wakes or stops them): while asleep, the
         policy does not move them (a wake ahead would undo the scale-down, and the two would alternate)."""
@@ -78,12 +82,15 @@ class Steering:
         asleep = act.gpu.book(r).asleep.get(r.spec.id, UNMEASURED_ASLEEP_BYTES) if r.on_gpu else 0
         if r.state is ReplicaState.READY:  # woken (demand came back) or started again
             self.scaled_down.discard(name)
-        moving = name != waking and (name in act.wakes or name in act.sleeping or name in self.scaled_down)
+        planned = self.planned.get(name, (None, None))[0] if name != waking else None
+        moving = name != waking and (
+            name in act.wakes or name in act.sleeping or name in self.scaled_down or planned is not None
+        )
         idle_s = now - act.last_used.get(name, now)
         busy, asked = reading
         return Seen(
             r, act.model(r), act.levels.get(r.spec.id, 0), self.bytes_awake(r), asleep, act.weights(r),
-            act.choice.sleep_mode(r), busy, asked or name == waking, idle_s, moving,
+            act.choice.sleep_mode(r), busy, asked or name == waking, idle_s, moving, planned,
         )  # fmt: skip
 
     def budgets(self, replicas: Sequence[Replica]) -> tuple[int | None, int]:
@@ -163,23 +170,72 @@ class Steering:
             busy = other != name and (other in act.sleeping or await act.busy(other))
             seen.append(self.seen(x, (busy, False), now, waking=name))
         snap = self.pilot.snapshot(lane(r), gpu, host, seen, now)
-        moves = [m for m in self.pilot.decide(snap, headroom=False) if m.urgent]
+        moves = self.pilot.decide_wake(snap, name)
         return moves if any(m.model == name and m.kind in ("wake", "start") for m in moves) else None
 
     async def wake(self, r: Replica, why: str) -> bool:
-        """Wake ``r`` for a waiting request: the policy's room first (waiting for the sleeps in progress
-        once when it has none), then the start. False when it does not fit."""
+        """Wake ``r`` for a waiting request: the policy's room first, then the start. With no room now (every
+        model that could give it is busy or moving) the wake stays pending, as in the simulation: planned
+        again after the sleeps in progress or a tick, until the model's ``wake_timeout_s``; False past it.
+        The plan holds the activator's room lock, and its moves are booked (:attr:`planned`) for the next
+        plans; a wake from level 1 or 2 is then carried out beside the others (its room's sleeps begin at
+        once; it starts once they and every room sleep planned before it ended); a start from nothing keeps
+        the lock to its end (one start at a time per device: decision 0007)."""
         act = self.act
-        moves = await self.plan_wake(r)
-        if moves is None and act.sleeping:  # memory on its way back: wait for it, then look again
-            await asyncio.gather(*act.sleeping.values(), return_exceptions=True)
-            moves = await self.plan_wake(r)
-        if moves is None:
-            log.error("replica=%s cannot wake: the autopilot finds no room (idle models of priority <= %d "
-                      "asleep would not give back enough)", r.spec.id, act.model(r).priority)  # fmt: skip
-            return False
+        deadline = time.monotonic() + act.model(r).wake_timeout_s
+        while True:
+            async with act.room:
+                moves = await self.plan_wake(r)
+                if moves is not None and (not r.process.alive or act.levels.get(r.spec.id, 0) == 0):
+                    return await self.carry_wake(r, why, moves, [])
+                before = [end for state, end in self.planned.values() if state != "awake"]
+                mine = self.book(moves or [])
+            if moves is not None:
+                try:
+                    return await self.carry_wake(r, why, moves, before, mine)
+                finally:
+                    self.ended(mine)
+            if time.monotonic() >= deadline or act.closing.is_set() or act.sup.stopping.is_set():
+                break
+            if act.sleeping:  # memory on its way back
+                await asyncio.gather(*act.sleeping.values(), return_exceptions=True)
+            else:
+                await asyncio.sleep(act.options.tick_s)
+        log.error("replica=%s cannot wake: the autopilot found no room in %.0f s (idle models of priority "
+                  "<= %d asleep would not give back enough)", r.spec.id, act.model(r).wake_timeout_s,
+                  act.model(r).priority)  # fmt: skip
+        return False
+
+    def book(self, moves: Sequence[Move]) -> dict[str, asyncio.Future[None]]:
+        """Each move's model booked in :attr:`planned` at the state it goes to; their ends."""
+        loop = asyncio.get_running_loop()
+        mine = {m.model: loop.create_future() for m in moves}
+        for m in moves:
+            self.planned[m.model] = (m.target, mine[m.model])
+        return mine
+
+    def ended(self, ends: Mapping[str, asyncio.Future[None]]) -> None:
+        """These booked moves are over: their ends set, out of :attr:`planned`."""
+        for name, end in ends.items():
+            if not end.done():
+                end.set_result(None)
+            if self.planned.get(name, (None, None))[1] is end:
+                del self.planned[name]
+
+    async def carry_wake(
+        self,
+        r: Replica,
+        why: str,
+        moves: Sequence[Move],
+        before: Sequence[asyncio.Future[None]],
+        mine: Mapping[str, asyncio.Future[None]] | None = None,
+    ) -> bool:
+        """The room's sleeps (at once), then, once they and the room sleeps planned ``before`` ended (the
+        memory this plan counted free), the start."""
+        act = self.act
         device, ahead = lane(r), r.spec.model.name in self.ahead
         self.ahead.discard(r.spec.model.name)
+        sleeps = []
         for move in moves:
             if move.model == r.spec.model.name:
                 if not ahead:  # a wake ahead was logged and counted when it began
@@ -188,7 +244,11 @@ class Steering:
             self.pilot.carried(device, move)
             for v in self.lanes().get(device, []):
                 if v.spec.model.name == move.model and v.state in ROUTABLE:
-                    await act.sleep(v, f"room for {r.spec.id}: {move.reason}", "room", self.level(v, move))
+                    why_v = f"room for {r.spec.id}: {move.reason}"
+                    sleeps.append(act.sleep(v, why_v, "room", self.level(v, move)))
+        await asyncio.gather(*sleeps)
+        self.ended({k: v for k, v in (mine or {}).items() if k != r.spec.model.name})
+        await asyncio.gather(*(asyncio.shield(end) for end in before))
         return await act.start(r, why)
 
     def slept(self, model: str, level: SleepLevel, seconds: float, reason: str = "idle") -> None:

@@ -190,3 +190,19 @@ def test_a_sleeper_idle_past_its_idle_timeout_is_not_woken_ahead() -> None:
     assert decide(s, CostTable()) == []
     s2 = snap(model("a", "asleep2", rates=(0.5,), idle_s=400, idle_timeout_s=300))
     assert decide(s2, CostTable()) == []
+
+
+def test_a_wake_on_a_request_path_makes_room_for_its_own_model_only() -> None:
+    """The supervisor plans one waiting model's wake at a time: the sleeps that make the room of the other
+    waiting models are theirs to carry out (each one on that request's own path costs it a drain)."""
+    from workers.ondemand.autopilot.policy import decide_wake
+
+    s = snap(
+        model("x", "awake", idle_s=30), model("y", "awake", idle_s=20), model("z", "awake", idle_s=10),
+        model("a", "asleep2", queued=1), model("b", "asleep1", queued=3),
+    )  # fmt: skip
+    everyone = decide(s, CostTable(), QUIET)
+    assert {m.model for m in everyone if m.kind == "wake"} == {"a", "b"}  # both waiting models served
+    moves = decide_wake(s, "a", CostTable(), QUIET)
+    assert kinds(moves) == [("x", "sleep2"), ("a", "wake")]  # one room, for a alone
+    assert decide_wake(s, "nobody", CostTable(), QUIET) == []

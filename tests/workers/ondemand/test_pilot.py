@@ -65,13 +65,18 @@ def test_a_sleep_mode_replica_asleep_in_place_is_at_its_level(tmp_path: Path) ->
     assert v2 is not None and v2.state == "asleep2" and v2.footprint.gpu("asleep2") == GIB
 
 
-def test_busyness_is_the_busy_fraction_of_each_window_oldest_first() -> None:
+def test_demand_is_the_arrivals_per_second_of_each_window_oldest_first_whatever_the_state() -> None:
+    """Requests that arrive count whatever the model's state: a model asked while asleep (its requests wait
+    for its wake) is as likely as one asked while awake (the simulation's request rates)."""
     b = Busyness(window_s=10.0, windows=3)
-    for t in range(100, 106):  # busy from 100 to 105 (the first reading only starts the clock)
-        b.record("a", float(t), busy=True)
-    b.record("a", 107.0, busy=False)
-    assert b.rates("a", 107.0) == (0.0, 0.0, 0.5)
-    assert b.rates("a", 125.0) == (0.5, 0.0, 0.0)  # two windows later, then none
+    b.record("a", 100.0, 1)  # asleep, one request waits
+    b.record("a", 101.0, 3)  # two more arrive while it wakes
+    b.record("a", 102.0, 3)  # woken: the same three run
+    b.record("a", 104.0, 1)  # two finished
+    b.record("a", 105.0, 2)  # one more
+    b.record("a", 107.0, 0)
+    assert b.rates("a", 107.0) == (0.0, 0.0, 0.4)
+    assert b.rates("a", 125.0) == (0.4, 0.0, 0.0)  # two windows later, then none
     assert b.rates("never", 125.0) == (0.0, 0.0, 0.0)
 
 
@@ -107,15 +112,20 @@ def test_costs_are_learned_from_each_measured_move_and_each_move_is_counted(tmp_
     assert metrics.autopilot_moves.labels("a", "start", "waiting")._value.get() == 1
 
 
-def test_a_waiting_request_gets_room_from_an_idle_model_whatever_its_recent_demand(tmp_path: Path) -> None:
-    # the supervisor's demand is a proxy (busy time while awake): a request waiting for a model that had
-    # none is not refused the room an idle model of equal priority can give back (as before the autopilot)
-    pilot = Pilot(SupervisorMetrics())
-    for t in range(0, 11):
-        pilot.busyness.record("a", float(t), busy=True)
-    waiting = seen(replica(tmp_path, ReplicaState.ASLEEP, alive=False), model=B, asked=True)
-    idle = seen(replica(tmp_path, ReplicaState.READY, alive=True), idle_s=1.0)
-    snap = pilot.snapshot("cpu:0", 5 * GIB, 0, [waiting, idle], 11.0)
-    assert snap.models[1].rates[-2:] != (0.0, 0.0)
-    moves = pilot.decide(snap, headroom=False)
-    assert [(m.model, m.kind, m.urgent) for m in moves] == [("a", "stop", True), ("b", "start", True)]
+def test_a_waiting_request_gets_room_from_an_idle_model_unless_it_is_far_likelier(
+    tmp_path: Path,
+) -> None:
+    # the simulation's options: the eviction at the moment spares an idle model whose arrivals are more than
+    # spare_above (4) times the waiting model's (that request waits for the headroom instead)
+    def moves(arrivals_of_a: int) -> list[tuple[str, str, bool]]:
+        pilot = Pilot(SupervisorMetrics())
+        pilot.busyness.record("a", 1.0, arrivals_of_a)
+        pilot.busyness.record("a", 2.0, 0)
+        pilot.busyness.record("b", 3.0, 1)
+        waiting = seen(replica(tmp_path, ReplicaState.ASLEEP, alive=False), model=B, asked=True)
+        idle = seen(replica(tmp_path, ReplicaState.READY, alive=True), idle_s=1.0)
+        snap = pilot.snapshot("cpu:0", 5 * GIB, 0, [waiting, idle], 5.0)
+        return [(m.model, m.kind, m.urgent) for m in pilot.decide(snap, headroom=False)]
+
+    assert moves(2) == [("a", "stop", True), ("b", "start", True)]
+    assert moves(10) == []

@@ -65,6 +65,20 @@ def decide(
     return plan.moves
 
 
+def decide_wake(
+    snap: DeviceSnapshot, name: str, costs: CostTable, options: AutopilotOptions = AutopilotOptions()
+) -> list[Move]:
+    """The moves a waiting request's wake of ``name`` carries out on its own path: the sleeps that make its
+    room, then its wake ([] when it is not waiting or cannot fit; the other waiting models' rooms are
+    theirs)."""
+    plan = Plan(snap)
+    demand = {m.name: predicted(m.rates, m.queued, options.alpha) for m in snap.models}
+    for m in waiting(plan):
+        if m.name == name:
+            serve(plan, m, demand, costs, options)
+    return plan.moves
+
+
 def free_to_move(plan: Plan, m: ModelView) -> bool:
     """Nothing in flight or queued, no move in progress, none decided yet."""
     return not (m.busy or m.moving or plan.moved(m.name))
