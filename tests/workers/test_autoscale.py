@@ -42,8 +42,13 @@ from workers.replica.launch import ReplicaSpec
 from workers.wiring import control_loops
 
 # About one run of this module in five hung at shutdown: a cancel of the autoscaler lost inside every()'s
-# wait_for (Python 3.11), fixed there (llmgw_contract/supervision.py). One stall was still seen in 16 runs
-# after the fix, cause unknown. Each test takes 1-5 s; the bound makes a stall cost 2 minutes of CI, not 10.
+# wait_for (Python 3.11), fixed there (llmgw_contract/supervision.py). About one run in 16 still stalled:
+# the shutdown's cancel came while the tick sent a Redis command, and redis-py sends under its
+# socket_timeout with asyncio.wait_for, which on 3.11 swallows a cancel that arrives as the send ends
+# (250 of 300 cancels of a loop of GETs lost); the loop ticked on, scaled m-1 down when the 60 s delay
+# ran out, and the shutdown waited for ever. every() now ends at its next turn when its task was asked
+# to cancel (tests/llmgw_contract/test_supervision.py). Each test takes 1-5 s; the bound stays so that a
+# stall costs 2 minutes of CI, not 10.
 pytestmark = pytest.mark.timeout(120)
 
 OPTIONS = SupervisorOptions(
