@@ -217,8 +217,9 @@ async def workers(
         act = Activator(
             sup, keys, lambda: rec.fleet, lambda r: 0, lambda: 1 << 40, metrics, ActivatorOptions()
         )
-        auto = Autoscaler(rec, redis, keys, metrics, every_s=0.2, act=act)
         warmup = Warmup(rec, metrics, every_s=1.0) if warm else None
+        prepared = warmup.warm if warmup is not None else (lambda model: True)
+        auto = Autoscaler(rec, redis, keys, metrics, every_s=0.2, act=act, prepared=prepared)
         try:
             async with control_loops(sup, rec, act, auto, warmup):
                 yield sup, metrics, redis, keys, warmup

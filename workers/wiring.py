@@ -88,8 +88,8 @@ def build_control_plane(
         sup, keys, lambda: rec.fleet, estimate, free_bytes, metrics, activator or ActivatorOptions(),
         gpu_reading=gpu_reading, weights=weights,
     )  # fmt: skip
-    auto = Autoscaler(rec, registry.redis, keys, metrics, act=act)
     warmup = Warmup(rec, metrics)
+    auto = Autoscaler(rec, registry.redis, keys, metrics, act=act, prepared=warmup.warm)
     return ControlPlane(sup, rec, act, metrics, state, TaskGroup(metrics.failed), auto, warmup)
 
 
