@@ -312,10 +312,12 @@ on-demand-cycles: install
 # Three autoscale cycles with real vLLM on CPU (the default fleet's on-demand model at scaling 0..2, the
 # supervisor as the scaler, two gateways): the first request held through the cold start, a burst of 32
 # streams grows it to 2, idle returns it to 0; the fault suite's checkers per cycle (lost, cut, generations
-# run twice, from the engines' request logs) and the ETA told against the measured cold start.
-# `make test` runs a short form with the fake engine (tests/bench/test_autoscale_cycles.py).
+# run twice, from the engines' request logs) and the ETA told against the measured cold start. It starts
+# from a cold page cache (--cold: the engine's libraries and the model's files dropped, as after a boot)
+# and, as llmgw-workers does, lets the supervisor's warm-up read the model's start ahead before the first
+# request. `make test` runs a short form with the fake engine (tests/bench/test_autoscale_cycles.py).
 autoscale: install
-	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.autoscale_cycles --real --cycles 3 \
+	flock /tmp/llmgw-heavy.lock $(BIN)/python -m bench.autoscale_cycles --real --cycles 3 --cold \
 	  --out bench/results/autoscale-cpu.json
 
 # The residency autopilot against today's on-demand policy and all-awake-at-1/N: a seeded 10-minute

@@ -18,7 +18,13 @@ is the ETA the gateways told the held request (the cold-start estimate in Redis 
 the held stream's first comment says in whole seconds) against the cold start measured in that cycle;
 the first cycle has none (nothing was measured yet). Target: within 20 %.
 
-    flock /tmp/llmgw-heavy.lock .venv/bin/python -m bench.autoscale_cycles --real --cycles 3
+With ``--real`` the supervisor's page-cache warm-up (workers/autoscale/warmup.py) runs as under
+``llmgw-workers``, and the first cycle begins once it has read the model's start ahead, as on a host whose
+supervisor loaded the fleet before the first request (``--no-warmup``: without it). ``--cold`` first drops
+the engine's libraries and the model's files from the page cache (bench/page_cache.py), as after a boot.
+Each cycle's cold start is broken into the phases of vLLM's own log (bench/vllm_start_log.py).
+
+    flock /tmp/llmgw-heavy.lock .venv/bin/python -m bench.autoscale_cycles --real --cycles 3 --cold
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +58,8 @@ from bench.faults.checks import (
 )
 from bench.faults.workload import Request, send
 from bench.on_demand_cycles import fake_launch, real_launch, roomy
+from bench.page_cache import drop, engine_paths
+from bench.vllm_start_log import starts
 from llmgw_contract.cold_starts import read_cold_start
 from llmgw_contract.fleet import load_fleet
 from llmgw_contract.fleet_file import FleetWatch
@@ -61,10 +70,12 @@ from testing.gateway import serve_gateway
 from testing.poll import until
 from testing.procs import free_port, start_redis
 from workers.autoscale.loop import Autoscaler
+from workers.autoscale.warmup import Warmup
 from workers.converge.loop import Reconciler
 from workers.life.owner import Supervisor, SupervisorOptions
 from workers.ondemand.activator import Activator, ActivatorOptions
 from workers.replica.launch import Launch, ReplicaSpec
+from workers.replica.weights import weights_for
 from workers.wiring import control_loops
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,6 +111,8 @@ class Cycle:
     """The cold-start estimate the gateways held as the cycle began (None: nothing measured yet)."""
     eta_told_s: float | None
     """The ETA in the held stream's first comment (whole seconds; None: "unknown")."""
+    phases: dict[str, float | None] | None = None
+    """The cold start's phases in vLLM's log (bench/vllm_start_log.py; None: the FAKE ENGINE)."""
 
     @property
     def failed(self) -> int:
@@ -117,6 +130,10 @@ class Cycle:
 class Report:
     mode: str
     cycles: list[Cycle] = field(default_factory=list)
+    cold: bool = False
+    """The page cache was dropped first (``--cold``)."""
+    warmup_s: float | None = None
+    """The supervisor's warm-up, awaited before the first cycle (None: not run)."""
 
     @property
     def ok(self) -> bool:
@@ -131,6 +148,9 @@ class Report:
         return {
             "mode": self.mode,
             "cycles": len(self.cycles),
+            "page_cache_dropped_first": self.cold,
+            "warmup_s": None if self.warmup_s is None else round(self.warmup_s, 2),
+            "cold_start_s": [round(c.cold_start_s, 2) for c in self.cycles],
             "requests": sum(c.requests for c in self.cycles),
             "failed": sum(c.failed for c in self.cycles),
             "lost": sum(c.lost for c in self.cycles),
@@ -181,7 +201,8 @@ async def workers(
     fleet_text: str,
     launch: Callable[[ReplicaSpec], Launch],
     fast: bool,
-) -> AsyncIterator[tuple[Supervisor, SupervisorMetrics, aioredis.Redis, RedisKeys]]:
+    warm: bool,
+) -> AsyncIterator[tuple[Supervisor, SupervisorMetrics, aioredis.Redis, RedisKeys, Warmup | None]]:
     redis = aioredis.Redis.from_url(redis_url)
     keys = RedisKeys(prefix)
     # the drain's settle outlasts the gateways' registry poll (POLL_S): they see DRAINING before the stop
@@ -196,10 +217,12 @@ async def workers(
         act = Activator(
             sup, keys, lambda: rec.fleet, lambda r: 0, lambda: 1 << 40, metrics, ActivatorOptions()
         )
-        auto = Autoscaler(rec, redis, keys, metrics, every_s=0.2, act=act)
+        warmup = Warmup(rec, metrics, every_s=1.0) if warm else None
+        prepared = warmup.warm if warmup is not None else (lambda model: True)
+        auto = Autoscaler(rec, redis, keys, metrics, every_s=0.2, act=act, prepared=prepared)
         try:
-            async with control_loops(sup, rec, act, auto):
-                yield sup, metrics, redis, keys
+            async with control_loops(sup, rec, act, auto, warmup):
+                yield sup, metrics, redis, keys, warmup
         finally:
             await redis.aclose()
 
@@ -300,23 +323,49 @@ def logs(tmp: Path) -> list[Path]:
     return sorted(tmp.glob("*.log"))
 
 
-async def run(tmp: Path, real: bool, cycles: int, burst: int, delay_s: float, redis_url: str) -> Report:
+def phases_since(tmp: Path, since: datetime) -> dict[str, float | None] | None:
+    """The phases of the first vLLM start logged since ``since`` (None: none, e.g. the FAKE ENGINE)."""
+    found = [s for f in logs(tmp) for s in starts(f.read_text(errors="replace"), since.year)]
+    later = sorted((s for s in found if s.first["APIServer"] >= since.replace(microsecond=0)),
+                   key=lambda s: s.first["APIServer"])  # fmt: skip
+    return later[0].phases() if later else None
+
+
+async def run(
+    tmp: Path,
+    real: bool,
+    cycles: int,
+    burst: int,
+    delay_s: float,
+    redis_url: str,
+    warmup: bool = True,
+    report: Report | None = None,
+) -> Report:
+    """The cycles; with ``real`` and ``warmup``, after the supervisor's warm-up of the model's start."""
+    report = report or Report("vllm" if real else "fake-engine")
     prefix = f"asc{uuid.uuid4().hex[:6]}"
     fleet_text, model = fleet_for(real, delay_s, free_port())
-    report = Report("vllm" if real else "fake-engine")
+    warm = real and warmup
     async with (
-        workers(tmp, redis_url, prefix, fleet_text, real_launch if real else fake_launch, not real) as w,
+        workers(
+            tmp, redis_url, prefix, fleet_text, real_launch if real else fake_launch, not real, warm
+        ) as w,
         serve_gateway(tmp, fleet_text, redis_url, prefix, gateway_id="gw-a", registry_poll_s=POLL_S) as a,
         serve_gateway(tmp, fleet_text, redis_url, prefix, gateway_id="gw-b", registry_poll_s=POLL_S) as b,
         httpx.AsyncClient(timeout=900) as c,
     ):
-        sup, metrics, redis, keys = w
+        sup, metrics, redis, keys, warming = w
+        if warming is not None:
+            t0 = time.perf_counter()
+            await until(lambda: warming.warm(model), 600, "the supervisor's warm-up of the model's start")
+            report.warmup_s = time.perf_counter() - t0
+            print(f"warm-up: {report.warmup_s:.1f} s", flush=True)
         for i in range(1, cycles + 1):
             await until(lambda: not sup.replicas, 600, "the model at zero")
             await until(lambda: at_zero(c, [a, b], model), 30, "the gateways see the model at zero")
             cold0 = metrics.cold_starts.labels(model)._sum.get()
             eta = await read_cold_start(redis, keys, model)
-            ids = f"asc.{i}."
+            ids, began = f"asc.{i}.", datetime.now()
             sent = await one_cycle(c, sup, [a, b], model, burst, ids)
             cold = metrics.cold_starts.labels(model)._sum.get() - cold0
             mean = await read_cold_start(redis, keys, model) or 0.0
@@ -324,26 +373,40 @@ async def run(tmp: Path, real: bool, cycles: int, burst: int, delay_s: float, re
             runs = count_engine_runs(logs(tmp), ids, {})
             n, answered, clear, lost, cut, twice, unseen = judged(sent, runs, ids)
             cycle = Cycle(sent.first_s, cold, mean, most, sent.most, n, answered, clear, lost, cut, twice,
-                          unseen, eta, sent.told)  # fmt: skip
+                          unseen, eta, sent.told, phases_since(tmp, began))  # fmt: skip
             report.cycles.append(cycle)
             err = "none" if cycle.eta_error is None else f"{cycle.eta_error:+.0%}"
             print(f"cycle {i}: first answer {sent.first_s:.2f} s, cold start {cold:.2f} s "
                   f"(mean {mean:.2f} s), ETA {eta} s (told {sent.told}, error {err}), "
                   f"{most} READY at most ({sent.most} in the burst), {n} requests, {answered} answered, "
-                  f"{clear} clear errors, {lost} lost, {cut} cut, {twice} ran twice, {unseen} unseen",
-                  flush=True)  # fmt: skip
+                  f"{clear} clear errors, {lost} lost, {cut} cut, {twice} ran twice, {unseen} unseen; "
+                  f"phases {cycle.phases}", flush=True)  # fmt: skip
     return report
 
 
 async def main_async(args: argparse.Namespace) -> Report:
     with tempfile.TemporaryDirectory(prefix="asc-") as d:
         tmp = Path(d)
+        report = Report("vllm" if args.real else "fake-engine", cold=args.cold)
+        if args.cold:
+            _, model = fleet_for(args.real, 1, 0)
+            files = [*engine_paths()]
+            if args.real:
+                files.append(Path(weights_for(next(m for m in load_fleet(REPO / "fleet.yaml").models
+                                                   if m.name == model))))  # fmt: skip
+            count, size = drop(files)
+            print(f"page cache: dropped {count} files ({size >> 20} MiB)", flush=True)
         redis = start_redis(tmp)
         try:
             url = f"redis://127.0.0.1:{redis.port}/0"
-            return await run(tmp, args.real, args.cycles, args.burst, args.delay_s, url)
+            return await run(tmp, args.real, args.cycles, args.burst, args.delay_s, url, args.warmup, report)
         finally:
             redis.stop()
+
+
+def loadavg() -> str:
+    """The host's load averages (1, 5, 15 minutes) as /proc/loadavg gives them."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -355,15 +418,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--burst", type=int, default=32, help="concurrent streams that grow the model to 2")
     p.add_argument("--delay-s", type=float, default=None, help="scale_down_delay_s (default 10 real, 1 fake)")
     p.add_argument("--out", type=Path, default=None, help="write the report as JSON here")
+    p.add_argument("--cold", action="store_true", help="drop the engine's and the model's files from the "
+                   "page cache first (as after a boot)")  # fmt: skip
+    p.add_argument("--no-warmup", dest="warmup", action="store_false",
+                   help="--real: without the supervisor's page-cache warm-up")  # fmt: skip
     args = p.parse_args(argv)
     if args.delay_s is None:
         args.delay_s = 10.0 if args.real else 1.0
+    before = loadavg()
     report = asyncio.run(main_async(args))
     summary = report.summary()
     print(json.dumps(summary, indent=2))
     if args.out is not None:
         args.out.write_text(
-            json.dumps({"summary": summary, "cycles": [asdict(c) for c in report.cycles]}, indent=2)
+            json.dumps(
+                {
+                    "summary": summary,
+                    "cycles": [asdict(c) for c in report.cycles],
+                    "load_average": {"before": before, "after": loadavg()},
+                },
+                indent=2,
+            )
         )
     return 0 if report.ok else 1
 

@@ -64,6 +64,14 @@ async def guarded(action: str, step: Awaitable[None], failed: Failed = no_count,
     return True
 
 
+def raise_if_cancelled() -> None:
+    """Raise ``CancelledError`` when the running task was asked to cancel and is still running: the cancel
+    was swallowed below its caller (see :func:`every`). A loop calls it at each turn."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def every(
     name: str,
     interval_s: float,
@@ -72,11 +80,15 @@ async def every(
     failed: Failed = no_count,
     backoff: Backoff = RETRY,
 ) -> None:
-    """Run ``step`` every ``interval_s`` until ``stop`` is set, each run :func:`guarded` (as ``name``);
-    after ``n`` failed runs in a row the next comes after ``min(interval_s, backoff.delay(n))``. Stopping
-    is by the event, so a library that swallows a cancellation cannot keep the loop alive."""
+    """Run ``step`` every ``interval_s`` until ``stop`` is set or the task is cancelled, each run
+    :func:`guarded` (as ``name``); after ``n`` failed runs in a row the next comes after
+    ``min(interval_s, backoff.delay(n))``. A cancel that a step swallowed still ends the loop, at its next
+    turn: on Python 3.11 ``asyncio.wait_for`` returns its result when the cancel arrives in the iteration
+    that result does (redis-py sends each command that way under a ``socket_timeout``), and a shutdown
+    that cancels a loop before it sets the loop's stop event would otherwise wait for it for ever."""
     failures = 0
     while not stop.is_set():
+        raise_if_cancelled()
         failures = 0 if await guarded(name, step(), failed) else failures + 1
         wait = min(interval_s, backoff.delay(failures)) if failures else interval_s
         with contextlib.suppress(TimeoutError):  # asyncio.timeout, not wait_for: on 3.11 wait_for can turn

@@ -1,11 +1,13 @@
 """The one wiring of the control plane: the owner of the replicas (``Supervisor``), the reconcile loop,
-the activator, the scaler (:mod:`workers.autoscale`), their metrics and the state file, built by
+the activator, the scaler (:mod:`workers.autoscale`) and its page-cache warm-up of the models that can
+go to zero (:mod:`workers.autoscale.warmup`), their metrics and the state file, built by
 :func:`build_control_plane` and run by :func:`running` with one start and one shutdown order.
 ``llmgw-workers`` (and through it the embedded stack), the tests and the benchmarks all run it this way.
 
 Every long-lived task runs in one :class:`llmgw_contract.supervision.TaskGroup`: one that ends while the
 control plane runs is logged and counted, and ``llmgw-workers`` exits non-zero. The shutdown order: the
-activator is told to close, the activator's, the reconciler's and the scaler's loops are cancelled, the
+activator is told to close, the activator's, the reconciler's, the scaler's and the warm-up's loops are
+cancelled, the
 owner drains every replica (within the grace period) and stops them, its own loop ends, the state file
 is emptied.
 """
@@ -25,6 +27,7 @@ from llmgw_contract.registry import RegistryWriter
 from llmgw_contract.replica_metrics import SupervisorMetrics
 from llmgw_contract.supervision import TaskGroup
 from workers.autoscale.loop import Autoscaler
+from workers.autoscale.warmup import Warmup
 from workers.converge.loop import HeadroomProbe, LaunchFor, Reconciler
 from workers.host.gpu import GpuReader, MemoryProbe, nvidia_smi_probe, nvidia_smi_reading
 from workers.life.adopt import StateFile, check_entries
@@ -44,6 +47,7 @@ class ControlPlane:
     state: StateFile | None = None
     tasks: TaskGroup = field(default_factory=TaskGroup)
     auto: Autoscaler | None = None
+    warmup: Warmup | None = None
 
 
 def build_control_plane(
@@ -84,8 +88,9 @@ def build_control_plane(
         sup, keys, lambda: rec.fleet, estimate, free_bytes, metrics, activator or ActivatorOptions(),
         gpu_reading=gpu_reading, weights=weights,
     )  # fmt: skip
-    auto = Autoscaler(rec, registry.redis, keys, metrics, act=act)
-    return ControlPlane(sup, rec, act, metrics, state, TaskGroup(metrics.failed), auto)
+    warmup = Warmup(rec, metrics)
+    auto = Autoscaler(rec, registry.redis, keys, metrics, act=act, prepared=warmup.warm)
+    return ControlPlane(sup, rec, act, metrics, state, TaskGroup(metrics.failed), auto, warmup)
 
 
 @asynccontextmanager
@@ -100,6 +105,8 @@ async def running(plane: ControlPlane) -> AsyncIterator[TaskGroup]:
     tasks.spawn("activator", plane.act.run())
     if plane.auto is not None:
         tasks.spawn("autoscaler", plane.auto.run())
+    if plane.warmup is not None:
+        tasks.spawn("warmup", plane.warmup.run())
     try:
         yield tasks
     finally:
@@ -110,7 +117,8 @@ async def shutdown(plane: ControlPlane) -> None:
     """The one shutdown order (module doc)."""
     tasks = plane.tasks
     plane.act.close()
-    await tasks.close("activator", "reconciler", *(["autoscaler"] if plane.auto is not None else []))
+    loops = [*(["autoscaler"] if plane.auto is not None else []), *(["warmup"] if plane.warmup else [])]
+    await tasks.close("activator", "reconciler", *loops)
     tasks.expect_end("supervisor")
     await plane.sup.drain()
     await tasks.join("supervisor")
@@ -121,10 +129,14 @@ async def shutdown(plane: ControlPlane) -> None:
 
 @asynccontextmanager
 async def control_loops(
-    sup: Supervisor, rec: Reconciler, act: Activator, auto: Autoscaler | None = None
+    sup: Supervisor,
+    rec: Reconciler,
+    act: Activator,
+    auto: Autoscaler | None = None,
+    warmup: Warmup | None = None,
 ) -> AsyncIterator[TaskGroup]:
     """:func:`running` for parts built apart (tests, benchmarks): the same tasks and shutdown order
-    (``auto``: the scaler's loop, when given)."""
-    plane = ControlPlane(sup, rec, act, sup.metrics, None, TaskGroup(sup.metrics.failed), auto)
+    (``auto``: the scaler's loop, ``warmup``: the warm-up's, when given)."""
+    plane = ControlPlane(sup, rec, act, sup.metrics, None, TaskGroup(sup.metrics.failed), auto, warmup)
     async with running(plane) as tasks:
         yield tasks

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from llmgw_contract.cold_starts import read_cold_start, record_cold_start
+from llmgw_contract.cold_starts import folded, read_cold_start, record_cold_start
 from llmgw_contract.redis_keys import RedisKeys
 
 
@@ -49,3 +49,25 @@ async def test_an_unreachable_redis_raises_nothing(keys: RedisKeys) -> None:
         assert await read_cold_start(down, keys, "m") is None
     finally:
         await down.aclose()
+
+
+def test_an_unprepared_start_is_the_estimate_only_until_a_prepared_one_is_measured() -> None:
+    """A start whose files the supervisor had not read ahead (its page cache cold: the first on a host)
+    is kept while nothing else is known, replaced (not averaged) by the first prepared start, and never
+    moves an estimate of prepared starts."""
+    assert folded(None, False, 33.0, prepared=False) == (33.0, True)
+    assert folded(33.0, True, 40.0, prepared=False) == (36.5, True)  # only unprepared starts known
+    assert folded(36.5, True, 27.0, prepared=True) == (27.0, False)  # replaced
+    assert folded(27.0, False, 29.0, prepared=True) == (28.0, False)  # averaged, as before
+    assert folded(28.0, False, 45.0, prepared=False) == (28.0, False)  # kept
+
+
+async def test_the_mark_of_an_unprepared_estimate_is_kept_in_redis(
+    redis: aioredis.Redis, keys: RedisKeys
+) -> None:
+    await record_cold_start(redis, keys, "m", "cpu", 33.0, prepared=False)
+    assert await read_cold_start(redis, keys, "m") == 33.0  # the only estimate there is
+    assert await record_cold_start(redis, keys, "m", "cpu", 27.0) == 27.0
+    assert await record_cold_start(redis, keys, "m", "cpu", 29.0) == 28.0
+    assert await record_cold_start(redis, keys, "m", "cpu", 50.0, prepared=False) == 28.0
+    assert await read_cold_start(redis, keys, "m") == 28.0

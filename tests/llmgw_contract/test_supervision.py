@@ -76,3 +76,31 @@ async def test_a_loop_tries_a_failed_step_again_after_the_back_off_never_later_t
     assert counted == ["beat", "beat"] and len(runs) == 3
     gaps = [b - a for a, b in itertools.pairwise(runs)]
     assert 0.04 <= gaps[0] < 0.5 and 0.09 <= gaps[1] < 0.5  # (a timer may fire a tick early)
+
+
+async def test_a_cancel_a_step_swallowed_still_ends_the_loop() -> None:
+    """On Python 3.11, ``asyncio.wait_for`` returns its result when the cancel arrives in the loop
+    iteration that result does (redis-py awaits each command's send that way under a socket_timeout): the
+    step then finishes as if nothing happened. The loop ends all the same, at its next turn; before, it
+    ran on (its stop event is set only later in a shutdown), and the shutdown waited for it for ever."""
+    cancelled_once = asyncio.Event()
+    runs = 0
+
+    async def step() -> None:
+        nonlocal runs
+        runs += 1
+        try:
+            await asyncio.sleep(0.5)
+        except asyncio.CancelledError:  # swallowed, as 3.11's wait_for does in that iteration
+            cancelled_once.set()
+
+    stop = asyncio.Event()
+    loop = asyncio.create_task(every("tick", 0.01, step, stop))
+    await until(lambda: runs == 1, 5, "the first step")
+    loop.cancel()
+    try:
+        done, _ = await asyncio.wait([loop], timeout=2)
+    finally:
+        stop.set()  # (ends a loop that ran on, so that the failure is reported)
+    assert loop in done and loop.cancelled()
+    assert cancelled_once.is_set() and runs == 1

@@ -10,8 +10,10 @@ Every ``every_s`` :class:`Autoscaler` reads, per such model, the demand summed o
   replica must fit the host's memory as the reconciler's headroom probe reads it; when it does not, the
   start is not made, the reason logged once (until it fits again) and counted
   (``llmgw_supervisor_scale_refused_total``). A start from zero replicas is a cold start: its duration
-  (from the decision to READY) is observed and folded into the model's mean in Redis
-  (:func:`llmgw_contract.cold_starts.record_cold_start`), which the gateways' ETA reads;
+  (from the decision to READY) is observed and folded into the model's estimate in Redis
+  (:func:`llmgw_contract.cold_starts.record_cold_start`), which the gateways' ETA reads, marked
+  unprepared when the page-cache warm-up (:mod:`workers.autoscale.warmup`) had not read the model's start
+  ahead at the decision;
 * down: the idlest replica is drained and retired through the owner's one drain
   (:meth:`Reconciler.scale_down`), so what runs on it finishes. Where sleep exists (a GPU replica
   launched with vLLM's sleep mode, given the activator), it is drained and put to sleep in place instead
@@ -105,9 +107,12 @@ class Autoscaler:
         every_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         act: Sleeps | None = None,
+        prepared: Callable[[str], bool] = lambda model: True,
     ) -> None:
         self.rec, self.redis, self.keys, self.metrics = rec, redis, keys, metrics
         self.every_s, self.clock, self.act = every_s, clock, act
+        self.prepared = prepared
+        """Whether a model's start was read ahead into the page cache (:meth:`Warmup.warm`)."""
         self.parked = Parked()
         """Replicas a scale-down put to sleep (where sleep exists), stopped after one more delay."""
         self.scalers: dict[str, ModelScaler] = {}
@@ -225,11 +230,13 @@ class Autoscaler:
     async def grow(self, name: str, before: int, count: int) -> None:
         """Converge ``name`` to ``count`` replicas; from zero, record the cold start once one is READY."""
         log.info("autoscale model=%s replicas %d -> %d", name, before, count)
-        started = self.clock()
+        started, prepared = self.clock(), self.prepared(name)
         await self.rec.scale_to(name, count)
         ready = [r for r in self.listed(name) if r.state is ReplicaState.READY]
         if before == 0 and ready:
             seconds = self.clock() - started
             self.metrics.cold_starts.labels(name).observe(seconds)
-            mean = await record_cold_start(self.redis, self.keys, name, ready[0].spec.device_kind, seconds)
-            log.info("autoscale model=%s cold start %.2f s (mean %s s)", name, seconds, mean)
+            kind = ready[0].spec.device_kind
+            mean = await record_cold_start(self.redis, self.keys, name, kind, seconds, prepared)
+            log.info("autoscale model=%s cold start %.2f s%s (estimate %s s)", name, seconds,
+                     "" if prepared else ", unprepared", mean)  # fmt: skip

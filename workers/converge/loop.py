@@ -29,7 +29,7 @@ from llmgw_contract.fleet import Fleet, FleetError
 from llmgw_contract.fleet_file import FleetWatch
 from llmgw_contract.registry import ReplicaState
 from llmgw_contract.replica_metrics import SupervisorMetrics
-from llmgw_contract.supervision import guarded
+from llmgw_contract.supervision import guarded, raise_if_cancelled
 from workers.converge.actions import (
     Action,
     Refusal,
@@ -98,6 +98,7 @@ class Reconciler:
         poller = asyncio.create_task(self.watch.poll())
         try:
             while not self.sup.stopping.is_set():
+                raise_if_cancelled()  # a cancel swallowed in the last pass (llmgw_contract/supervision.py)
                 await self.watch.wanted.wait()
                 self.watch.wanted.clear()
                 fleet = self.load()

@@ -132,8 +132,9 @@ class ManagedProcess:
             return
         if self.proc.returncode is None:
             self.signal_group(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.proc.wait(), self.stop_grace_s if grace_s is None else grace_s)
+            try:  # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that comes as the
+                async with asyncio.timeout(self.stop_grace_s if grace_s is None else grace_s):  # exit does
+                    await self.proc.wait()
             except TimeoutError:
                 self.signal_group(signal.SIGKILL)
                 await self.proc.wait()
