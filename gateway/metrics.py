@@ -53,9 +53,19 @@ class ModelSeries:
     by_status: dict[int, Counter] = field(default_factory=dict)
 
 
+@dataclass
+class TenantSeries:
+    """One tenant's series for one model (API keys on), looked up once like :class:`ModelSeries`."""
+
+    prompt_tokens: Counter
+    completion_tokens: Counter
+    by_status: dict[int, Counter] = field(default_factory=dict)
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
         self._series: dict[str, ModelSeries] = {}
+        self._tenants: dict[tuple[str, str], TenantSeries] = {}
         r = self.registry = CollectorRegistry(auto_describe=True)
         apply_conventions(r)
         self.requests = Counter(
@@ -286,6 +296,25 @@ class GatewayMetrics:
         child = by_status.get(status)
         if child is None:
             child = by_status[status] = self.requests.labels(model, str(status))
+        return child
+
+    def tenant_series(self, tenant: str, model: str) -> TenantSeries:
+        """A tenant's series for a model (made on its first request, then reused: as many as the
+        registry holds anyway)."""
+        found = self._tenants.get((tenant, model))
+        if found is None:
+            tokens = self.tenant_tokens
+            found = self._tenants[tenant, model] = TenantSeries(
+                tokens.labels(tenant, model, "prompt"), tokens.labels(tenant, model, "completion")
+            )
+        return found
+
+    def tenant_requests_of(self, tenant: str, model: str, status: int) -> Counter:
+        """The tenant's requests counter of one model and status (reused)."""
+        by_status = self.tenant_series(tenant, model).by_status
+        child = by_status.get(status)
+        if child is None:
+            child = by_status[status] = self.tenant_requests.labels(tenant, model, str(status))
         return child
 
     def set_kv_index(self, model: str, modes: list[str]) -> None:
