@@ -43,13 +43,16 @@ WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 @dataclass
 class ModelSeries:
     """One model's per-request series, looked up once (``labels()`` takes a lock and builds a key on
-    every call): latency, TTFT, token counters, queue wait, and requests by status."""
+    every call): latency, TTFT, token counters, queue wait and depth, a stream's gaps between chunks,
+    and requests by status."""
 
     latency: Histogram
     ttft: Histogram
     prompt_tokens: Counter
     completion_tokens: Counter
     queue_wait: Histogram
+    queue_depth: Gauge | None = None  # these two made on first use: no series for a model never queued
+    itl: Histogram | None = None  # in Redis, or never streamed (GatewayMetrics.depth_of, itl_of)
     by_status: dict[int, Counter] = field(default_factory=dict)
 
 
@@ -289,6 +292,20 @@ class GatewayMetrics:
                 self.queue_wait.labels(model),
             )
         return found
+
+    def itl_of(self, model: str) -> Histogram:
+        """The model's gaps between a stream's chunks (reused)."""
+        series = self.series(model)
+        if series.itl is None:
+            series.itl = self.itl.labels(model)
+        return series.itl
+
+    def depth_of(self, model: str) -> Gauge:
+        """The model's queue depth gauge (reused)."""
+        series = self.series(model)
+        if series.queue_depth is None:
+            series.queue_depth = self.queue_depth.labels(model)
+        return series.queue_depth
 
     def requests_of(self, model: str, status: int) -> Counter:
         """The requests counter of one model and status (reused)."""
