@@ -443,8 +443,9 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="NAME=DIR",
-        help="another checkout (e.g. `git archive main`) whose gateway runs as target NAME/gateway or"
-        " NAME/gateway-no-migration; name targets more than once to alternate",
+        help="another checkout (e.g. `git archive main`) whose gateway runs as target NAME/gateway,"
+        " NAME/gateway-no-migration, NAME/production or NAME/production+tracing; name targets more than"
+        " once to alternate",
     )
     args = p.parse_args(argv)
     args.sources = dict(b.split("=", 1) for b in args.baseline)
@@ -498,8 +499,6 @@ def bench_one(
             more = [extra.enter_context(started(start_engine(tmp))) for _ in range(count - 1)]
             with started(start_router(tmp, [engine, *more], policy)) as router:
                 return bench_target(name, router, router.port, args)
-    if name in PRODUCTION:
-        return bench_production(name, tmp, engine, redis, args)
     if name in TWO_REPLICAS:
         with started(start_engine(tmp)) as second:
             gateway = start_gateway(tmp, [engine, second], redis, admission=False, policy=TWO_REPLICAS[name])
@@ -508,6 +507,8 @@ def bench_one(
     source, _, plain = name.rpartition("/")
     if source and source not in args.sources:
         raise SystemExit(f"target {name}: no --baseline {source}=DIR")
+    if plain in PRODUCTION:
+        return bench_production(name, tmp, engine, redis, args, args.sources.get(source, ""))
     migration = (
         plain != "gateway-no-migration"
     )  # today's relay: no token ids recorded (the cost of migration)
@@ -543,15 +544,20 @@ def bench_key(redis: Proc, prefix: str) -> str:
     return asyncio.run(create())
 
 
-def bench_production(name: str, tmp: Path, engine: Proc, redis: Proc, args: argparse.Namespace) -> list[Row]:
+def bench_production(
+    name: str, tmp: Path, engine: Proc, redis: Proc, args: argparse.Namespace, source: str = ""
+) -> list[Row]:
     """The production defaults (keys with limits, Redis admission, migration on) with tracing off, or on
-    (``production+tracing``, spans to a loopback OTLP receiver)."""
+    (``production+tracing``, spans to a loopback OTLP receiver); ``source``: another checkout's gateway
+    (target ``NAME/production``)."""
+    traced = PRODUCTION[name.rpartition("/")[2]]
     with contextlib.ExitStack() as stack:
-        settings = {"LLMGW_AUTH": "true", "LLMGW_TRACING": str(PRODUCTION[name]).lower()}
-        if PRODUCTION[name]:
+        settings = {"LLMGW_AUTH": "true", "LLMGW_TRACING": str(traced).lower()}
+        if traced:
             receiver = stack.enter_context(trace_receiver())
             settings["LLMGW_OTLP_TRACES_ENDPOINT"] = receiver.endpoint
-        gw = stack.enter_context(started(start_gateway(tmp, [engine], redis, True, settings=settings)))
+        gateway = start_gateway(tmp, [engine], redis, True, source=source, settings=settings)
+        gw = stack.enter_context(started(gateway))
         return bench_target(name, gw, gw.port, args, api_key=bench_key(redis, f"bench{gw.port}"))
 
 

@@ -43,19 +43,32 @@ WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 @dataclass
 class ModelSeries:
     """One model's per-request series, looked up once (``labels()`` takes a lock and builds a key on
-    every call): latency, TTFT, token counters, queue wait, and requests by status."""
+    every call): latency, TTFT, token counters, queue wait and depth, a stream's gaps between chunks,
+    and requests by status."""
 
     latency: Histogram
     ttft: Histogram
     prompt_tokens: Counter
     completion_tokens: Counter
     queue_wait: Histogram
+    queue_depth: Gauge | None = None  # these two made on first use: no series for a model never queued
+    itl: Histogram | None = None  # in Redis, or never streamed (GatewayMetrics.depth_of, itl_of)
+    by_status: dict[int, Counter] = field(default_factory=dict)
+
+
+@dataclass
+class TenantSeries:
+    """One tenant's series for one model (API keys on), looked up once like :class:`ModelSeries`."""
+
+    prompt_tokens: Counter
+    completion_tokens: Counter
     by_status: dict[int, Counter] = field(default_factory=dict)
 
 
 class GatewayMetrics:
     def __init__(self) -> None:
         self._series: dict[str, ModelSeries] = {}
+        self._tenants: dict[tuple[str, str], TenantSeries] = {}
         r = self.registry = CollectorRegistry(auto_describe=True)
         apply_conventions(r)
         self.requests = Counter(
@@ -280,12 +293,45 @@ class GatewayMetrics:
             )
         return found
 
+    def itl_of(self, model: str) -> Histogram:
+        """The model's gaps between a stream's chunks (reused)."""
+        series = self.series(model)
+        if series.itl is None:
+            series.itl = self.itl.labels(model)
+        return series.itl
+
+    def depth_of(self, model: str) -> Gauge:
+        """The model's queue depth gauge (reused)."""
+        series = self.series(model)
+        if series.queue_depth is None:
+            series.queue_depth = self.queue_depth.labels(model)
+        return series.queue_depth
+
     def requests_of(self, model: str, status: int) -> Counter:
         """The requests counter of one model and status (reused)."""
         by_status = self.series(model).by_status
         child = by_status.get(status)
         if child is None:
             child = by_status[status] = self.requests.labels(model, str(status))
+        return child
+
+    def tenant_series(self, tenant: str, model: str) -> TenantSeries:
+        """A tenant's series for a model (made on its first request, then reused: as many as the
+        registry holds anyway)."""
+        found = self._tenants.get((tenant, model))
+        if found is None:
+            tokens = self.tenant_tokens
+            found = self._tenants[tenant, model] = TenantSeries(
+                tokens.labels(tenant, model, "prompt"), tokens.labels(tenant, model, "completion")
+            )
+        return found
+
+    def tenant_requests_of(self, tenant: str, model: str, status: int) -> Counter:
+        """The tenant's requests counter of one model and status (reused)."""
+        by_status = self.tenant_series(tenant, model).by_status
+        child = by_status.get(status)
+        if child is None:
+            child = by_status[status] = self.tenant_requests.labels(tenant, model, str(status))
         return child
 
     def set_kv_index(self, model: str, modes: list[str]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from enum import IntEnum
 from importlib import resources
 
@@ -55,6 +56,16 @@ def ticket_id(instance: str, token: str) -> str:
     return f"{instance}:{token}"
 
 
+@dataclass(frozen=True, slots=True)
+class ModelKeys:
+    """One model's admission keys: the five every script takes first (leases, queue, waiter meta,
+    tenant usage, alive), its grant sequence and the prefix of its waiters' wake lists."""
+
+    first: tuple[str, ...]
+    seq: str
+    wake_prefix: str
+
+
 class QueueScripts:
     """The scripts bound to one client. ``ttl_ms`` is a lease's life between renewals; a grant must be
     claimed within one renewal (``ttl_ms / RENEWS_PER_TTL``); ``presence_ms`` is how long a gateway's
@@ -72,20 +83,35 @@ class QueueScripts:
         self._refund = LeanScript(redis, script_source("refund"))
         self._claim = LeanScript(redis, script_source("claim"))
         self._beat = LeanScript(redis, script_source("beat"))
+        self._names: dict[str, ModelKeys] = {}
+
+    def _named(self, model: str) -> ModelKeys:
+        """The model's key names (written once per model: a script call runs on every request)."""
+        named = self._names.get(model)
+        if named is None:
+            k = self.keys
+            first = (
+                k.leases(model),
+                k.queue(model),
+                k.waiter_meta(model),
+                k.tenant_usage(model),
+                k.alive(model),
+            )
+            named = self._names[model] = ModelKeys(first, k.seq(model), k.wake(model, ""))
+        return named
 
     def _model_keys(self, model: str) -> list[str]:
-        k = self.keys
-        return [k.leases(model), k.queue(model), k.waiter_meta(model), k.tenant_usage(model), k.alive(model)]
+        return list(self._named(model).first)
 
     def _wake_prefix(self, model: str) -> str:
-        return self.keys.wake(model, "")
+        return self._named(model).wake_prefix
 
     async def acquire(
         self, t: Ticket, ticket: str, capacity: int, requeued: bool = False
     ) -> tuple[Acquired, int]:
         """Grant or queue ``ticket``; ``requeued``: its grant was reclaimed before it picked it up, and the
         fair-share charge of its first queueing is given back as it queues again."""
-        keys = [*self._model_keys(t.model), self.keys.seq(t.model), self.keys.gone(t.model, ticket)]
+        keys = [*self._model_keys(t.model), self._named(t.model).seq, self.keys.gone(t.model, ticket)]
         cost = max(1, t.cost)
         args: list[Arg] = [
             ticket, capacity, self.ttl_ms, t.tenant, clamp_priority(t.priority), cost,

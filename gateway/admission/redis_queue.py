@@ -305,7 +305,7 @@ class RedisAdmission:
 
     def _set_depth(self, model: str, depth: int) -> None:
         if self.metrics is not None:
-            self.metrics.queue_depth.labels(model).set(depth)
+            self.metrics.depth_of(model).set(depth)
 
     async def resize(self, model: str, capacity: int) -> None:
         """Use ``capacity`` for the model from now on and grant what it frees to the queue's head now."""

@@ -103,19 +103,18 @@ class _Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.parser.feed(data)
-        replies = self.parser.replies()
-        for reply in replies:
+        readonly = False
+        for reply in self.parser.replies():
             fut, timer = self.pending.popleft()
             if timer is not None:
                 timer.cancel()
-            if fut.done():
-                continue
             if isinstance(reply, RedisReplyError):
-                fut.set_exception(reply)
-            else:
+                readonly = readonly or str(reply).startswith("READONLY")
+                if not fut.done():
+                    fut.set_exception(reply)
+            elif not fut.done():
                 fut.set_result(reply)
-        if any(isinstance(r, RedisReplyError) and str(r).startswith("READONLY") for r in replies):
-            # a master demoted to replica (a Sentinel failover): reconnect, to the master named now
+        if readonly:  # a master demoted to replica (a Sentinel failover): reconnect, to the master named now
             self.abort(ConnectionResetError("the Redis server is a read-only replica now"))
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -15,15 +15,17 @@ class RedisReplyError(RedisError):
 
 
 def encode(parts: list[bytes | str | int | float]) -> bytes:
-    out = [b"*%d\r\n" % len(parts)]
-    for p in parts:
-        b = p if isinstance(p, bytes) else str(p).encode()
-        out += [b"$%d\r\n" % len(b), b, b"\r\n"]
-    return b"".join(out)
+    """A command as RESP: an array of bulk strings (text as UTF-8, numbers as their decimal text)."""
+    data = [p if isinstance(p, bytes) else str(p).encode() for p in parts]
+    return b"*%d\r\n" % len(data) + b"".join([b"$%d\r\n%b\r\n" % (len(d), d) for d in data])
+
+
+COLON, PLUS, MINUS, DOLLAR, STAR = b":+-$*"
 
 
 class Parser:
-    """Incremental RESP2 parser: feed bytes, take complete replies."""
+    """Incremental RESP2 parser: feed bytes, take complete replies. The replies are read in place
+    (indexes into the buffer, which is cut once per :meth:`replies`)."""
 
     def __init__(self) -> None:
         self.buf = bytearray()
@@ -32,51 +34,46 @@ class Parser:
         self.buf += data
 
     def replies(self) -> list[Reply | RedisReplyError]:
-        out = []
-        while self.buf:
-            parsed = self._parse(0)
+        buf, out, at = self.buf, [], 0
+        while at < len(buf):
+            parsed = self._parse(buf, at)
             if parsed is None:
                 break
-            value, end = parsed
-            del self.buf[:end]
+            value, at = parsed
             out.append(value)
+        if at:
+            del buf[:at]
         return out
 
-    def _line(self, at: int) -> tuple[bytes, int] | None:
-        end = self.buf.find(b"\r\n", at)
-        return None if end < 0 else (bytes(self.buf[at + 1 : end]), end + 2)
-
-    def _parse(self, at: int) -> tuple[Any, int] | None:
-        line = self._line(at)
-        if line is None:
+    def _parse(self, buf: bytearray, at: int) -> tuple[Any, int] | None:
+        """The reply that starts at ``at`` and where the next starts; None while it is incomplete."""
+        end = buf.find(b"\r\n", at)
+        if end < 0:
             return None
-        head, nxt = line
-        kind = self.buf[at : at + 1]
-        if kind == b":":
-            return int(head), nxt
-        if kind == b"+":
-            return head.decode(), nxt
-        if kind == b"-":
-            return RedisReplyError(head.decode()), nxt
-        if kind == b"$":
-            return self._bulk(int(head), nxt)
-        if kind == b"*":
-            return self._array(int(head), nxt)
-        raise RedisReplyError(f"unexpected reply type {kind!r}")
+        kind = buf[at]
+        if kind == COLON:
+            return int(buf[at + 1 : end]), end + 2
+        if kind == STAR:
+            return self._array(buf, int(buf[at + 1 : end]), end + 2)
+        if kind == DOLLAR:
+            size, at = int(buf[at + 1 : end]), end + 2
+            if size < 0:
+                return None, at
+            if len(buf) < at + size + 2:
+                return None
+            return bytes(buf[at : at + size]), at + size + 2
+        if kind == PLUS:
+            return buf[at + 1 : end].decode(), end + 2
+        if kind == MINUS:
+            return RedisReplyError(buf[at + 1 : end].decode()), end + 2
+        raise RedisReplyError(f"unexpected reply type {bytes(buf[at : at + 1])!r}")
 
-    def _bulk(self, size: int, at: int) -> tuple[bytes | None, int] | None:
-        if size < 0:
-            return None, at
-        if len(self.buf) < at + size + 2:
-            return None
-        return bytes(self.buf[at : at + size]), at + size + 2
-
-    def _array(self, count: int, at: int) -> tuple[list[Any] | None, int] | None:
+    def _array(self, buf: bytearray, count: int, at: int) -> tuple[list[Any] | None, int] | None:
         if count < 0:
             return None, at
         items = []
         for _ in range(count):
-            parsed = self._parse(at)
+            parsed = self._parse(buf, at)
             if parsed is None:
                 return None
             item, at = parsed

@@ -50,14 +50,19 @@ def route_request(
     prefix_chars: int,
     chunk_bytes: int = 512,
     max_chunks: int = 64,
+    prompt_keys: bool = True,
 ) -> RouteRequest:
+    """What a policy may know of the request; ``prompt_keys`` false: no prefix key and no chain (the
+    model's policy reads neither: ``Policy.reads_prompt``), which cost most on a long prompt."""
+    user = payload.get("user")
+    session = ctx.headers.get("x-session-id") or (user if isinstance(user, str) and user else None)
+    if not prompt_keys:
+        return RouteRequest(session_key=session)
     messages = payload.get("messages")
     if isinstance(messages, list):
         key = chat_prefix_key(messages, prefix_chars)
     else:
         key = prompt_prefix_key(payload.get("prompt", payload.get("input")), prefix_chars)
-    user = payload.get("user")
-    session = ctx.headers.get("x-session-id") or (user if isinstance(user, str) and user else None)
     chain = request_chain(payload, chunk_bytes, max_chunks)
     return RouteRequest(prefix_key=key, session_key=session, chain=chain)
 
@@ -160,11 +165,19 @@ def scoped_model(fields: dict[str, Any], path_model: str) -> str:
     return path_model
 
 
-def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_chunks: int = 64) -> None:
+def parse(
+    ctx: RequestContext,
+    prefix_chars: int,
+    chunk_bytes: int = 512,
+    max_chunks: int = 64,
+    prompt_keys: bool = True,
+) -> None:
     """The body's size was capped as it was read (intake.read_body). A path without a body has nothing
     to parse: a stored response's GET or cancel gets its model from the response's record, any other
     (``GET /tokenizer_info``) from the query's ``model``; under a per-model base path
-    (``/models/{model}/...``) the model is the path's."""
+    (``/models/{model}/...``) the model is the path's. ``prompt_keys`` false: the route has no prefix
+    key and no chain (:func:`route_request`; the request path adds them once the model's policy is known
+    to read them)."""
     if ctx.api.body == "none":
         if not ctx.api.stored:
             ctx.model_name = query_model(ctx.query, ctx.path_model)
@@ -175,7 +188,7 @@ def parse(ctx: RequestContext, prefix_chars: int, chunk_bytes: int = 512, max_ch
     payload = ctx.payload = load_json(ctx.body)
     ctx.model_name = scoped_model(payload, ctx.path_model)
     ctx.stream = stream_field(payload)
-    ctx.route = route_request(ctx, payload, prefix_chars, chunk_bytes, max_chunks)
+    ctx.route = route_request(ctx, payload, prefix_chars, chunk_bytes, max_chunks, prompt_keys)
     ctx.asked = asked(payload, ctx.endpoint)
     ctx.calls_tools = calls_tools(payload)
     ctx.cost = TokenCost(prompt_estimate(ctx.body))  # what it may generate is added once resolved

@@ -30,7 +30,7 @@ from gateway.pipeline.held_stream import held_stream
 from gateway.pipeline.intake import read_body, request_id, upstream_id, wanted_headers
 from gateway.pipeline.keyed import keyed
 from gateway.pipeline.media import check_media
-from gateway.pipeline.parse import parse
+from gateway.pipeline.parse import parse, route_request
 from gateway.pipeline.relay import answer, streaming
 from gateway.pipeline.replies import RelayResponse, WholeResponse
 from gateway.pipeline.resolve import resolve
@@ -82,13 +82,18 @@ class Proxy:
         self, ctx: RequestContext, receive: Receive, gone: asyncio.Future[None] | None
     ) -> Response:
         gw, s = self.gw, self.gw.settings
-        parse(ctx, s.prefix_chars, s.prefix_chunk_bytes, s.prefix_max_chunks)  # 2
+        parse(ctx, s.prefix_chars, s.prefix_chunk_bytes, s.prefix_max_chunks, prompt_keys=False)  # 2
         if ctx.api.stored and (kept := await self.background(ctx, receive)) is not None:
             return kept  # a background response: run by a gateway, answered from Redis
         if ctx.media:
             await check_media(ctx.media, self.media_domains)
         await locate(ctx, gw.names, gw.affinity)  # 3 (a GET or cancel: its model is the response's)
         model = resolve(ctx, gw.names, gw.lora.adapters)
+        policy = gw.policies.get(model.name)
+        if ctx.payload is not None and (policy is None or policy.reads_prompt):  # its prefix key and chain
+            ctx.route = route_request(
+                ctx, ctx.payload, s.prefix_chars, s.prefix_chunk_bytes, s.prefix_max_chunks
+            )
         await locate_previous(ctx, model, gw.affinity, s.auth)
         # a generation that may move mid-way (gateway/migration): streamed, or asked whole
         ctx.migration = plan_migration(ctx, model) if ctx.stream else plan_whole(ctx, model)

@@ -49,7 +49,7 @@ async def answer(
             return
         source = source_of(gw, ctx, pool, got)  # chosen once: plain, or a stream that may move
         assert ctx.progress.replica is not None and ctx.model is not None
-        itl = gw.metrics.itl.labels(ctx.model.name)
+        itl = gw.metrics.itl_of(ctx.model.name)
         events, tail, ok, blame, ended = 0, b"", True, True, False
         recorded = ctx.api.stored != "create"  # (a stream that may move is a chat or a completion)
         strip = UsageStrip() if source.strips else None

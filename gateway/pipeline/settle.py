@@ -105,9 +105,10 @@ def stream_usage(tail: bytes) -> tuple[int, int]:
 def by_tenant(ctx: RequestContext, metrics: GatewayMetrics, prompt: int, completion: int) -> None:
     """Per-tenant counters, only when API keys are on (the anonymous tenant would repeat the totals)."""
     tenant, model = ctx.caller.tenant, ctx.model_label
-    metrics.tenant_requests.labels(tenant, model, str(ctx.progress.status)).inc()
-    metrics.tenant_tokens.labels(tenant, model, "prompt").inc(prompt)
-    metrics.tenant_tokens.labels(tenant, model, "completion").inc(completion)
+    metrics.tenant_requests_of(tenant, model, ctx.progress.status).inc()
+    series = metrics.tenant_series(tenant, model)
+    series.prompt_tokens.inc(prompt)
+    series.completion_tokens.inc(completion)
 
 
 def finish(ctx: RequestContext, metrics: GatewayMetrics, prompt: int = 0, completion: int = 0) -> None:

@@ -12,8 +12,7 @@ watched by its response (gateway/pipeline/replies.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 from typing import TypeVar
 
 from starlette.types import Receive
@@ -30,16 +29,24 @@ async def disconnected(receive: Receive) -> None:
         pass
 
 
-@contextlib.contextmanager
-def client_watch(receive: Receive, gone: asyncio.Future[None] | None) -> Iterator[asyncio.Future[None]]:
+class client_watch:
     """The request's one watch: the server's disconnect future ``gone``, else a task reading ``receive``
-    for as long as the scope lasts."""
-    watch = gone if gone is not None else asyncio.ensure_future(disconnected(receive))
-    try:
-        yield watch
-    finally:
-        if watch is not gone:
-            watch.cancel()
+    for as long as the scope lasts. (A class, not a generator-based context manager: it is entered once
+    per request.)"""
+
+    __slots__ = ("gone", "receive", "watch")
+
+    def __init__(self, receive: Receive, gone: asyncio.Future[None] | None) -> None:
+        self.receive, self.gone = receive, gone
+        self.watch: asyncio.Future[None] | None = None
+
+    def __enter__(self) -> asyncio.Future[None]:
+        self.watch = self.gone if self.gone is not None else asyncio.ensure_future(disconnected(self.receive))
+        return self.watch
+
+    def __exit__(self, *_: object) -> None:
+        if self.watch is not None and self.watch is not self.gone:
+            self.watch.cancel()
 
 
 async def watched(

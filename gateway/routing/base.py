@@ -43,6 +43,9 @@ class Policy:
     """Chooses one of the ready candidates; never called with an empty sequence."""
 
     name: ClassVar[str] = ""
+    reads_prompt: ClassVar[bool] = False
+    """Whether the policy reads the request's prefix key and chain (``RouteRequest.prefix_key``,
+    ``chain``): for a model whose policy does not, the request path computes neither."""
 
     def __init__(self, options: PolicyOptions) -> None:
         self.options = options

@@ -60,6 +60,7 @@ from gateway.routing.rendezvous import rank
 
 class PrefixAffinity(Policy):
     name = "prefix_affinity"
+    reads_prompt = True
 
     def __init__(self, options: PolicyOptions) -> None:
         super().__init__(options)

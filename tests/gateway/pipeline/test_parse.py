@@ -48,6 +48,16 @@ def test_session_comes_from_the_header_else_the_user_field() -> None:
     assert (header.route.session_key, user.route.session_key) == ("s1", "u1")
 
 
+def test_without_prompt_keys_no_prefix_key_or_chain_is_computed() -> None:
+    """A model whose policy does not read the prompt (``Policy.reads_prompt``) pays for no prefix key and
+    no prefix chain; the session key is still read (the session policy's)."""
+    c = ctx({**CHAT, "user": "u1"})
+    parse(c, 1024, prompt_keys=False)
+    assert (c.route.prefix_key, c.route.chain, c.route.session_key) == (b"", (), "u1")
+    parse(c, 1024)  # the default: both, as a policy that reads the prompt needs them
+    assert c.route.prefix_key and c.route.chain
+
+
 @pytest.mark.parametrize(
     ("body", "param", "fragment"),
     [

@@ -85,3 +85,18 @@ def test_a_negative_epsilon_is_refused_by_the_fleet_file() -> None:
         Fleet.model_validate(
             {"models": [{"name": "a", "endpoints": [{"url": "http://x", "auth": "none"}], "epsilon": -0.1}]}
         )
+
+
+async def test_a_policy_that_does_not_read_the_prompt_picks_the_same_without_its_keys() -> None:
+    """``Policy.reads_prompt`` false: the request path computes no prefix key or chain for the policy's
+    models (gateway/pipeline/proxy.py), so its picks must be the same without them."""
+    full = RouteRequest(prefix_key=b"k" * 16, session_key="s", chain=("a", "b"))
+    bare = RouteRequest(session_key="s")
+    assert POLICIES["prefix_affinity"].reads_prompt
+    for name, cls in POLICIES.items():
+        if cls.reads_prompt:
+            continue
+        a, b = build_policy(name, PolicyOptions(seed=1)), build_policy(name, PolicyOptions(seed=1))
+        eps = [ep(f"r{i}", inflight=i % 2) for i in range(4)]
+        for _ in range(8):
+            assert (await a.route(eps, full)).id == (await b.route(eps, bare)).id, name
