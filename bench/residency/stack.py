@@ -185,12 +185,21 @@ async def arm_stack(spec: ArmSpec, tmp: Path, redis_url: str) -> AsyncIterator[R
     try:
         async with serve_gateway(tmp, text, redis_url, prefix) as url:
             yield Running(url, obs, t0, tmp / "supervisor.log")
+        print(f"[{spec.name}] gateway stopped", flush=True)
     finally:
         sampler.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sampler
+        if not (await asyncio.wait({sampler}, timeout=SAMPLER_END_S))[0]:
+            print(f"[{spec.name}] the state sampler did not end within {SAMPLER_END_S:g} s of its cancel: "
+                  "left behind", flush=True)  # fmt: skip
+        elif not sampler.cancelled() and sampler.exception() is not None:
+            print(f"[{spec.name}] the state sampler had failed: {sampler.exception()!r}", flush=True)
+        print(f"[{spec.name}] stopping the supervisor", flush=True)
         await asyncio.to_thread(sup.stop)
         await redis.aclose()
+
+
+SAMPLER_END_S = 10.0
+"""How long an arm's teardown waits for its state sampler to end once cancelled."""
 
 
 def all_awake_budget(n: int) -> float:
