@@ -18,14 +18,14 @@ ANSWER = (
 
 
 async def test_requests_unanswered_after_the_drain_are_cancelled_as_errors(tmp_path: Path) -> None:
-    asked = 0
+    asked, released = 0, asyncio.Event()  # never set: the trace's streams are held until the server closes
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal asked
         await reader.readuntil(b"\r\n\r\n")
         asked += 1
         if asked > 1:  # the warm-up's one request answers; the trace's are held
-            await asyncio.sleep(30)
+            await released.wait()
         writer.write(ANSWER)
         await writer.drain()
         writer.close()
