@@ -1,9 +1,10 @@
 """Trace context, end to end (W3C Trace Context).
 
-Every request has a ``traceparent``: the client's when it sent a valid one (with its ``tracestate``), else
-a new one (a new trace id, sampled), and the replica gets it, so vLLM's own spans
-(``--otlp-traces-endpoint``) join the client's trace. With tracing off (the default) that is all: the
-header is passed on unchanged and no OpenTelemetry code runs. With ``LLMGW_TRACING=true`` the gateway
+A client's valid ``traceparent`` (with its ``tracestate``) goes to the replica unchanged, so vLLM's own
+spans (``--otlp-traces-endpoint``) join the client's trace. With tracing off (the default) that is all:
+a request without one (or with an invalid one) gets none, nothing is made or allocated for it, and no
+OpenTelemetry code runs. With ``LLMGW_TRACING=true`` a request without one starts a new sampled trace
+(the gateway's root span's), which the replica gets; and the gateway
 emits its own spans over OTLP/gRPC to ``LLMGW_OTLP_TRACES_ENDPOINT`` (the standard ``OTEL_*`` variables
 win where set: :func:`otel_tracer`; ``OTEL_SDK_DISABLED=true`` keeps them off): one per request
 (``llmgw.request``) with a child for authenticate, queue_wait, wake, pick, and forward (``retry`` for each
@@ -38,9 +39,14 @@ NO_SPAN: AbstractContextManager[None] = nullcontext()
 TRACE_ID: ContextVar[str] = ContextVar("llmgw_trace_id", default="")
 
 
+def valid_traceparent(given: str) -> bool:
+    """A W3C traceparent of version 00's length and shape (not the all-zero ids, not version ff)."""
+    return len(given) == 55 and TRACEPARENT.fullmatch(given) is not None
+
+
 def traceparent_of(given: str) -> str:
-    """The client's traceparent when it is valid (W3C version 00 length), else a new sampled one."""
-    if len(given) == 55 and TRACEPARENT.fullmatch(given):
+    """The client's traceparent when it is valid, else a new sampled one."""
+    if valid_traceparent(given):
         return given
     raw = os.urandom(24).hex()
     return f"00-{raw[:32]}-{raw[32:]}-01"
@@ -119,11 +125,16 @@ class Tracing:
         return self._tracer is not None
 
     def begin(self, ctx: RequestContext, given: str, state: str) -> None:
-        """The request's trace: the client's ``given`` traceparent (and ``state``) when valid, else a
-        new one; with tracing on, the request's root span, a child of the client's (a root of its own
-        when the client sent none)."""
-        ctx.traceparent = traceparent_of(given)
-        ctx.tracestate = state if ctx.traceparent == given else ""
+        """The request's trace: the client's ``given`` traceparent (and ``state``) when valid. Tracing
+        off, a request without one keeps none (nothing made: the path every request of the default
+        takes allocates nothing here). On: the request's root span, a child of the client's, or a root
+        of its own whose new trace the replica gets."""
+        if given and valid_traceparent(given):
+            ctx.traceparent, ctx.tracestate = given, state
+        elif self._tracer is None:
+            return
+        else:
+            ctx.traceparent = traceparent_of("")
         if self._tracer is not None:
             self._root(self._tracer, ctx, ctx.traceparent == given)
         TRACE_ID.set(trace_id(ctx.traceparent))

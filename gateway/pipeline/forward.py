@@ -137,13 +137,14 @@ def candidates(ctx: RequestContext, pool: ModelPool, tried: list[Endpoint]) -> l
 
 
 def request_headers(ctx: RequestContext, traceparent: str) -> list[tuple[bytes, bytes]]:
-    """Only what the replica needs (the trace context too): hop-by-hop headers and the client's
-    credentials stay here."""
+    """Only what the replica needs (the trace context, when the request has one): hop-by-hop headers
+    and the client's credentials stay here."""
     headers = [
         (b"content-type", ctx.content_type.encode("latin-1")),
         (b"x-request-id", ctx.progress.upstream_id.encode()),
-        (b"traceparent", traceparent.encode()),
     ]
+    if traceparent:
+        headers.append((b"traceparent", traceparent.encode()))
     if ctx.tracestate:
         headers.append((b"tracestate", ctx.tracestate.encode("latin-1")))
     return headers

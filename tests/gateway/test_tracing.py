@@ -1,7 +1,8 @@
 """Trace context end to end with FAKE ENGINE replicas: the client's traceparent (and tracestate) reach
-the replica unchanged, a request without one gets a new trace id that the replica receives too; with
-tracing on, the gateway's spans (authenticate, queue_wait, pick, forward, retry) land in the client's
-trace at a loopback OTLP receiver. Against real vLLM: tests/e2e/test_edge_contract_live.py."""
+the replica unchanged; with tracing off a request without one (or with an invalid one) sends none; with
+tracing on, such a request starts a new trace that the replica receives, and the gateway's spans
+(authenticate, queue_wait, pick, forward, retry) land in the client's trace at a loopback OTLP receiver.
+Against real vLLM: tests/e2e/test_edge_contract_live.py."""
 
 from __future__ import annotations
 
@@ -40,12 +41,15 @@ async def test_trace_context_reaches_the_replica_with_tracing_off(tmp_path: Path
             assert (await c.post(f"{gw}/v1/chat/completions", json=CHAT, headers=given)).status_code == 200
             passed = await last_headers(c, engine.url)
             assert (await c.post(f"{gw}/v1/chat/completions", json=CHAT)).status_code == 200
-            made = await last_headers(c, engine.url)
+            without = await last_headers(c, engine.url)
+            invalid = {"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01", "tracestate": "v=1"}
+            assert (await c.post(f"{gw}/v1/chat/completions", json=CHAT, headers=invalid)).status_code == 200
+            bad = await last_headers(c, engine.url)
     finally:
         engine.stop()
     assert passed["traceparent"] == PARENT and passed["tracestate"] == "vendor=abc"  # unchanged
-    assert traceparent_of(made["traceparent"]) == made["traceparent"]  # a valid one of its own
-    assert made["traceparent"][3:35] != PARENT[3:35] and "tracestate" not in made
+    assert "traceparent" not in without and "tracestate" not in without  # none made with tracing off
+    assert "traceparent" not in bad and "tracestate" not in bad  # an invalid one is not passed on
 
 
 async def test_with_tracing_on_the_gateways_spans_join_the_clients_trace(
@@ -67,6 +71,8 @@ async def test_with_tracing_on_the_gateways_spans_join_the_clients_trace(
                     r = await c.post(f"{gw}/v1/chat/completions", json=CHAT, headers={"traceparent": PARENT})
                     assert r.status_code == 200
                     sent.append((await last_headers(c, engine.url))["traceparent"])
+                assert (await c.post(f"{gw}/v1/chat/completions", json=CHAT)).status_code == 200
+                made = (await last_headers(c, engine.url))["traceparent"]  # a trace of its own
             # the lifespan's end flushed the batch
             spans = await until(lambda: receiver.of_trace(PARENT[3:35]), 10, "the gateway's spans")
     finally:
@@ -80,6 +86,9 @@ async def test_with_tracing_on_the_gateways_spans_join_the_clients_trace(
     assert {s.parent_id for s in roots} == {PARENT[36:52]}  # children of the client's span
     forwards = {s.span_id for s in spans if s.name in ("forward", "retry")}
     assert all(tp[3:35] == PARENT[3:35] and tp[36:52] in forwards for tp in sent)  # the replica's parent
+    assert traceparent_of(made) == made and made[3:35] != PARENT[3:35]  # valid, new
+    own = await until(lambda: receiver.of_trace(made[3:35]), 10, "the new trace's spans")
+    assert isinstance(own, list) and "llmgw.request" in {s.name for s in own}
 
 
 def test_a_requests_log_lines_carry_its_trace_id_beside_its_request_id() -> None:

@@ -1,6 +1,6 @@
-"""Tracing off (the default) costs no per-request objects in the tracing steps: every step's span is the
-one shared no-op, and the forward step's span builds no attributes (measured with tracemalloc against a
-step that passes none)."""
+"""Tracing off (the default) costs no per-request objects in the tracing steps: a request without a
+traceparent gets none (nothing made), every step's span is the one shared no-op, and the forward step's
+span builds no attributes (measured with tracemalloc against a step that does nothing)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
-from gateway.tracing import NO_SPAN, Tracing
+from gateway.tracing import NO_SPAN, TRACE_ID, Tracing
 from gateway.values import RequestContext
 
 ROUNDS = 50
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def peak_bytes(step: Callable[[], None]) -> int:
@@ -33,8 +34,12 @@ def peak_bytes(step: Callable[[], None]) -> int:
 def test_with_tracing_off_every_step_is_the_shared_no_op() -> None:
     tracing = Tracing(False, "http://127.0.0.1:4317", "gw")
     ctx = RequestContext("r1", "chat", b"", {}, time.perf_counter())
-    contextvars.copy_context().run(tracing.begin, ctx, "", "")  # its log trace id stays in that context
-    assert ctx.span is None and ctx.traceparent
+    context = contextvars.copy_context()
+    context.run(tracing.begin, ctx, "", "")
+    assert ctx.span is None and ctx.traceparent == "" and context.run(TRACE_ID.get) == ""
+    context.run(tracing.begin, ctx, PARENT, "v=1")  # the client's is kept, and names the log lines
+    assert ctx.traceparent == PARENT and ctx.tracestate == "v=1"
+    assert context.run(TRACE_ID.get) == PARENT[3:35]
     assert tracing.span(ctx, "authenticate") is NO_SPAN
     ctx.progress.attempts = 2
     assert tracing.attempt_span(ctx, "replica-0") is NO_SPAN
@@ -55,3 +60,16 @@ def test_the_forward_span_builds_nothing_with_tracing_off() -> None:
             pass
 
     assert peak_bytes(forward) <= peak_bytes(plain)
+
+
+def test_a_request_without_a_traceparent_allocates_nothing_with_tracing_off() -> None:
+    tracing = Tracing(False, "http://127.0.0.1:4317", "gw")
+    ctx = RequestContext("r1", "chat", b"", {}, time.perf_counter())
+
+    def nothing() -> None:
+        pass
+
+    def begin() -> None:
+        tracing.begin(ctx, "", "")
+
+    assert contextvars.copy_context().run(peak_bytes, begin) <= peak_bytes(nothing)
