@@ -133,11 +133,14 @@ async def held_eta(gw: Gateway, ctx: RequestContext) -> Eta:
 
 async def until_awake(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> None:
     """A request granted by a gateway that saw the wake first waits for its own view of a ready replica
-    (within what is left of ``wake_timeout_s``); WakeTimeout past it."""
+    (within what is left of ``wake_timeout_s``); WakeTimeout past it. It asks for the wake at every look
+    as a queued one does (``SET NX``: nothing while one is pending): the grant may come from a gateway
+    that still counts the model's old capacity while nobody asked (the ask lost to the supervisor's
+    'awoken' marker of a wake the model already slept after), and then only this request can ask."""
     assert ctx.model is not None and ctx.progress.woken_at is not None
     model, started = ctx.model, ctx.progress.woken_at
     left = model.wake_timeout_s - (time.perf_counter() - started)
-    if not await gw.wakes.until_ready(pool, max(0.0, left)):
+    if not await gw.wakes.until_ready(pool, max(0.0, left), rewake=model):
         raise wake_timeout(gw, ctx, started)
     ctx.progress.wait_s = time.perf_counter() - started
     gw.metrics.wake_wait.labels(model.name).observe(ctx.progress.wait_s)

@@ -245,3 +245,38 @@ async def test_an_on_demand_model_with_no_record_is_a_503_within_the_unregistere
         assert r.headers["x-should-retry"] == "true" and int(r.headers["retry-after"]) >= 1
         assert 0.4 <= waited < 2.0, waited
         assert await sup.queued() == 0  # it left the shared queue
+
+
+async def test_a_request_granted_while_its_model_fell_asleep_again_asks_for_the_wake(
+    tmp_path: Path, redis_url: str, engine: Proc
+) -> None:
+    """The model was awake, then slept again within the supervisor's 'awoken' marker (its wake request
+    key for AWOKEN_MS after a wake): a request that comes then loses its SET NX to the marker and
+    queues, and another gateway that still counts the model's old capacity grants it (its lease
+    renewal). Granted, it waits for its own view of a ready replica; it must keep asking for the wake,
+    or nobody wakes the model and it hangs for the whole wake_timeout_s (bench/gpu/sleep.sh dry's last
+    swap step did)."""
+
+    async def asked(sup: FakeSupervisor) -> bool:
+        value = await sup.redis.get(sup.keys.wake_request("sleepy"))
+        return value is not None and value != b"awoken"
+
+    text, quick = fleet(wake_timeout_s=30), {"lease_ttl_s": 1.2, **SLOW_POLL}  # b renews every 0.4 s
+    async with (
+        setup(redis_url, engine) as sup,
+        serve_gateway(tmp_path, text, redis_url, prefix_of(sup), gateway_id="a", **SLOW_POLL) as a,
+        serve_gateway(tmp_path, text, redis_url, prefix_of(sup), gateway_id="b", **quick) as b,
+        httpx.AsyncClient(timeout=60) as c,
+    ):
+        await sup.wake()  # awake: b serves a request and counts the model's capacity
+        await until(lambda: c_state(c, b, "sleepy", "awake"))
+        assert (await c.post(f"{b}/v1/chat/completions", json=CHAT)).status_code == 200
+        await sup.publish(ReplicaState.ASLEEP)  # asleep again, the marker still there
+        await sup.redis.set(sup.keys.wake_request("sleepy"), "awoken", px=1500)
+        await sup.redis.publish(sup.keys.state_channel, "sleepy")
+        await until(lambda: c_state(c, a, "sleepy", "asleep"))
+        req = asyncio.ensure_future(c.post(f"{a}/v1/chat/completions", json=CHAT))
+        await until(lambda: asked(sup), 10, "the waiting request's wake request")
+        await sup.wake()
+        r = await req
+        assert r.status_code == 200, r.text
