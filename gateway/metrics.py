@@ -90,7 +90,7 @@ class GatewayMetrics:
         )
         self.itl = Histogram(
             "llmgw_inter_token_seconds",
-            "Time between streamed chunks.",
+            "Time between streamed chunks (a stream's gaps are added when it ends, or every 64 chunks).",
             ["model"],
             buckets=ITL_BUCKETS,
             registry=r,

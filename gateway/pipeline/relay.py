@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncGenerator
 
 from gateway.admission.base import Lease
+from gateway.batched_histogram import BatchedHistogram
 from gateway.errors import GatewayError, InternalError, ShuttingDown, sse_error_event
 from gateway.pipeline.admit import until_awake
 from gateway.pipeline.forward import EJECT, NONE, done, forward, wait_s
@@ -49,7 +50,7 @@ async def answer(
             return
         source = source_of(gw, ctx, pool, got)  # chosen once: plain, or a stream that may move
         assert ctx.progress.replica is not None and ctx.model is not None
-        itl = gw.metrics.itl_of(ctx.model.name)
+        itl = BatchedHistogram(gw.metrics.itl_of(ctx.model.name))  # the gaps between chunks
         events, tail, ok, blame, ended = 0, b"", True, True, False
         recorded = ctx.api.stored != "create"  # (a stream that may move is a chat or a completion)
         strip = UsageStrip() if source.strips else None
@@ -88,6 +89,7 @@ async def answer(
             gw.metrics.stream_errors.labels(ctx.model.name).inc()
             yield event_end(tail) + sse_error_event(InternalError(RELAY_DEFECT), ctx.api.dialect)
         finally:
+            itl.flush()
             gw.open_requests.close(token)
             source.close(ok, blame)
             usage.prompt, usage.completion = source.usage(tail, events)

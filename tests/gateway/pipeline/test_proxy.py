@@ -15,6 +15,7 @@ from gateway.fleet_reload import FleetReload
 from gateway.values import Caller, Charge, TokenCost
 from llmgw_contract.fleet import parse_fleet
 from testing.gateway import fleet_yaml, register, serve_app, serve_gateway
+from testing.poll import until
 from testing.procs import Proc, start_fake_engine
 
 
@@ -65,6 +66,14 @@ async def test_streaming_chat_with_openai_sdk(gw: str) -> None:
     )
     parts = [c.choices[0].delta.content async for c in stream]
     assert parts == [f"tok{i} " for i in range(7)]
+
+    async def gaps() -> float:  # the gaps between its chunks, counted once the stream ended (batched)
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(f"{gw}/metrics")).text
+        line = 'llmgw_inter_token_seconds_count{model="fake-chat"} '
+        return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(line))
+
+    assert await until(gaps, 5, "the stream's gaps in llmgw_inter_token_seconds") >= 1
 
 
 async def test_completions_and_embeddings(gw: str) -> None:
