@@ -266,6 +266,23 @@ async def test_a_wake_request_for_an_awake_model_is_cleared_not_left_to_keep_it_
         assert st.replica("od-0").process.pid == pid and st.count(st.metrics.wakes, "od", "ok") == 1
 
 
+async def test_a_model_that_sleeps_within_its_awoken_marker_takes_the_next_wake_request_at_once(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The 'awoken' marker (the wake request key for AWOKEN_MS after a wake, so that a gateway that had
+    not heard asks in vain) is dropped when the model goes to sleep: a model put to sleep within it
+    (an urgent room move, a short idle timeout) takes a gateway's next wake request at once instead of
+    refusing it until the marker expires."""
+    models = [{"name": "od", "activation": "on_demand", "idle_timeout_s": 0.2}]
+    async with on_demand_stack(tmp_path, redis_url, models) as st:
+        await until(lambda: st.published("od-0"))
+        await st.ask("od")
+        await until(lambda: st.state("od-0") is ReplicaState.READY)
+        await until(lambda: st.state("od-0") is ReplicaState.ASLEEP)
+        assert await st.redis.set(st.keys.wake_request("od"), "gateway-1", nx=True, px=30_000)
+        await until(lambda: st.state("od-0") is ReplicaState.READY)  # and it is woken again
+
+
 async def not_asked(st: Stack) -> bool:
     return not await st.redis.exists(st.keys.wake_request("od"))
 

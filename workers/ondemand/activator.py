@@ -35,7 +35,7 @@ from workers.life.owner import Replica, Supervisor
 from workers.life.process import StartFailed
 from workers.ondemand.asleep_reading import measure_asleep
 from workers.ondemand.autopilot.moves import Move
-from workers.ondemand.demand import AWOKEN, AWOKEN_MS, in_engine, is_wake_request, requested, warm_up
+from workers.ondemand.demand import clear_awoken, in_engine, is_wake_request, mark_awoken, requested, warm_up
 from workers.ondemand.gpu_room import GpuRoom
 from workers.ondemand.room import Resident, Room, idle_expired, make_room
 from workers.ondemand.sleepers.level import SleepLevel
@@ -237,10 +237,7 @@ class Activator:
             return
         self.last_used[model] = time.monotonic()
         await self.announce(model)
-        try:  # a gateway that has not heard yet would ask again: the marker makes its SET NX fail
-            await self.redis.set(self.keys.wake_request(model), AWOKEN, px=AWOKEN_MS)
-        except REDIS_DOWN as exc:
-            log.warning("model=%s wake request not cleared (%s): it expires by itself", model, exc)
+        await mark_awoken(self.redis, self.keys, model)  # a late gateway's ask now fails (SET NX)
         log.info("model=%s awake in %.2f s (%s)", model, took, why)
         for r in replicas:  # measured once the gateways were told: off the waiting requests' path
             if r.spec.id in self.unmeasured:
@@ -319,6 +316,7 @@ class Activator:
         """Drain (DRAINING: gateways stop sending, what runs finishes), put it to sleep (at ``level``; its
         strategy's choice by default), publish ASLEEP."""
         log.info("replica=%s going to sleep: %s", r.spec.id, why)
+        await clear_awoken(self.redis, self.keys, r.spec.model.name)  # the next ask is asked at once
         levels: list[SleepLevel] = []
 
         async def put_to_sleep(r: Replica) -> None:

@@ -6,6 +6,7 @@ and the one warm-up request a woken replica must answer."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 
 import httpx
@@ -13,16 +14,37 @@ import redis.asyncio as aioredis
 
 from llmgw_contract.inflight_share import fresh_counts
 from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import REDIS_DOWN
 from llmgw_contract.stamps import run
 from llmgw_contract.vllm_probe import requests_in_engine
 from workers.life.process import StartFailed
 from workers.life.replica import Replica
 
+log = logging.getLogger("llmgw.ondemand")
 AWOKEN = "awoken"
 """The wake request's value for a while after the wake: the model is awake, nobody asks."""
 AWOKEN_MS = 3000
 """How long the marker stays: the gateways' ready notice and registry re-read happen well within it."""
 WARMUP_PROMPT = "Hello"
+
+
+async def mark_awoken(redis: aioredis.Redis, keys: RedisKeys, model: str) -> None:
+    """The model is awake: a gateway that has not heard yet would ask again, the marker makes its SET NX
+    fail (for :data:`AWOKEN_MS`). A Redis failure is logged: a gateway's request expires by itself."""
+    try:
+        await redis.set(keys.wake_request(model), AWOKEN, px=AWOKEN_MS)
+    except REDIS_DOWN as exc:
+        log.warning("model=%s wake request not cleared (%s): it expires by itself", model, exc)
+
+
+async def clear_awoken(redis: aioredis.Redis, keys: RedisKeys, model: str) -> None:
+    """The model goes to sleep: its 'awoken' marker is dropped (a gateway's own wake request is kept), so
+    the next request's SET NX asks at once even when the sleep came within :data:`AWOKEN_MS` of the wake.
+    A Redis failure is logged: the marker expires by itself."""
+    try:
+        await run(redis, "del_if", [keys.wake_request(model)], [AWOKEN])
+    except REDIS_DOWN as exc:
+        log.warning("model=%s awoken marker not dropped (%s): it expires by itself", model, exc)
 
 
 def is_wake_request(value: bytes | str | None) -> bool:
