@@ -87,7 +87,12 @@ async def keyed(
     else:
         body = bytes(response.body)
         status, kind = ctx.progress.status, ctx.progress.reply_type
-        await quietly(gw.idempotency.finish(keys.record, ctx.request_id, status, kind, False, body), ctx)
+        try:
+            await quietly(gw.idempotency.finish(keys.record, ctx.request_id, status, kind, False, body), ctx)
+        except BaseException:  # cancelled: the answer is never sent, so it settles here
+            if isinstance(response, WholeResponse):
+                await response.settle()
+            raise
     return response
 
 

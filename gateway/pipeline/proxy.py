@@ -3,10 +3,11 @@
 1. authenticate from the head (gateway/auth), before any of the body is read, 2. parse (parse.py),
 3. resolve the model and the stored response it names (resolve.py, gateway/responses_api) and charge
 its token cost (settle.py), 4. admit (admit.py), 5. pick and 6. forward (forward.py), 7. finish: relay
-the answer and settle (relay.py, settle.py). Intake (intake.py) reads the request's head before step 1
-and its body, bounded in size and time, after it; the client is watched from step 4 to the answer
-(watch.py). A failure at any step is answered in the API's own shape, never raised. A stream for a model
-at zero replicas is answered at once and held within its stream (held_stream.py).
+the answer and settle (relay.py, settle.py); a whole answer is written first and settled right after,
+in the same task (replies.py ``WholeResponse.after``). Intake (intake.py) reads the request's head
+before step 1 and its body, bounded in size and time, after it; the client is watched from step 4 to the
+answer (watch.py). A failure at any step is answered in the API's own shape, never raised. A stream for
+a model at zero replicas is answered at once and held within its stream (held_stream.py).
 """
 
 from __future__ import annotations
@@ -113,18 +114,21 @@ class Proxy:
             first = await watched(anext(parts), kept_watch(ctx, model, watch), left, gw.open_requests)
         if streaming(ctx):
             return self.relayed(ctx, parts, limits)
-        await parts.aclose()
-        return WholeResponse(first, ctx.progress.status, ctx.request_id, ctx.progress.reply_type, limits)
+        # the whole answer goes first; its settle (release, refunds, the access line) once it is written
+        status, kind = ctx.progress.status, ctx.progress.reply_type
+        return WholeResponse(first, status, ctx.request_id, kind, limits, after=parts.aclose)
 
     async def background(self, ctx: RequestContext, receive: Receive) -> Response | None:
         """A background Response's create, GET or cancel (gateway/pipeline/background.py); None
         for any other Responses request. Its run is this request path, with no client to watch."""
-        return await background_api.served(
-            self.gw,
-            ctx,
-            lambda run: self.serve(run, receive, asyncio.get_running_loop().create_future()),
-            self.relayed,
-        )
+
+        async def run(run: RequestContext) -> Response:
+            response = await self.serve(run, receive, asyncio.get_running_loop().create_future())
+            if isinstance(response, WholeResponse):  # never sent (the run keeps its events): settled now
+                await response.settle()
+            return response
+
+        return await background_api.served(self.gw, ctx, run, self.relayed)
 
     def relayed(
         self, ctx: RequestContext, parts: AsyncIterator[bytes], limits: tuple[tuple[str, str], ...] = ()

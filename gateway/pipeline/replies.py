@@ -10,7 +10,7 @@ Starlette's StreamingResponse unchanged.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -23,7 +23,13 @@ from gateway.values import ABORT, FLOW, GONE
 class WholeResponse(Response):
     """The bytes Starlette's ``Response(body, status, {"x-request-id": ...}, media_type=...)`` sends
     (x-request-id, content-length, content-type with a charset for text/*), without its generic
-    header handling; ``extra`` headers (the key's ``x-ratelimit-*``) follow x-request-id."""
+    header handling; ``extra`` headers (the key's ``x-ratelimit-*``) follow x-request-id.
+
+    ``after`` (a relayed answer's settle: its lease released, its unused tokens refunded, the request
+    recorded) runs once the body is written, in the same task, also when the send failed or was
+    cancelled (the client left): the client does not wait for its Redis round trips. A response that is
+    not sent (kept by an idempotency key or a background run that failed) is settled with :meth:`settle`,
+    which runs ``after`` once whoever calls it first."""
 
     def __init__(
         self,
@@ -32,8 +38,9 @@ class WholeResponse(Response):
         request_id: str,
         media_type: str,
         extra: tuple[tuple[str, str], ...] = (),
+        after: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        self.status_code, self.body, self.background = status, body, None
+        self.status_code, self.body, self.background, self.after = status, body, None, after
         if media_type.startswith("text/") and "charset=" not in media_type.lower():
             media_type += "; charset=utf-8"
         self.raw_headers = [(b"x-request-id", request_id.encode("latin-1"))]
@@ -41,6 +48,21 @@ class WholeResponse(Response):
         if status >= 200 and status not in (204, 304):
             self.raw_headers.append((b"content-length", str(len(body)).encode()))
         self.raw_headers.append((b"content-type", media_type.encode("latin-1")))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send(
+                {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+            )
+            await send({"type": "http.response.body", "body": self.body})
+        finally:
+            await self.settle()
+
+    async def settle(self) -> None:
+        """Run ``after`` (once: a second call, or one after the send, does nothing)."""
+        after, self.after = self.after, None
+        if after is not None:
+            await after()
 
 
 class RelayResponse(StreamingResponse):
