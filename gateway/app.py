@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from gateway.admin.routes import add_admin_routes
-from gateway.admission import build_admission
+from gateway.admission import build_admission, lean_of
 from gateway.auth.keys import KeyStore
 from gateway.auth.redis_auth import RedisAuth, build_auth
 from gateway.edge.fastpath import GatewayApp
@@ -88,6 +88,7 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     events = EventLog(redis, settings.idempotency_max_events)
     kept = KeptStreams(idempotency, events, metrics)
     background = BackgroundStore(redis, keys, events, settings.responses_ttl_s)
+    admission = build_admission(settings, keys, metrics, clients)
     return Gateway(
         settings=settings,
         fleet=fleet,
@@ -95,8 +96,8 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         table=table,
         policies={m.name: policy_for(m) for m in fleet.models},
         policy_for=policy_for,
-        admission=build_admission(settings, keys, metrics, clients),
-        auth=build_auth(settings, keys, metrics, store, clients),
+        admission=admission,
+        auth=build_auth(settings, keys, metrics, store, clients, lean_of(admission)),
         client=httpx.AsyncClient(timeout=settings.connect_timeout_s),
         upstream=ConnectionPool(
             settings.max_connections, settings.connect_timeout_s, settings.upstream_idle_s
@@ -166,8 +167,8 @@ async def lifespan_for(gw: Gateway, discovery: Discovery) -> AsyncIterator[None]
         await bg.close()
         await notices.close()
         await gw.inflight.leave()
+        await gw.auth.aclose()  # its refunds under way first: on the admission queue's connection
         await gw.admission.stop()
-        await gw.auth.aclose()
         if gw.index is not None:
             await gw.index.aclose()
         gw.upstream.close()

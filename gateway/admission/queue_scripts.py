@@ -19,6 +19,7 @@ from importlib import resources
 from gateway.admission.base import Ticket
 from gateway.admission.order import clamp_priority
 from gateway.admission.redis_wire import LeanScript, PipelinedRedis, Reply
+from gateway.admission.resp import Head, Part
 from llmgw_contract.redis_keys import RedisKeys
 
 Arg = str | int | float
@@ -59,11 +60,15 @@ def ticket_id(instance: str, token: str) -> str:
 @dataclass(frozen=True, slots=True)
 class ModelKeys:
     """One model's admission keys: the five every script takes first (leases, queue, waiter meta,
-    tenant usage, alive), its grant sequence and the prefix of its waiters' wake lists."""
+    tenant usage, alive), its grant sequence and the prefix of its waiters' wake lists; and the calls
+    of every request (acquire, release, the fair-share refund) with their fixed keys encoded once."""
 
     first: tuple[str, ...]
     seq: str
     wake_prefix: str
+    acquire: Head
+    release: Head
+    refund: Head
 
 
 class QueueScripts:
@@ -97,7 +102,15 @@ class QueueScripts:
                 k.tenant_usage(model),
                 k.alive(model),
             )
-            named = self._names[model] = ModelKeys(first, k.seq(model), k.wake(model, ""))
+            seq = k.seq(model)
+            named = self._names[model] = ModelKeys(
+                first,
+                seq,
+                k.wake(model, ""),
+                self._acquire.bind([*first, seq], more_keys=1),  # then the ticket's gone key
+                self._release.bind(first),
+                self._refund.bind([k.tenant_usage(model)]),
+            )
         return named
 
     def _model_keys(self, model: str) -> list[str]:
@@ -111,14 +124,14 @@ class QueueScripts:
     ) -> tuple[Acquired, int]:
         """Grant or queue ``ticket``; ``requeued``: its grant was reclaimed before it picked it up, and the
         fair-share charge of its first queueing is given back as it queues again."""
-        keys = [*self._model_keys(t.model), self._named(t.model).seq, self.keys.gone(t.model, ticket)]
-        cost = max(1, t.cost)
-        args: list[Arg] = [
+        named, cost = self._named(t.model), max(1, t.cost)
+        rest: list[Part] = [
+            self.keys.gone(t.model, ticket),
             ticket, capacity, self.ttl_ms, t.tenant, clamp_priority(t.priority), cost,
-            t.max_queue, int(t.max_wait_s * 1000) + WAITER_GRACE_MS, self._wake_prefix(t.model),
+            t.max_queue, int(t.max_wait_s * 1000) + WAITER_GRACE_MS, named.wake_prefix,
             self.pickup_ms, self.presence_ms, cost if requeued else 0,
         ]  # fmt: skip
-        status, depth = await self._acquire(keys, args)
+        status, depth = await self._acquire.call_bound(named.acquire, rest)
         return Acquired(int(status)), int(depth)
 
     async def claim(self, model: str, ticket: str) -> bool:
@@ -131,24 +144,23 @@ class QueueScripts:
         args: list[Arg] = [ticket, int(keep), capacity, self.ttl_ms, self._wake_prefix(model), self.pickup_ms]
         return Left(int(await self._leave(keys, args)))
 
-    def _release_args(self, model: str, ticket: str, capacity: int) -> list[Arg]:
-        return [ticket, capacity, self.pickup_ms, self._wake_prefix(model)]
-
     async def release(self, model: str, ticket: str, capacity: int) -> tuple[int, int]:
-        args = self._release_args(model, ticket, capacity)
-        removed, granted = await self._release(self._model_keys(model), args)
+        named = self._named(model)
+        rest: list[Part] = [ticket, capacity, self.pickup_ms, named.wake_prefix]
+        removed, granted = await self._release.call_bound(named.release, rest)
         return int(removed), int(granted)
 
     def release_nowait(
         self, model: str, ticket: str, capacity: int, timeout_s: float
     ) -> asyncio.Future[Reply] | None:
         """The release sent without waiting: its reply's future, or None (no connection open yet)."""
-        args = self._release_args(model, ticket, capacity)
-        return self._release.nowait(self._model_keys(model), args, timeout_s)
+        named = self._named(model)
+        rest: list[Part] = [ticket, capacity, self.pickup_ms, named.wake_prefix]
+        return self._release.nowait_bound(named.release, rest, timeout_s)
 
     async def refund(self, model: str, tenant: str, tokens: int) -> int:
         """Lower ``tenant``'s fair-share finish tag by ``tokens``; returns the tag after."""
-        return int(await self._refund([self.keys.tenant_usage(model)], [tenant, tokens]))
+        return int(await self._refund.call_bound(self._named(model).refund, [tenant, tokens]))
 
     async def tick(self, model: str, capacity: int, held: list[str]) -> tuple[int, int, list[str]]:
         """Renew ``held``; returns (queue depth, active leases, the held ids Redis no longer had)."""

@@ -19,21 +19,22 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from gateway.admission.redis_wire import Endpoint, PipelinedRedis, RedisReplyError, Reply, tls_context
+from gateway.admission.resp import Part, Word, words
 
-Part = bytes | str | int | float
 MAX_REDIRECTS = 5
 SCRIPT_CALLS = frozenset({"EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO"})
 
 
-def first_key(parts: list[Part]) -> bytes | None:
+def first_key(command: list[Part]) -> bytes | None:
     """The key a command is routed by: a script's first key, or a plain command's first argument."""
+    parts = words(command)
     name = str(parts[0]).upper()
     if name in SCRIPT_CALLS:
         return encode_key(parts[3]) if len(parts) > 3 and int(parts[2]) > 0 else None
     return encode_key(parts[1]) if len(parts) > 1 and name not in ("PING", "ASKING") else None
 
 
-def encode_key(part: Part) -> bytes:
+def encode_key(part: Word) -> bytes:
     return part if isinstance(part, bytes) else str(part).encode()
 
 

@@ -35,7 +35,8 @@ from gateway.admission.queue_scripts import (
 )
 from gateway.admission.redis_cluster_wire import lean_client
 from gateway.admission.redis_lease import RedisLease
-from gateway.admission.redis_wire import PipelinedRedis, RedisReplyError, Reply
+from gateway.admission.redis_wire import PipelinedRedis, Reply
+from gateway.admission.resp import awaited_call_needed
 from gateway.admission.stamp_renewer import StampRenewer
 from gateway.admission.unreleased import Unreleased
 from gateway.errors import QueueFull, QueueTimeout
@@ -255,7 +256,7 @@ class RedisAdmission:
     def _released(self, model: str, lease_id: str, reply: asyncio.Future[Reply]) -> None:
         self._releases.discard(reply)
         exc = None if reply.cancelled() else reply.exception()
-        if isinstance(exc, RedisReplyError) and str(exc).split(" ", 1)[0] in ("NOSCRIPT", "MOVED", "ASK"):
+        if awaited_call_needed(exc):
             self._spawn(self._release_quietly(model, lease_id))
         elif exc is not None:
             self._unreleased.failed(model, lease_id, exc)

@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from redis.asyncio.connection import SSLConnection
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import RedisError
 
-from gateway.admission.resp import Parser, RedisReplyError, Reply, encode
+from gateway.admission.resp import Head, Parser, Part, RedisReplyError, Reply, encode, head, words
 
 __all__ = ["Endpoint", "LeanScript", "PipelinedRedis", "RedisReplyError", "Reply", "TooManyPending"]
 
@@ -261,14 +261,14 @@ class PipelinedRedis:
         async with asyncio.timeout(self.timeout_s):
             await self._connection()
 
-    async def call(self, *parts: bytes | str | int | float) -> Reply:
+    async def call(self, *parts: Part) -> Reply:
         proto = self._proto
         if proto is None or proto.lost is not None:
             async with asyncio.timeout(self.timeout_s):
                 proto = await self._connection()
         return await proto.send(asyncio.get_running_loop(), encode(list(parts)), self.timeout_s)
 
-    async def call_asking(self, *parts: bytes | str | int | float) -> Reply:
+    async def call_asking(self, *parts: Part) -> Reply:
         """``ASKING`` and the call written together on one connection, opened first if need be: a
         cluster node answers a call for a slot it is importing only right after ``ASKING`` on the same
         connection (an ``-ASK`` redirection), else it sends the call back with ``-MOVED``."""
@@ -280,9 +280,7 @@ class PipelinedRedis:
         _, answer = await asyncio.gather(asking, reply)
         return answer
 
-    def call_nowait(
-        self, parts: list[bytes | str | int | float], timeout_s: float | None = None
-    ) -> asyncio.Future[Reply] | None:
+    def call_nowait(self, parts: list[Part], timeout_s: float | None = None) -> asyncio.Future[Reply] | None:
         """The reply's future of a call sent without waiting (no task), failing with TimeoutError past
         ``timeout_s`` (the connection's own by default); None while no connection is open (then use
         :meth:`call`, which fails when too many calls are pending)."""
@@ -309,23 +307,40 @@ class PipelinedRedis:
 
 
 class LeanScript:
-    """A Lua script called by EVALSHA (loaded with EVAL the first time Redis lacks it)."""
+    """A Lua script called by EVALSHA (loaded with EVAL the first time Redis lacks it). A call site whose
+    keys do not change between calls (a model's, an API key's) encodes them once, with EVALSHA, the sha
+    and numkeys, as a :class:`~gateway.admission.resp.Head` (:meth:`bind`), and calls with it
+    (:meth:`call_bound`, :meth:`nowait_bound`)."""
 
     def __init__(self, client: PipelinedRedis, source: str) -> None:
         self.client, self.source = client, source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
-    async def __call__(self, keys: list[str], args: list[str | int | float]) -> Any:
+    def bind(self, keys: Sequence[str], more_keys: int = 0) -> Head:
+        """EVALSHA, sha, numkeys and ``keys``; ``more_keys``: the keys each call gives first."""
+        return head(["EVALSHA", self.sha, len(keys) + more_keys, *keys])
+
+    async def call_bound(self, bound: Head, rest: list[Part]) -> Any:
+        """The script with ``bound``'s keys, then ``rest`` (the call's own keys, its arguments)."""
         try:
-            return await self.client.call("EVALSHA", self.sha, len(keys), *keys, *args)
+            return await self.client.call(bound, *rest)
         except RedisReplyError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
-        return await self.client.call("EVAL", self.source, len(keys), *keys, *args)
+        return await self.client.call("EVAL", self.source, *words([bound, *rest])[2:])
+
+    def nowait_bound(
+        self, bound: Head, rest: list[Part], timeout_s: float | None = None
+    ) -> asyncio.Future[Reply] | None:
+        """:meth:`call_bound` sent without waiting, as :meth:`nowait`."""
+        return self.client.call_nowait([bound, *rest], timeout_s)
+
+    async def __call__(self, keys: list[str], args: list[str | int | float]) -> Any:
+        return await self.call_bound(self.bind(keys), [*args])
 
     def nowait(
         self, keys: list[str], args: list[str | int | float], timeout_s: float | None = None
     ) -> asyncio.Future[Reply] | None:
         """EVALSHA sent without waiting: the reply's future (a NOSCRIPT error in it means: use the
         awaited call, which loads the script), or None while no connection is open."""
-        return self.client.call_nowait(["EVALSHA", self.sha, len(keys), *keys, *args], timeout_s)
+        return self.nowait_bound(self.bind(keys), [*args], timeout_s)

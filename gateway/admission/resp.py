@@ -3,21 +3,65 @@ bulk strings, arrays, simple strings and errors)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisError
 
 Reply = int | bytes | str | list[Any] | None
+Word = bytes | str | int | float
 
 
 class RedisReplyError(RedisError):
     """Redis answered the command with an error."""
 
 
-def encode(parts: list[bytes | str | int | float]) -> bytes:
-    """A command as RESP: an array of bulk strings (text as UTF-8, numbers as their decimal text)."""
-    data = [p if isinstance(p, bytes) else str(p).encode() for p in parts]
-    return b"*%d\r\n" % len(data) + b"".join([b"$%d\r\n%b\r\n" % (len(d), d) for d in data])
+def awaited_call_needed(exc: BaseException | None) -> bool:
+    """Whether a call sent without waiting failed in a way that the awaited call handles: NOSCRIPT (it
+    loads the script), a cluster's MOVED or ASK (it follows them)."""
+    return isinstance(exc, RedisReplyError) and str(exc).split(" ", 1)[0] in ("NOSCRIPT", "MOVED", "ASK")
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The fixed start of a command (a script call's EVALSHA, sha, numkeys and fixed keys), encoded once:
+    its words, and their RESP bulk strings. A command whose first part is a head is that head's words
+    followed by the rest."""
+
+    words: tuple[Word, ...]
+    data: bytes
+
+
+Part = Word | Head
+
+
+def head(words: Sequence[Word]) -> Head:
+    return Head(tuple(words), bulks(words))
+
+
+def bulks(words: Sequence[Word]) -> bytes:
+    """Each word as a RESP bulk string (text as UTF-8, numbers as their decimal text)."""
+    data = [w if isinstance(w, bytes) else str(w).encode() for w in words]
+    return b"".join([b"$%d\r\n%b\r\n" % (len(d), d) for d in data])
+
+
+def encode(parts: Sequence[Part]) -> bytes:
+    """A command as RESP: an array of bulk strings; a :class:`Head` first stands for its words, already
+    encoded."""
+    first = parts[0] if parts else None
+    if isinstance(first, Head):
+        rest: Sequence[Any] = parts[1:]
+        return b"*%d\r\n" % (len(first.words) + len(rest)) + first.data + bulks(rest)
+    return b"*%d\r\n" % len(parts) + bulks(parts)  # type: ignore[arg-type]
+
+
+def words(parts: Sequence[Part]) -> list[Word]:
+    """The command's words, a head's spelled out."""
+    first = parts[0] if parts else None
+    if isinstance(first, Head):
+        return [*first.words, *parts[1:]]  # type: ignore[list-item]
+    return list(parts)  # type: ignore[arg-type]
 
 
 COLON, PLUS, MINUS, DOLLAR, STAR = b":+-$*"

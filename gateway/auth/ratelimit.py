@@ -12,18 +12,27 @@ exactness and one small counter instead of a log of timestamps.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
 import math
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 import redis.asyncio as aioredis
 
 from gateway.admission.redis_cluster_wire import lean_client, socket_timeout
-from gateway.admission.redis_wire import LeanScript
+from gateway.admission.redis_wire import LeanScript, PipelinedRedis, Reply
+from gateway.admission.resp import Head, Part, awaited_call_needed
 from llmgw_contract.redis_keys import RedisKeys
+from llmgw_contract.redis_url import REDIS_DOWN
+
+log = logging.getLogger("llmgw.auth")
 
 WINDOW_S = 60
 DEFAULT_TIMEOUT_S = 1.0
+MAX_HEADS = 10_000
 
 CHARGE_LUA = """
 -- KEYS: the key's counters hash (fields 'rpm:<window>', 'tpm:<window>'; one Redis Cluster slot per key)
@@ -135,22 +144,41 @@ class RateLimiter:
     ``redis`` points (one server, Sentinel's master, a cluster), with its socket timeout: a charge is on
     every limited request's path, where redis-py's per-call cost showed."""
 
-    def __init__(self, redis: aioredis.Redis, keys: RedisKeys, window_s: int = WINDOW_S) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: RedisKeys,
+        window_s: int = WINDOW_S,
+        lean: PipelinedRedis | None = None,
+    ) -> None:
+        """``lean``: a pipelined connection to the same server that another part owns and closes (the
+        admission queue's: a request's release and refund then leave in one write); else its own."""
         self.redis, self.keys, self.window_s = redis, keys, window_s
-        self.lean = lean_client(redis, socket_timeout(redis, DEFAULT_TIMEOUT_S))
+        self.owns_lean = lean is None
+        self.lean = lean or lean_client(redis, socket_timeout(redis, DEFAULT_TIMEOUT_S))
         self._charge = LeanScript(self.lean, CHARGE_LUA)
         self._refund = LeanScript(self.lean, REFUND_LUA)
+        self._heads: dict[str, tuple[Head, Head]] = {}  # a key's charge and refund, its key name encoded once
+        self._sent: set[asyncio.Future[Reply]] = set()  # refunds sent without waiting (refund_nowait)
+        self._tasks: set[asyncio.Task[None]] = set()  # and those that needed the awaited call
 
-    async def aclose(self) -> None:
-        """Close the lean connection and the redis-py client it was modelled on."""
-        self.lean.close()
+    async def aclose(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        """Wait (up to ``timeout_s``) for the refunds still under way, then close the lean connection
+        (its own) and the redis-py client it was modelled on."""
+        under_way: list[asyncio.Future[Any]] = [*self._sent, *self._tasks]
+        if under_way:
+            await asyncio.wait(under_way, timeout=timeout_s)
+        if self.owns_lean:
+            self.lean.close()
         await self.redis.aclose()
 
     async def charge(self, key_id: str, rpm: int, tpm: int, tokens: int) -> Decision:
         if rpm <= 0 and tpm <= 0:
             return Decision(Verdict.OK, 0.0)
-        args: list[str | int | float] = [self.window_s, rpm, tpm, max(0, tokens)]
-        verdict, left_ms, window, requests, tokens_used = await self._charge([self.keys.rate(key_id)], args)
+        args: list[Part] = [self.window_s, rpm, tpm, max(0, tokens)]
+        verdict, left_ms, window, requests, tokens_used = await self._charge.call_bound(
+            self._bound(key_id)[0], args
+        )
         return Decision(
             Verdict(int(verdict)), int(left_ms) / 1000, int(window), int(requests), int(tokens_used)
         )
@@ -159,4 +187,52 @@ class RateLimiter:
         """Give back tokens charged in ``window`` that the request did not use; returns those given back."""
         if tokens <= 0:
             return 0
-        return int(await self._refund([self.keys.rate(key_id)], [window, tokens]))
+        return int(await self._refund.call_bound(self._bound(key_id)[1], [window, tokens]))
+
+    def _bound(self, key_id: str) -> tuple[Head, Head]:
+        """The key's charge and refund calls with its counters' name, encoded on its first request (at
+        most ``MAX_HEADS`` keys are kept; past that the cache starts afresh)."""
+        heads = self._heads.get(key_id)
+        if heads is None:
+            if len(self._heads) >= MAX_HEADS:
+                self._heads.clear()
+            counters = [self.keys.rate(key_id)]
+            heads = self._heads[key_id] = (self._charge.bind(counters), self._refund.bind(counters))
+        return heads
+
+    def refund_nowait(self, key_id: str, window: int, tokens: int) -> None:
+        """The same, sent at once without waiting for the reply (no task: a request's settle does not
+        wait for Redis); a failure is logged. Before the connection is open, or when the reply asks for
+        the awaited call (NOSCRIPT, a cluster's MOVED or ASK), it is made by a task. ``aclose`` waits
+        for both."""
+        if tokens <= 0:
+            return
+        reply = self._refund.nowait_bound(self._bound(key_id)[1], [window, tokens])
+        if reply is None:
+            self._in_task(key_id, window, tokens)
+            return
+        self._sent.add(reply)
+        reply.add_done_callback(functools.partial(self._refunded, key_id, window, tokens))
+
+    def _refunded(self, key_id: str, window: int, tokens: int, reply: asyncio.Future[Reply]) -> None:
+        self._sent.discard(reply)
+        exc = None if reply.cancelled() else reply.exception()
+        if awaited_call_needed(exc):
+            self._in_task(key_id, window, tokens)
+        elif exc is not None:
+            not_refunded(key_id, tokens, exc)
+
+    def _in_task(self, key_id: str, window: int, tokens: int) -> None:
+        task = asyncio.ensure_future(self._refund_quietly(key_id, window, tokens))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _refund_quietly(self, key_id: str, window: int, tokens: int) -> None:
+        try:
+            await self.refund(key_id, window, tokens)
+        except REDIS_DOWN as exc:
+            not_refunded(key_id, tokens, exc)
+
+
+def not_refunded(key_id: str, tokens: int, exc: BaseException) -> None:
+    log.warning("key_id=%s: %d unused tokens not refunded (%s)", key_id, tokens, exc)

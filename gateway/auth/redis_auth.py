@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from gateway.admission.redis_wire import PipelinedRedis
 from gateway.auth.base import Authenticator, OpenAuth
 from gateway.auth.key_cache import KeyCache
 from gateway.auth.key_changes import KeyChanges
@@ -212,12 +213,10 @@ class RedisAuth:
         raise refusal(decision, caller, tokens)
 
     async def refund(self, caller: Caller, charge: Charge, tokens: int) -> None:
-        if not isinstance(caller, KeyCaller) or tokens <= 0:
-            return
-        try:
-            await self.limiter.refund(caller.key_id, charge.window, tokens)
-        except REDIS_DOWN as exc:
-            log.warning("key_id=%s: %d unused tokens not refunded (%s)", caller.key_id, tokens, exc)
+        """Sent without waiting for Redis (gateway/auth/ratelimit.py ``refund_nowait``: a failure is
+        logged there): the request's settle makes no round trip for it."""
+        if isinstance(caller, KeyCaller) and tokens > 0:
+            self.limiter.refund_nowait(caller.key_id, charge.window, tokens)
 
 
 def charged_tokens(cost: TokenCost, tpm: int) -> int:
@@ -234,10 +233,12 @@ def build_auth(
     metrics: GatewayMetrics,
     store: KeyStore,
     clients: RedisClients,
+    lean: PipelinedRedis | None = None,
 ) -> Authenticator:
     """Keys checked against ``store`` with per-key limits on the ``limits`` Redis client, or nobody
-    checked (``LLMGW_AUTH=false``)."""
+    checked (``LLMGW_AUTH=false``). ``lean``: the admission queue's pipelined connection to the same
+    server, which the limits' scripts share (gateway/admission ``lean_of``)."""
     limits = clients.limits
     if not settings.auth or limits is None:
         return OpenAuth()
-    return RedisAuth(store, RateLimiter(limits, keys), metrics, settings.auth_cache_s)
+    return RedisAuth(store, RateLimiter(limits, keys, lean=lean), metrics, settings.auth_cache_s)

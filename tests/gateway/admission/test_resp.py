@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.admission.resp import Parser, RedisReplyError, encode
+from gateway.admission.redis_cluster_wire import first_key
+from gateway.admission.resp import Parser, Part, RedisReplyError, encode, head, words
 
 WIRE = (
     b":42\r\n:-7\r\n+OK\r\n-NOSCRIPT No matching script\r\n$5\r\nhe\r\no\r\n$0\r\n\r\n$-1\r\n"
@@ -46,3 +47,15 @@ def test_commands_are_encoded_as_arrays_of_bulk_strings() -> None:
     assert encode(["EVALSHA", b"ab", 2, 1.5, "é"]) == (
         b"*5\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n2\r\n$3\r\n1.5\r\n$2\r\n\xc3\xa9\r\n"
     )
+
+
+def test_a_head_encoded_once_makes_the_same_command() -> None:
+    """A script call's fixed start (EVALSHA, sha, numkeys, fixed keys), encoded once per model or API
+    key, then each call's own words: the same bytes as the whole command encoded at once."""
+    fixed = head(["EVALSHA", "ab12", 3, "{m}:leases", "{m}:queue"])
+    rest: list[Part] = ["{m}:gone:t1", "t1", 4, 2.5, b"raw"]
+    whole: list[Part] = ["EVALSHA", "ab12", 3, "{m}:leases", "{m}:queue", "{m}:gone:t1", "t1", 4, 2.5, b"raw"]
+    assert encode([fixed, *rest]) == encode(whole)
+    assert encode([fixed]) == encode(whole[:5])
+    assert words([fixed, *rest]) == whole
+    assert first_key([fixed, *rest]) == b"{m}:leases"  # a cluster routes it by its first key

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
 from gateway.auth.ratelimit import RateLimiter, Verdict, seconds_left, window_of
 from llmgw_contract.redis_keys import RedisKeys
+from testing.poll import until
+from testing.procs import start_redis
 
 
 async def clear_of_window_edge(redis: aioredis.Redis, window_s: int = 60, margin_s: float = 5.0) -> None:
@@ -81,3 +86,48 @@ async def test_refund_gives_back_unused_tokens_in_the_charged_window(
     assert (await limiter.charge("k6", 0, 100, 20)).allowed  # 20 + 20 used now
     assert await limiter.refund("k6", first.window, 500) == 40  # never below zero
     assert await limiter.refund("k6", first.window - 1, 10) == 0  # a window that is gone: nothing
+
+
+async def test_a_refund_sent_without_waiting_lands_once_also_when_redis_lacks_the_script(
+    redis: aioredis.Redis, keys: RedisKeys
+) -> None:
+    """``refund_nowait`` returns at once (no round trip on the request's settle); each refund lands
+    once: one sent on the open connection, one after a SCRIPT FLUSH (NOSCRIPT: the awaited call loads
+    it)."""
+    limiter = RateLimiter(redis, keys)
+    await clear_of_window_edge(redis)
+    first = await limiter.charge("k9", 0, 100, 90)  # the connection is open and the charge counted
+    counter = (keys.rate("k9"), f"tpm:{first.window}")
+
+    async def used() -> int:
+        return int(await redis.hget(*counter) or 0)
+
+    limiter.refund_nowait("k9", first.window, 30)
+    assert len(limiter._sent) == 1  # sent; its reply not waited for
+    await until(lambda: used_is(used, 60), 5.0, "the refund landed")
+    await redis.script_flush()
+    limiter.refund_nowait("k9", first.window, 20)
+    await until(lambda: used_is(used, 40), 5.0, "the refund after NOSCRIPT landed")
+    await until(lambda: not limiter._sent and not limiter._tasks, 5.0, "nothing left under way")
+    assert await used() == 40
+
+
+async def used_is(used: Callable[[], Awaitable[int]], count: int) -> bool:
+    return await used() == count
+
+
+async def test_a_refund_that_fails_is_logged_not_raised(
+    tmp_path: Path, keys: RedisKeys, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = start_redis(tmp_path / "gone")
+    client = aioredis.Redis.from_url(f"redis://127.0.0.1:{server.port}/0")
+    limiter = RateLimiter(client, keys)
+    try:
+        first = await limiter.charge("k10", 0, 100, 90)
+        server.stop()
+        with caplog.at_level(logging.WARNING, logger="llmgw.auth"):
+            limiter.refund_nowait("k10", first.window, 30)
+            await until(lambda: "30 unused tokens not refunded" in caplog.text, 5.0, "the failure logged")
+    finally:
+        server.stop()
+        await limiter.aclose()

@@ -64,6 +64,7 @@ async def test_the_answer_reaches_the_client_before_the_release_and_refund_round
         app,
     ):
         shared = app.state.gateway.admission.shared  # the Redis queue (behind its local fallback)
+        assert app.state.gateway.auth.limiter.lean is shared.lean  # one connection: the settle, one write
         release, released = shared.release, []
 
         async def paused_release(model: str, lease_id: str) -> None:
