@@ -41,9 +41,19 @@ def head(words: Sequence[Word]) -> Head:
 
 
 def bulks(words: Sequence[Word]) -> bytes:
-    """Each word as a RESP bulk string (text as UTF-8, numbers as their decimal text)."""
-    data = [w if isinstance(w, bytes) else str(w).encode() for w in words]
-    return b"".join([b"$%d\r\n%b\r\n" % (len(d), d) for d in data])
+    """Each word as a RESP bulk string (text as UTF-8, numbers as their decimal text); the common kinds
+    first, by exact type (a bool or a float is spelled as ``str`` spells it)."""
+    out = []
+    for w in words:
+        kind = type(w)
+        if kind is str:
+            d = w.encode()  # type: ignore[union-attr]
+        elif kind is int:
+            d = b"%d" % w  # type: ignore[str-format]
+        else:
+            d = w if kind is bytes else str(w).encode()
+        out.append(b"$%d\r\n%b\r\n" % (len(d), d))
+    return b"".join(out)
 
 
 def encode(parts: Sequence[Part]) -> bytes:

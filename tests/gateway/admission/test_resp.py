@@ -59,3 +59,4 @@ def test_a_head_encoded_once_makes_the_same_command() -> None:
     assert encode([fixed]) == encode(whole[:5])
     assert words([fixed, *rest]) == whole
     assert first_key([fixed, *rest]) == b"{m}:leases"  # a cluster routes it by its first key
+    assert encode([True, -7]) == b"*2\r\n$4\r\nTrue\r\n$2\r\n-7\r\n"  # spelled as str() spells them
