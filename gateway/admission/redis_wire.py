@@ -3,7 +3,7 @@
 Every admitted request runs two scripts (acquire, release). Through redis-py each call cost more
 CPU than the rest of the request path together (docs/decisions/0010-own-upstream-client.md); here one
 carries every call of the gateway, pipelined: the commands of one event-loop tick leave in one write
-and replies are matched to callers in order. A call's deadline is one timer (not a timeout context),
+and replies are matched to callers in order. Deadlines share one alarm per connection (no timer per call),
 and a caller that need not wait (a release) gets the reply's future without a task. Only what
 EVALSHA needs is spoken: RESP2 integers, bulk strings, arrays, simple strings and errors.
 
@@ -18,44 +18,44 @@ import asyncio
 import collections
 import dataclasses
 import hashlib
+import math
 import socket
-import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.connection import SSLConnection
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import RedisError
 
+from gateway.admission.redis_endpoint import Endpoint, keepalive, tls_context
 from gateway.admission.resp import Head, Parser, Part, RedisReplyError, Reply, encode, head, words
 
-__all__ = ["Endpoint", "LeanScript", "PipelinedRedis", "RedisReplyError", "Reply", "TooManyPending"]
+__all__ = [
+    "Endpoint",
+    "LeanScript",
+    "PipelinedRedis",
+    "RedisReplyError",
+    "Reply",
+    "TooManyPending",
+    "tls_context",
+]
 
 MAX_PENDING = 10_000
-KEEPALIVE = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3}  # a dead peer noticed in ~25 s
+ALARM_SLACK_S = 0.001  # a deadline this close when the alarm rings counts as passed (timers are in ms)
 
 
 class TooManyPending(RedisError):
     """The connection already has its bound of calls waiting for replies."""
 
 
-def keepalive(sock: socket.socket) -> None:
-    """TCP keepalive on, with short probes where the platform allows them."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in KEEPALIVE.items():
-        if hasattr(socket, name):
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
-
-
 class _Protocol(asyncio.Protocol):
     def __init__(self, max_pending: int = MAX_PENDING) -> None:
         self.parser = Parser()
         self.max_pending = max_pending
-        self.pending: collections.deque[tuple[asyncio.Future[Reply], asyncio.TimerHandle | None]] = (
-            collections.deque()
-        )
+        # each call's reply future, deadline (loop time) and timeout; one alarm, at the earliest deadline
+        self.pending: collections.deque[tuple[asyncio.Future[Reply], float, float]] = collections.deque()
+        self.alarm: asyncio.TimerHandle | None = None
+        self.alarm_at = math.inf
         self.transport: asyncio.Transport | None = None
         self.lost: Exception | None = None
         self.out: list[bytes] = []  # the commands of this tick, written together by flush()
@@ -71,15 +71,39 @@ class _Protocol(asyncio.Protocol):
         self, loop: asyncio.AbstractEventLoop, command: bytes, timeout_s: float
     ) -> asyncio.Future[Reply]:
         """Queue ``command`` for this tick's write; its reply's future fails with TimeoutError past
-        ``timeout_s``, and the connection is then closed (see :meth:`expire`)."""
+        ``timeout_s``, and the connection is then closed (see :meth:`expire`). The connection keeps one
+        alarm, at its earliest deadline, not a timer per call."""
         if self.full:
             raise TooManyPending(f"{len(self.pending)} Redis calls pending on one connection")
         fut: asyncio.Future[Reply] = loop.create_future()
-        self.pending.append((fut, loop.call_later(timeout_s, self.expire, fut, timeout_s)))
+        deadline = loop.time() + timeout_s
+        self.pending.append((fut, deadline, timeout_s))
+        if deadline < self.alarm_at:
+            self._arm(loop, deadline)
         if not self.out:
             loop.call_soon(self.flush)
         self.out.append(command)
         return fut
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self.alarm is not None:
+            self.alarm.cancel()
+        self.alarm_at, self.alarm = at, loop.call_at(at, self._deadlines, loop)
+
+    def _deadlines(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The alarm: a call still waiting past its deadline expires (a caller gone, its future cancelled,
+        does not count); else the alarm is set for the earliest deadline still ahead."""
+        self.alarm, self.alarm_at, now = None, math.inf, loop.time() + ALARM_SLACK_S
+        nearest = math.inf
+        for fut, deadline, timeout_s in self.pending:
+            if fut.done():
+                continue
+            if deadline <= now:
+                self.expire(fut, timeout_s)
+                return
+            nearest = min(nearest, deadline)
+        if nearest < math.inf:
+            self._arm(loop, nearest)
 
     def expire(self, fut: asyncio.Future[Reply], timeout_s: float) -> None:
         """A call's deadline passed: its caller gets TimeoutError, and the connection, silent for that
@@ -105,9 +129,7 @@ class _Protocol(asyncio.Protocol):
         self.parser.feed(data)
         readonly = False
         for reply in self.parser.replies():
-            fut, timer = self.pending.popleft()
-            if timer is not None:
-                timer.cancel()
+            fut = self.pending.popleft()[0]
             if isinstance(reply, RedisReplyError):
                 readonly = readonly or str(reply).startswith("READONLY")
                 if not fut.done():
@@ -124,57 +146,13 @@ class _Protocol(asyncio.Protocol):
 
     def _fail_pending(self) -> None:
         assert self.lost is not None
+        if self.alarm is not None:
+            self.alarm.cancel()
+            self.alarm, self.alarm_at = None, math.inf
         while self.pending:
-            fut, timer = self.pending.popleft()
-            if timer is not None:
-                timer.cancel()
+            fut = self.pending.popleft()[0]
             if not fut.done():
                 fut.set_exception(self.lost)
-
-
-def tls_context(connection_class: type[Any] | None, kwargs: dict[str, Any]) -> ssl.SSLContext | None:
-    """The TLS context a redis-py connection of ``connection_class`` with ``kwargs`` uses (built by
-    redis-py itself from the ``ssl_*`` options: CA file, client certificate, checks), or None without TLS."""
-    if connection_class is None or not issubclass(connection_class, SSLConnection):
-        return None
-    options = {k: v for k, v in kwargs.items() if k.startswith("ssl_")}
-    return SSLConnection(**options).ssl_context.get()
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """Where and how to connect: the server (``host``/``port``, or the socket ``path`` of a ``unix://``
-    URL), its database, ACL credentials and TLS (``rediss://``)."""
-
-    host: str = "127.0.0.1"
-    port: int = 6379
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-    tls: ssl.SSLContext | None = None
-    path: str | None = None
-
-    @classmethod
-    def of(cls, client: aioredis.Redis) -> Endpoint:
-        """The endpoint a redis-py client connects to, TLS context included (built by redis-py itself)."""
-        pool = client.connection_pool
-        kw = pool.connection_kwargs
-        tls = tls_context(pool.connection_class, kw)
-        return cls(
-            kw.get("host", "127.0.0.1"),
-            int(kw.get("port", 6379)),
-            int(kw.get("db", 0)),
-            kw.get("username"),
-            kw.get("password"),
-            tls,
-            kw.get("path"),
-        )
-
-    def auth(self) -> list[bytes | str | int | float] | None:
-        """The AUTH command for these credentials (``AUTH user pass`` with an ACL user), or None."""
-        if not self.password:
-            return None
-        return ["AUTH", self.username, self.password] if self.username else ["AUTH", self.password]
 
 
 class PipelinedRedis:
@@ -252,7 +230,7 @@ class PipelinedRedis:
     async def _send(self, proto: _Protocol, parts: list[bytes | str | int | float]) -> Reply:
         assert proto.transport is not None
         fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        proto.pending.append((fut, None))
+        proto.pending.append((fut, math.inf, 0.0))  # bounded by the caller's timeout
         proto.transport.write(encode(parts))
         return await fut
 

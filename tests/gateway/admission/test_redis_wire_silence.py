@@ -65,6 +65,28 @@ async def test_pending_calls_are_bounded(proxy: BlackHoleProxy) -> None:
     await asyncio.gather(*calls, return_exceptions=True)
 
 
+async def test_the_earliest_deadline_ends_a_silent_connection_whatever_the_order(
+    proxy: BlackHoleProxy,
+) -> None:
+    """The connection's one alarm follows its earliest deadline: a short call sent after a long one
+    times out at its own deadline (the long one then fails with the closed connection), and a call
+    whose deadline is still ahead keeps the connection while replies come."""
+    lean = PipelinedRedis(Endpoint("127.0.0.1", proxy.port), 5.0)
+    await lean.connect()
+    assert await asyncio.gather(*(lean.call("PING") for _ in range(3))) == ["PONG"] * 3  # alarms left
+    proxy.black_hole()
+    long, short = lean.call_nowait(["PING"], 5.0), lean.call_nowait(["PING"], TIMEOUT_S)
+    assert long is not None and short is not None
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await short
+    assert time.monotonic() - started < 5.0 / 2
+    with pytest.raises(ConnectionError):
+        await long
+    assert not lean.healthy
+    lean.close()
+
+
 async def test_tcp_keepalive_is_on(redis_server: Proc) -> None:
     lean = PipelinedRedis(Endpoint("127.0.0.1", redis_server.port), 2.0)
     await lean.connect()
