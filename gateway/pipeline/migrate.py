@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from gateway.errors import UpstreamError, UpstreamTimeout
-from gateway.migration.assemble import Assembler, Incomplete
+from gateway.migration.assemble import Assembler, Incomplete, at_once
 from gateway.migration.stream import MigratingStream, ReplicaLeft
 from gateway.pipeline.forward import EJECT, NONE, attempt_on, candidates, done, forward
 from gateway.replicas.table import Endpoint, ModelPool
@@ -57,7 +57,10 @@ async def whole_continued(
     whole.py): read through a :class:`MigratingStream`, which continues it token-exact on another replica
     when its replica fails, within the request's deadline; the client gets one whole answer in vLLM's
     non-streamed shape (gateway/migration/assemble.py). Returns (body, prompt tokens, completion tokens).
-    A refusal (not 200) is ``read`` and passed on as the replica wrote it."""
+    A refusal (not 200) is ``read`` and passed on as the replica wrote it. The happy case is cheap: an
+    answer whose replica wrote all of it before its head was read (a short one) is assembled in one pass
+    over its bytes (``at_once``), with no recorder and no stream; one in another shape (an error frame,
+    a frame that is not JSON: a failure to move from) or still coming is read through the stream."""
     plan = ctx.migration
     assert plan is not None
     up = await _head(gw, ctx, pool)
@@ -65,7 +68,15 @@ async def whole_continued(
     if up.status != 200:
         body = await read(up)
         return body, 0, 0
-    source = moving(gw, ctx, pool, up)
+    if up.response.arrived:  # its replica wrote it all before its head was read: taken at once
+        up.first += await up.response.read()  # (nothing waits)
+        whole = at_once(plan.chat, plan.keep_ids, up.first)
+        if whole is not None:  # in the usual shape: assembled in one pass, nothing to record or move
+            assert ctx.progress.replica is not None
+            done(gw, ctx.progress.replica, ctx, True, NONE)
+            ctx.progress.reply_type = "application/json"
+            return whole
+    source = moving(gw, ctx, pool, up)  # (the stream's first read: what came, or all of it)
     assembler = Assembler(plan.chat, plan.keep_ids)
     ok = blame = False
     deadline = asyncio.timeout(max(0.0, ctx.progress.deadline - time.perf_counter()))
