@@ -353,6 +353,21 @@ async def test_a_non_streamed_answer_that_came_whole_with_a_bad_frame_continues(
     assert answer["usage"]["completion_tokens"] == N and answer["choices"][0]["finish_reason"] == "length"
 
 
+async def test_a_non_streamed_answer_longer_than_what_is_read_unrecorded_is_whole(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    """2,000 tokens (about 400 KB of frames, past gateway/pipeline/migrate.py ``WHOLE_READ``): what was
+    read before the limit is recorded at once, the rest as it comes, and the answer is whole."""
+    n = 2000
+    async with gateway(tmp_path, redis_url, [engines["good"].url]) as (gw, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "max_tokens": n})
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["choices"][0]["message"]["content"] == "".join(f"tok{i} " for i in range(n))
+    assert answer["usage"]["completion_tokens"] == n
+
+
 async def test_non_streamed_answer_carries_token_ids_when_asked(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
