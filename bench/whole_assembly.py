@@ -2,12 +2,12 @@
 request's continuation is worth its price only if it is cheap or rare"), in one process, no I/O.
 
 The replica's stream (the FAKE ENGINE's frames with token ids, testing/fake_tokens.py: the same bytes
-that `make bench` reads) assembled into vLLM's whole answer two ways: the general way (the recorder as
-MigratingStream feeds it one read, gateway/migration/record.py, then the Assembler fed its client-shaped
-output, gateway/migration/assemble.py) and :func:`~gateway.migration.assemble.at_once` (one pass over a
-stream that came whole, no recorder). Both must give the same bytes (checked here, and over many streams
-by tests/gateway/migration/test_assemble_at_once.py). Neither counts the stream's async plumbing
-(MigratingStream's reads, its watchdog, the deadline), which only the general way pays.
+that `make bench` reads) assembled into vLLM's whole answer: the general way (the recorder,
+gateway/migration/record.py, fed as MigratingStream feeds it, in one read or a read per event as from a
+replica generating, then the Assembler fed its client-shaped output, gateway/migration/assemble.py) and
+:func:`~gateway.migration.assemble.at_once` (one pass over the bytes read to their end, no recorder).
+All give the same bytes (checked here, and over many streams by
+tests/gateway/migration/test_assemble_at_once.py). None counts the async plumbing of the reads.
 
     .venv/bin/python -m bench.whole_assembly                # µs per request, best of 5 runs
 """
@@ -45,7 +45,17 @@ def general(chat: bool, keep_ids: bool, block: bytes) -> Answer:
     return (assembler.body(recorder.usage()), *assembler.counts(recorder.usage()))
 
 
+def per_event(chat: bool, keep_ids: bool, block: bytes) -> Answer:
+    """The general way when each event is a read of its own (a replica generating: tokens come apart),
+    as MigratingStream.next takes one whole event."""
+    recorder, assembler = Recorder(keep_ids=keep_ids), Assembler(chat, keep_ids)
+    for event in block.split(b"\n\n")[:-1]:
+        assembler.feed(recorder.original(event + b"\n\n"))
+    return (assembler.body(recorder.usage()), *assembler.counts(recorder.usage()))
+
+
 def one_pass(chat: bool, keep_ids: bool, block: bytes) -> Answer:
+    """gateway/pipeline/migrate.py's happy case: the bytes read to their end, assembled in one pass."""
     answer = at_once(chat, keep_ids, block)
     assert answer is not None
     return answer
@@ -69,20 +79,17 @@ def main() -> None:
     p.add_argument("--tokens", type=int, nargs="+", default=[16, 256])
     p.add_argument("--calls", type=int, default=4000)
     a = p.parse_args()
-    print("| API | tokens | return_token_ids | general way µs | at_once µs | ratio |")
+    print("| API | tokens | return_token_ids | general way, one read µs | a read per event µs | at_once µs |")
     print("|---|---|---|---|---|---|")
     for chat in (True, False):
         for tokens in a.tokens:
             block = stream(chat, tokens)
             for keep in (False, True):
-                assert general(chat, keep, block) == one_pass(chat, keep, block)
+                answer = one_pass(chat, keep, block)
+                assert general(chat, keep, block) == per_event(chat, keep, block) == answer
                 n = max(50, a.calls * 16 // tokens)
-                slow, fast = (
-                    per_call_us(general, chat, keep, block, n),
-                    per_call_us(one_pass, chat, keep, block, n),
-                )
-                api = "chat" if chat else "completions"
-                print(f"| {api} | {tokens} | {keep} | {slow:.1f} | {fast:.1f} | {fast / slow:.2f} |")
+                us = [f"{per_call_us(fn, chat, keep, block, n):.1f}" for fn in (general, per_event, one_pass)]
+                print(f"| {'chat' if chat else 'completions'} | {tokens} | {keep} | {' | '.join(us)} |")
 
 
 if __name__ == "__main__":
