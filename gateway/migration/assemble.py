@@ -198,13 +198,13 @@ class Assembler:
 
 def at_once(chat: bool, keep_ids: bool, block: bytes) -> tuple[bytes, int, int] | None:
     """(the whole answer, prompt tokens, completion tokens) from the whole original stream read at once
-    (the replica's bytes, token ids in: :meth:`~gateway.migration.stream.MigratingStream.arrived`), in one
-    pass: what :meth:`Assembler.feed` makes of the same stream as the recorder passes it on, byte for byte
-    (the arrays the recorder makes null are not read without ``keep_ids``), for the usual shape only: a
-    first frame, a run of one-token frames (their texts and ids cut out by ONE regex over the run), the
-    frames that end it (the finish, the usage: parsed whole) and ``[DONE]``. None for anything else, read
-    the general way (where the recorder moves the generation on an error or malformed frame): a comment,
-    an error, CR line ends, several ids in a frame, no usage (the counts would be the recorder's), a frame
+    (the replica's bytes, token ids in, read to their end: gateway/pipeline/migrate.py), in one pass:
+    what :meth:`Assembler.feed` makes of the same stream as the recorder passes it on, byte for byte (the
+    arrays the recorder makes null are not read without ``keep_ids``), for the usual shape only: a first
+    frame, a run of one-token frames (their texts and ids cut out by ONE regex over the run), the frames
+    that end it (the finish, the usage: parsed whole) and ``[DONE]``. None for anything else, read the
+    general way (where the recorder moves the generation on an error or malformed frame): a comment, an
+    error, CR line ends, several ids in a frame, no usage (the counts would be the recorder's), a frame
     parsed here that is not JSON."""
     if not block.endswith(DONE_EVENT) or b"\r" in block:
         return None
@@ -217,23 +217,22 @@ def at_once(chat: bool, keep_ids: bool, block: bytes) -> tuple[bytes, int, int] 
             break
         run_end = start
     ends = [block[:first_end], *block[run_end:end].split(b"\n\n")[:-1]]
-    if first_end < 2 or not all(_plain(event) for event in ends):
-        return None
+    for event in ends:
+        if not _plain(event):
+            return None
     found = (CHAT_RUN if chat else COMPLETION_RUN).findall(block, first_end, run_end)
     # one frame a line, each with a match (and a line holds one at most); JSON has no raw newline
     if 2 * len(found) != block.count(b"\n", first_end, run_end):
         return None
     try:
-        asm._event(ends[0] if keep_ids else cut_array(ends[0], PROMPT_IDS)[0])  # (ids unread: not parsed)
-        if asm.first is None:
-            return None
+        asm._frame(orjson.loads((ends[0] if keep_ids else cut_array(ends[0], PROMPT_IDS)[0])[6:]))
         if found:
             texts, ids = zip(*found, strict=True)
             asm.text.extend(texts)
             if keep_ids:
                 asm.ids.extend(ids)
         for event in ends[1:]:
-            asm._event(event)
+            asm._frame(orjson.loads(event[6:]))  # (each a JSON object: _plain; the first's ids unread)
         usage = asm.usage
         if usage is None or "prompt_tokens" not in usage or "completion_tokens" not in usage:
             return None
