@@ -9,20 +9,36 @@ already ``null`` unless the client asked for them, a continuation's frames alrea
 shape). Cheap: a token frame (``"finish_reason":null``) is not parsed; the raw JSON string of its text
 (and of its ids) is cut out by two byte searches and the pieces are decoded by ONE parse at the end. The
 first frame (the identity, the prompt's ids) and the frames that end the stream (finish, usage) are parsed
-whole.
+whole. A stream that came whole in the usual shape is assembled without the recorder by :func:`at_once`
+(one regex over its run of token frames), to the same bytes.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
+
+from gateway.migration.frames import PROMPT_IDS, cut_array
 
 CHAT_TEXT = (b'"delta":{"content":"', b'"},"logprobs":null,"finish_reason":null')
 COMPLETION_TEXT = (b'"text":"', b'","logprobs":null,"finish_reason":null')
 """Where a token frame's text starts and ends (the end: no logprobs and no finish yet). A quote in the
 text is escaped (``\\"``), so neither can match inside it."""
 TOKEN_IDS = b'"token_ids":['
+
+
+def _token_run(start_key: bytes, end_key: bytes) -> re.Pattern[bytes]:
+    """A token frame's text (its raw JSON string, escapes kept) and its one id, in a run of frames. A
+    frame's structural keys cannot occur inside its text (a quote there is escaped), so a frame of one
+    choice matches once at most."""
+    text = re.escape(start_key) + rb'([^"\\]*(?:\\.[^"\\]*)*)' + re.escape(end_key)
+    return re.compile(text + rb'[^\n\[]*"token_ids":\[(\d+)\]')
+
+
+CHAT_RUN, COMPLETION_RUN = _token_run(*CHAT_TEXT), _token_run(*COMPLETION_TEXT)
+DONE_EVENT = b"data: [DONE]\n\n"
 
 
 class Incomplete(ValueError):
@@ -178,3 +194,57 @@ class Assembler:
             "prompt_tokens_details": got.get("prompt_tokens_details"),
             "completion_tokens_details": got.get("completion_tokens_details"),
         }  # fmt: skip
+
+
+def at_once(chat: bool, keep_ids: bool, block: bytes) -> tuple[bytes, int, int] | None:
+    """(the whole answer, prompt tokens, completion tokens) from the whole original stream read at once
+    (the replica's bytes, token ids in, read to their end: gateway/pipeline/migrate.py), in one pass:
+    what :meth:`Assembler.feed` makes of the same stream as the recorder passes it on, byte for byte (the
+    arrays the recorder makes null are not read without ``keep_ids``), for the usual shape only: a first
+    frame, a run of one-token frames (their texts and ids cut out by ONE regex over the run), the frames
+    that end it (the finish, the usage: parsed whole) and ``[DONE]``. None for anything else, read the
+    general way (where the recorder moves the generation on an error or malformed frame): a comment, an
+    error, CR line ends, several ids in a frame, no usage (the counts would be the recorder's), a frame
+    parsed here that is not JSON."""
+    if not block.endswith(DONE_EVENT) or b"\r" in block:
+        return None
+    first_end = block.find(b"\n\n") + 2
+    asm = Assembler(chat, keep_ids)
+    run_end = end = len(block) - len(DONE_EVENT)  # (the run's end: before the frames that end it)
+    while run_end > first_end:  # the frames that end it: no token frame's end key, parsed whole
+        start = block.rfind(b"\n\n", first_end - 2, run_end - 2) + 2
+        if block.find(asm.end_key, start, run_end) >= 0:
+            break
+        run_end = start
+    ends = [block[:first_end], *block[run_end:end].split(b"\n\n")[:-1]]
+    for event in ends:
+        if not _plain(event):
+            return None
+    found = (CHAT_RUN if chat else COMPLETION_RUN).findall(block, first_end, run_end)
+    # one frame a line, each with a match (and a line holds one at most); JSON has no raw newline
+    if 2 * len(found) != block.count(b"\n", first_end, run_end):
+        return None
+    try:
+        asm._frame(orjson.loads((ends[0] if keep_ids else cut_array(ends[0], PROMPT_IDS)[0])[6:]))
+        if found:
+            texts, ids = zip(*found, strict=True)
+            asm.text.extend(texts)
+            if keep_ids:
+                asm.ids.extend(ids)
+        for event in ends[1:]:
+            asm._frame(orjson.loads(event[6:]))  # (each a JSON object: _plain; the first's ids unread)
+        usage = asm.usage
+        if usage is None or "prompt_tokens" not in usage or "completion_tokens" not in usage:
+            return None
+        return (asm.body((0, 0)), *asm.counts((0, 0)))  # (the counts are its usage's, never the fallback)
+    except (ValueError, TypeError):  # (not JSON, odd usage: the general way raises it as it does today)
+        return None
+
+
+def _plain(event: bytes) -> bool:
+    """A frame the recorder takes without reading the frames before it: a JSON object that is not an error,
+    its ``token_ids`` one id or none (several make the recorder parse the frames it kept)."""
+    if not event.startswith(b"data: {") or event.startswith(b'data: {"error"'):
+        return False
+    at = event.rfind(TOKEN_IDS)
+    return at < 0 or event[at + len(TOKEN_IDS) : event.find(b"]", at)].isdigit()

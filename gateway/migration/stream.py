@@ -95,6 +95,8 @@ class MigratingStream:
         self.wait_started: float | None = None
         self.outcome = ""
         self.failure: Exception | None = None
+        self.deferred: Exception | None = None
+        """The failure that ended :meth:`collect`'s reads: raised once what they read was read again."""
         self.base_id = ctx.progress.upstream_id
         self.stopping = False
         self.read_from = 0.0
@@ -106,12 +108,31 @@ class MigratingStream:
     async def first(self) -> bytes:
         return await self._next()
 
+    async def collect(self, limit: int) -> bytes | None:
+        """The original stream's bytes, read to the end of the replica's answer without recording them
+        (a non-streamed answer that may move, assembled whole: gateway/pipeline/migrate.py); None when
+        its reads failed or passed ``limit`` bytes. What they read is kept as the next read either way:
+        :meth:`first` reads it again the general way (recorded), then the failure, if one ended them
+        (so the recorder has every byte before the generation moves)."""
+        parts, size = [], 0
+        try:
+            while size <= limit:
+                data = await self._read()
+                if not data:
+                    break
+                parts.append(data)
+                size += len(data)
+        except FAILURES as exc:
+            self.deferred = exc
+        self.pending = b"".join(parts) if parts else None
+        return self.pending if self.deferred is None and size <= limit else None
+
     async def next(self) -> bytes:
         """The next bytes for the client; b'' at the end. Raises a failure it could not move past.
         The common case (one whole event of the original stream) is read here; anything else goes the
         general way (:meth:`_next`: several one-token frames read together are recorded at once).
         No timer per chunk: one watchdog per stream (:meth:`_watch`)."""
-        if self.pending is None and self.failure is None and self.seam is None:
+        if self.pending is None and self.failure is None and self.seam is None and self.deferred is None:
             try:
                 data = await self._chunk()
             except FAILURES as exc:
@@ -214,6 +235,9 @@ class MigratingStream:
         if self.pending is not None:
             data, self.pending = self.pending, None
             return data
+        if self.deferred is not None:
+            deferred, self.deferred = self.deferred, None
+            raise deferred
         return await self._chunk()
 
     async def _chunk(self) -> bytes:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from gateway.errors import UpstreamError, UpstreamTimeout
-from gateway.migration.assemble import Assembler, Incomplete
+from gateway.migration.assemble import Assembler, Incomplete, at_once
 from gateway.migration.stream import MigratingStream, ReplicaLeft
 from gateway.pipeline.forward import EJECT, NONE, attempt_on, candidates, done, forward
 from gateway.replicas.table import Endpoint, ModelPool
@@ -25,6 +25,10 @@ from gateway.values import RequestContext
 
 log = logging.getLogger("llmgw.migration")
 CONTINUE_PATH = b"/v1/completions"
+WHOLE_READ = 1 << 18
+"""The most bytes of a non-streamed answer that may move read before any is recorded (``collect``): an
+answer that ends within them (about 1,000 tokens' frames) is assembled in one pass; a longer one is
+recorded from there on as it comes, so that its memory stays its ids, not its frames."""
 RERUN = "rerun"
 """vLLM's request id suffix of a non-streamed request run again whole (``<id>-rerunN``): a second
 generation, not a continuation (``-moveN``): bench/chaos.py counts it as a run."""
@@ -57,7 +61,12 @@ async def whole_continued(
     whole.py): read through a :class:`MigratingStream`, which continues it token-exact on another replica
     when its replica fails, within the request's deadline; the client gets one whole answer in vLLM's
     non-streamed shape (gateway/migration/assemble.py). Returns (body, prompt tokens, completion tokens).
-    A refusal (not 200) is ``read`` and passed on as the replica wrote it."""
+    A refusal (not 200) is ``read`` and passed on as the replica wrote it. The happy case is cheap: the
+    answer's bytes are read to its end without recording them (``collect``; none to wait for when the
+    replica wrote all of it before its head was read: no stream, no timer) and assembled in one pass
+    (``at_once``). Anything else is read again the general way, recorded, before it moves: a failure of
+    the reads (after what they read), an answer in another shape (an error frame, a frame that is not
+    JSON), or one longer than :data:`WHOLE_READ`."""
     plan = ctx.migration
     assert plan is not None
     up = await _head(gw, ctx, pool)
@@ -65,17 +74,30 @@ async def whole_continued(
     if up.status != 200:
         body = await read(up)
         return body, 0, 0
-    source = moving(gw, ctx, pool, up)
+    arrived = up.response.arrived
+    if arrived:  # its replica wrote it all before its head was read: taken at once, no stream, no timer
+        up.first += await up.response.read()  # (nothing waits)
+        whole = at_once(plan.chat, plan.keep_ids, up.first)
+        if whole is not None:  # in the usual shape: assembled in one pass, nothing to record or move
+            assert ctx.progress.replica is not None
+            done(gw, ctx.progress.replica, ctx, True, NONE)
+            ctx.progress.reply_type = "application/json"
+            return whole
+    source = moving(gw, ctx, pool, up)  # (the stream's first read: what came, or all of it)
     assembler = Assembler(plan.chat, plan.keep_ids)
     ok = blame = False
     deadline = asyncio.timeout(max(0.0, ctx.progress.deadline - time.perf_counter()))
     try:
         async with deadline:
-            chunk = await source.first()
-            while chunk:
-                assembler.feed(chunk)
-                chunk = await source.next()
-        body = assembler.body(source.usage())
+            raw = None if arrived else await source.collect(WHOLE_READ)
+            whole = at_once(plan.chat, plan.keep_ids, raw) if raw is not None else None
+            if whole is None:  # anything else: recorded as it is read (what collect read, again)
+                chunk = await source.first()
+                while chunk:
+                    assembler.feed(chunk)
+                    chunk = await source.next()
+        if whole is None:
+            whole = (assembler.body(source.usage()), *assembler.counts(source.usage()))
         ok = True
     except (*FAILURES, Incomplete) as exc:
         assert ctx.progress.replica is not None
@@ -88,7 +110,7 @@ async def whole_continued(
     finally:
         source.close(ok, blame)
     ctx.progress.reply_type = "application/json"
-    return (body, *assembler.counts(source.usage()))
+    return whole
 
 
 async def _head(gw: Gateway, ctx: RequestContext, pool: ModelPool) -> Upstream:

@@ -336,6 +336,38 @@ async def test_non_streamed_request_continues_token_exact_and_is_answered_whole(
     assert len(moved) == 1 and "from=m-0 to=m-1 offset=4" in moved[0]
 
 
+@pytest.mark.parametrize("fault", ["error", "garbage"])
+async def test_a_non_streamed_answer_that_came_whole_with_a_bad_frame_continues(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc], fault: str
+) -> None:
+    """Its replica writes 4 tokens, an error (or a frame that is not JSON) and [DONE]: the whole body is
+    there when its head is read, but not in the usual shape, so it is not assembled in one pass
+    (gateway/migration/assemble.py ``at_once``): read the general way, it continues after the 4 tokens."""
+    async with gateway(tmp_path, redis_url, [engines[fault].url, engines["good"].url]) as (gw, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json=CHAT)
+            assert await metric(c, gw, 'llmgw_migrations_total{model="m",outcome="continued"} 1.0')
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["choices"][0]["message"]["content"] == UNDISTURBED
+    assert answer["usage"]["completion_tokens"] == N and answer["choices"][0]["finish_reason"] == "length"
+
+
+async def test_a_non_streamed_answer_longer_than_what_is_read_unrecorded_is_whole(
+    tmp_path: Path, redis_url: str, engines: dict[str, Proc]
+) -> None:
+    """2,000 tokens (about 400 KB of frames, past gateway/pipeline/migrate.py ``WHOLE_READ``): what was
+    read before the limit is recorded at once, the rest as it comes, and the answer is whole."""
+    n = 2000
+    async with gateway(tmp_path, redis_url, [engines["good"].url]) as (gw, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{gw}/v1/chat/completions", json={**CHAT, "max_tokens": n})
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["choices"][0]["message"]["content"] == "".join(f"tok{i} " for i in range(n))
+    assert answer["usage"]["completion_tokens"] == n
+
+
 async def test_non_streamed_answer_carries_token_ids_when_asked(
     tmp_path: Path, redis_url: str, engines: dict[str, Proc]
 ) -> None:
