@@ -27,6 +27,7 @@ from gateway.admission.redis_wire import LeanScript, PipelinedRedis, Reply
 from gateway.admission.resp import Head, Part, awaited_call_needed
 from llmgw_contract.redis_keys import RedisKeys
 from llmgw_contract.redis_url import REDIS_DOWN
+from llmgw_contract.supervision import guarded
 
 log = logging.getLogger("llmgw.auth")
 
@@ -160,7 +161,7 @@ class RateLimiter:
         self._refund = LeanScript(self.lean, REFUND_LUA)
         self._heads: dict[str, tuple[Head, Head]] = {}  # a key's charge and refund, its key name encoded once
         self._sent: set[asyncio.Future[Reply]] = set()  # refunds sent without waiting (refund_nowait)
-        self._tasks: set[asyncio.Task[None]] = set()  # and those that needed the awaited call
+        self._tasks: set[asyncio.Task[bool]] = set()  # and those that needed the awaited call
 
     async def aclose(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         """Wait (up to ``timeout_s``) for the refunds still under way, then close the lean connection
@@ -223,7 +224,8 @@ class RateLimiter:
             not_refunded(key_id, tokens, exc)
 
     def _in_task(self, key_id: str, window: int, tokens: int) -> None:
-        task = asyncio.ensure_future(self._refund_quietly(key_id, window, tokens))
+        refund = self._refund_quietly(key_id, window, tokens)  # any other failure: logged with its stack
+        task = asyncio.ensure_future(guarded("tpm refund", refund, subject=key_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
